@@ -1,0 +1,54 @@
+# Front door to the CMake build. `make deps` once on a fresh Debian bookworm, then `make`,
+# `make test`, `make bench`, `make demo`.
+BUILD ?= build
+CMAKE_FLAGS ?=
+
+DEB_PACKAGES := \
+	build-essential cmake ninja-build pkg-config git \
+	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev \
+	libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
+	libnl-3-dev libnl-route-3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev \
+	libsimdjson-dev libcurl4-openssl-dev \
+	iproute2 iptables nftables ethtool iputils-ping socat netcat-openbsd procps \
+	podman runc containernetworking-plugins busybox-static
+
+.PHONY: all build deps test test-unit test-privileged bench demo clean format
+
+all: build
+
+build: $(BUILD)/build.ninja
+	cmake --build $(BUILD)
+
+$(BUILD)/build.ninja:
+	cmake -S . -B $(BUILD) -G Ninja $(CMAKE_FLAGS)
+
+# Idempotent and non-interactive: installs only what is missing.
+deps:
+	@missing=$$(for p in $(DEB_PACKAGES); do \
+		dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || echo $$p; \
+	done); \
+	if [ -n "$$missing" ]; then \
+		echo "installing:" $$missing; \
+		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
+	else echo "all build and test packages are installed"; fi
+
+test: build
+	ctest --test-dir $(BUILD) --output-on-failure --timeout 900
+
+test-unit: build
+	ctest --test-dir $(BUILD) --output-on-failure -LE privileged
+
+test-privileged: build
+	ctest --test-dir $(BUILD) --output-on-failure -L privileged --timeout 900
+
+bench: build
+	bench/run.sh $(BUILD)
+
+demo: deps build
+	tests/e2e/demo.sh $(BUILD)
+
+format:
+	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c' | grep -v '^bpf/')
+
+clean:
+	rm -rf $(BUILD)

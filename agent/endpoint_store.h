@@ -1,0 +1,101 @@
+// The agent's record of the pod endpoints it set up: one JSON file per endpoint under
+// <state_dir>/endpoints, replaced atomically, reloaded on start so a restarted agent knows every
+// veth, address and endpoint id it owns. Endpoint ids are small, stable and never shared.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::agent {
+
+struct Endpoint {
+  // Key: one interface of one container.
+  std::string container_id;
+  std::string ifname;  // inside the pod, e.g. "eth0"
+
+  std::string netns;  // path of the pod's network namespace
+  std::string network_name;
+  std::string pod_namespace;
+  std::string pod_name;
+  std::string host_ifname;  // host side of the veth (HostInterfaceName)
+  int host_ifindex = 0;
+  std::string ipv4;      // dotted quad
+  std::string mac;       // pod side, "aa:bb:cc:dd:ee:ff"
+  std::string host_mac;  // host side: the gateway MAC the pod sees
+  uint32_t endpoint_id = 0;  // 0 = "assign one" on Put
+  int mtu = 0;
+  absl::Time created = absl::UnixEpoch();
+
+  friend bool operator==(const Endpoint&, const Endpoint&) = default;
+};
+
+nlohmann::json EndpointToJson(const Endpoint& ep);
+// Never throws; rejects missing keys and wrongly typed fields.
+[[nodiscard]] absl::StatusOr<Endpoint> EndpointFromJson(const nlohmann::json& j);
+
+// The host-side veth name for a pod interface: "lxc" + the first 11 hex digits of
+// SHA-256("<container_id>/<ifname>"). 14 characters (IFNAMSIZ allows 15), identical across
+// processes, hosts and versions.
+std::string HostInterfaceName(absl::string_view container_id, absl::string_view ifname);
+
+// Thread-safe.
+class EndpointStore {
+ public:
+  // Loads every endpoint under <state_dir>/endpoints (creating the directory, mode 0700).
+  // Unparsable files are logged, counted (corrupt_files()) and left on disk for inspection;
+  // leftover temporary files from an interrupted write are removed.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<EndpointStore>> Open(
+      absl::string_view state_dir);
+
+  // Creates or replaces the endpoint for (container_id, ifname) and persists it before
+  // returning. endpoint_id: 0 keeps the existing endpoint's id, or assigns the smallest unused
+  // id >= 1 to a new one; non-zero must not belong to another endpoint. Returns the stored value.
+  [[nodiscard]] absl::StatusOr<Endpoint> Put(Endpoint ep) ABSL_LOCKS_EXCLUDED(mu_);
+  std::optional<Endpoint> Get(absl::string_view container_id, absl::string_view ifname) const
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Removes the endpoint and its file; absent: OK.
+  [[nodiscard]] absl::Status Remove(absl::string_view container_id, absl::string_view ifname)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Ordered by (container_id, ifname).
+  std::vector<Endpoint> List() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
+
+  // Files that could not be loaded at Open.
+  int corrupt_files() const { return corrupt_files_; }
+  const std::string& dir() const { return dir_; }
+
+  // "<container_id>-<ifname>.json".
+  static std::string FileName(absl::string_view container_id, absl::string_view ifname);
+
+ private:
+  using Key = std::pair<std::string, std::string>;  // (container_id, ifname)
+
+  explicit EndpointStore(std::string dir) : dir_(std::move(dir)) {}
+  absl::Status Load() ABSL_LOCKS_EXCLUDED(mu_);
+  uint32_t NextFreeId() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::string dir_;
+  int corrupt_files_ = 0;  // written only during Open
+
+  mutable absl::Mutex mu_;
+  std::map<Key, Endpoint> endpoints_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> ids_ ABSL_GUARDED_BY(mu_);
+  // File name -> key: "a-b" + "c" and "a" + "b-c" share a file name; the second Put is refused.
+  std::map<std::string, Key> files_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::agent

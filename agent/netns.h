@@ -1,0 +1,64 @@
+// Network namespace plumbing for the agent: entering a pod's (or node's) network namespace
+// without ever moving the calling thread, and sysctl writes scoped to a namespace.
+#ifndef SLUICE_AGENT_NETNS_H_
+#define SLUICE_AGENT_NETNS_H_
+
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace sluice::agent {
+
+// An open network namespace file (/var/run/netns/<name>, /proc/<pid>/ns/net, ...). Owns the fd.
+class NetnsFd {
+ public:
+  // Opens `path` read-only and checks that it is a network namespace. A missing path is
+  // NotFound naming the path.
+  [[nodiscard]] static absl::StatusOr<NetnsFd> Open(const std::string& path);
+
+  NetnsFd() = default;
+  NetnsFd(NetnsFd&& other) noexcept;
+  NetnsFd& operator=(NetnsFd&& other) noexcept;
+  NetnsFd(const NetnsFd&) = delete;
+  NetnsFd& operator=(const NetnsFd&) = delete;
+  ~NetnsFd();
+
+  int get() const { return fd_; }
+  const std::string& path() const { return path_; }
+  bool valid() const { return fd_ >= 0; }
+
+ private:
+  NetnsFd(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
+
+  int fd_ = -1;
+  std::string path_;
+};
+
+// Runs `fn` on a dedicated short-lived thread that has joined the network namespace at
+// `netns_path` (setns(CLONE_NEWNET)); the caller's thread and namespace are never changed. Netlink
+// sockets and /proc/sys/net files opened inside `fn` belong to that namespace. Returns fn's
+// status, NotFound if the namespace path does not exist, or the setns failure.
+[[nodiscard]] absl::Status RunInNetns(const std::string& netns_path,
+                                      absl::FunctionRef<absl::Status()> fn);
+
+// Writes `value` to a sysctl of the calling thread's network namespace. `key` is either dotted
+// ("net.ipv4.ip_forward") or a path under /proc/sys ("/proc/sys/net/ipv4/ip_forward"). Use the
+// path form when a component contains dots (interface names like "eth0.100"). A missing sysctl
+// is NotFound.
+[[nodiscard]] absl::Status WriteSysctl(absl::string_view key, absl::string_view value);
+
+// WriteSysctl inside the network namespace at `netns_path` (via RunInNetns).
+[[nodiscard]] absl::Status WriteSysctlInNetns(const std::string& netns_path, absl::string_view key,
+                                              absl::string_view value);
+
+// The /proc/sys path of a per-interface sysctl, e.g.
+// InterfaceSysctlPath("ipv4", "lxc1a2b", "rp_filter") = "/proc/sys/net/ipv4/conf/lxc1a2b/rp_filter".
+std::string InterfaceSysctlPath(absl::string_view family, absl::string_view ifname,
+                                absl::string_view name);
+
+}  // namespace sluice::agent
+
+#endif  // SLUICE_AGENT_NETNS_H_

@@ -1,0 +1,67 @@
+/* ARP for pods: the host side of each pod's veth answers every ARP request the pod makes
+ * (its gateway and anything else) with the host-side MAC, so pods need no per-node L2 setup. */
+#ifndef SLUICE_BPF_ARP_H
+#define SLUICE_BPF_ARP_H
+
+#include "lib/drop.h"
+
+/* The IPv4-over-Ethernet ARP body; addresses are unaligned on the wire. */
+struct arp_ip4 {
+	__be16 htype;
+	__be16 ptype;
+	__u8 hlen;
+	__u8 plen;
+	__be16 op;
+	__u8 sha[ETH_ALEN];
+	__u8 sip[4];
+	__u8 tha[ETH_ALEN];
+	__u8 tip[4];
+} __attribute__((packed));
+
+static __always_inline int pod_arp(struct __sk_buff *skb)
+{
+	struct arp_ip4 *arp = SKB_HDR(skb, ETH_HLEN_, struct arp_ip4);
+	const struct sluice_endpoint *ep;
+	struct ethhdr reply_eth;
+	struct arp_ip4 reply;
+	__be32 sip, tip;
+
+	if (!arp)
+		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) ||
+	    arp->hlen != ETH_ALEN || arp->plen != 4)
+		return drop(skb, SLUICE_DROP_ARP_UNSUPPORTED);
+	/* Replies (to the node's own requests for the pod) and anything else go to the stack. */
+	if (arp->op != bpf_htons(ARPOP_REQUEST))
+		return TC_ACT_OK;
+
+	__builtin_memcpy(&sip, arp->sip, 4);
+	__builtin_memcpy(&tip, arp->tip, 4);
+	/* Gratuitous ARP and duplicate address detection: nothing to answer. */
+	if (tip == sip || sip == 0)
+		return TC_ACT_OK;
+	ep = lookup_ep4(sip);
+	if (!ep || ep->ifindex != skb->ifindex)
+		return drop(skb, SLUICE_DROP_SPOOFED_SOURCE);
+
+	__builtin_memcpy(reply_eth.h_dest, arp->sha, ETH_ALEN);
+	__builtin_memcpy(reply_eth.h_source, ep->host_mac, ETH_ALEN);
+	reply_eth.h_proto = bpf_htons(ETH_P_ARP);
+	reply.htype = arp->htype;
+	reply.ptype = arp->ptype;
+	reply.hlen = ETH_ALEN;
+	reply.plen = 4;
+	reply.op = bpf_htons(ARPOP_REPLY);
+	__builtin_memcpy(reply.sha, ep->host_mac, ETH_ALEN);
+	__builtin_memcpy(reply.sip, arp->tip, 4);
+	__builtin_memcpy(reply.tha, arp->sha, ETH_ALEN);
+	__builtin_memcpy(reply.tip, arp->sip, 4);
+
+	if (bpf_skb_store_bytes(skb, 0, &reply_eth, sizeof(reply_eth), 0) ||
+	    bpf_skb_store_bytes(skb, ETH_HLEN_, &reply, sizeof(reply), 0))
+		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+	/* Back out of the host side: the pod receives the reply. */
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+#endif

@@ -1,0 +1,165 @@
+/* Masquerade (SNAT to the node address) of pod traffic leaving through the native device, with
+ * source ports allocated in BPF, and the reverse translation of the replies. */
+#ifndef SLUICE_BPF_NAT_H
+#define SLUICE_BPF_NAT_H
+
+#include "lib/csum.h"
+#include "lib/drop.h"
+
+/* Ports tried per new flow before the flow is dropped with SLUICE_DROP_NAT_NO_PORT. */
+#define SLUICE_NAT_PORT_TRIES 32
+
+enum nat4_load_result {
+	NAT4_OK = 0,
+	NAT4_INVALID = -1,
+	NAT4_FRAGMENT = -2,
+	NAT4_UNSUPPORTED = -3,
+};
+
+/* A packet prepared for translation: its tuple as on the wire and where its "local" port is
+ * (the source port leaving the node, the destination port of a reply). */
+struct nat4_pkt {
+	struct sluice_nat4_key key;
+	__u32 port_off;
+	struct l4_csum csum;
+};
+
+/* ICMP echo has no ports: the identifier stands in for the node-side port, so it occupies sport
+ * when leaving and dport when a reply arrives, and the reverse key is the swapped tuple. */
+static __always_inline int nat4_load(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip,
+				     int leaving, struct nat4_pkt *p)
+{
+	__u32 l4_off = l3_off + ((__u32)ip->ihl << 2);
+	__be16 ports[2];
+	struct icmphdr icmp;
+
+	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return NAT4_FRAGMENT;
+	__builtin_memset(&p->key, 0, sizeof(p->key));
+	p->key.saddr = ip->saddr;
+	p->key.daddr = ip->daddr;
+	p->key.proto = ip->protocol;
+
+	switch (ip->protocol) {
+	case IPPROTO_TCP:
+	case IPPROTO_UDP:
+		if (bpf_skb_load_bytes(skb, l4_off, ports, sizeof(ports)))
+			return NAT4_INVALID;
+		p->key.sport = ports[0];
+		p->key.dport = ports[1];
+		p->port_off = l4_off + (leaving ? 0 : 2);
+		break;
+	case IPPROTO_ICMP:
+		if (bpf_skb_load_bytes(skb, l4_off, &icmp, sizeof(icmp)))
+			return NAT4_INVALID;
+		if (icmp.type != (leaving ? ICMP_ECHO : ICMP_ECHOREPLY))
+			return NAT4_UNSUPPORTED;
+		if (leaving)
+			p->key.sport = icmp.un.echo.id;
+		else
+			p->key.dport = icmp.un.echo.id;
+		p->port_off = l4_off + offsetof(struct icmphdr, un.echo.id);
+		break;
+	default:
+		return NAT4_UNSUPPORTED;
+	}
+	l4_csum_init(&p->csum, ip->protocol, l4_off);
+	return NAT4_OK;
+}
+
+static __always_inline int ip4_in_prefix(__be32 addr, __be32 net, __u8 len)
+{
+	__u32 mask;
+
+	if (len == 0)
+		return 1;
+	if (len > 32)
+		return 0;
+	mask = ~0u << (32 - len);
+	return (bpf_ntohl(addr) & mask) == (bpf_ntohl(net) & mask);
+}
+
+/* Finds a free node port for p's flow and records both directions. Returns 0 or a drop reason. */
+static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
+					 const struct nat4_pkt *p, struct sluice_nat4_entry *out)
+{
+	struct sluice_nat4_entry orig = {
+		.addr = p->key.saddr,
+		.port = p->key.sport,
+		.created_ns = bpf_ktime_get_ns(),
+	};
+	struct sluice_nat4_key rkey = {
+		.saddr = p->key.daddr,
+		.daddr = cfg->node_ip4,
+		.sport = p->key.dport,
+		.proto = p->key.proto,
+	};
+	__u32 min = cfg->nat_port_min, max = cfg->nat_port_max;
+	__u32 range, start;
+	int i;
+
+	if (min == 0 || max < min)
+		return SLUICE_DROP_NO_NODE_CONFIG;
+	range = max - min + 1;
+	start = bpf_get_prandom_u32();
+	for (i = 0; i < SLUICE_NAT_PORT_TRIES; i++) {
+		__u16 port = min + (start + i) % range;
+
+		rkey.dport = bpf_htons(port);
+		if (bpf_map_update_elem(&sluice_rnat4, &rkey, &orig, BPF_NOEXIST))
+			continue;
+		out->addr = cfg->node_ip4;
+		out->port = rkey.dport;
+		out->pad = 0;
+		out->created_ns = orig.created_ns;
+		if (bpf_map_update_elem(&sluice_snat4, &p->key, out, BPF_ANY)) {
+			bpf_map_delete_elem(&sluice_rnat4, &rkey);
+			return SLUICE_DROP_NAT_MAP_FULL;
+		}
+		return 0;
+	}
+	return SLUICE_DROP_NAT_NO_PORT;
+}
+
+/* Source-NATs a pod packet leaving the node. Returns a TC verdict. */
+static __always_inline int nat4_masquerade(struct __sk_buff *skb, __u32 l3_off,
+					   const struct sluice_node_config *cfg,
+					   const struct nat4_pkt *p)
+{
+	struct sluice_nat4_entry *found, entry;
+	int reason;
+
+	found = bpf_map_lookup_elem(&sluice_snat4, &p->key);
+	if (found) {
+		entry = *found;
+	} else {
+		reason = nat4_allocate(cfg, p, &entry);
+		if (reason)
+			return drop(skb, reason);
+	}
+	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, entry.addr,
+			     &p->csum) ||
+	    rewrite_l4_port(skb, p->port_off, p->key.sport, entry.port, &p->csum))
+		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+	return TC_ACT_OK;
+}
+
+/* Translates a reply to a masqueraded flow back to the pod. Returns 1 when translated, 0 when
+ * the packet belongs to no masqueraded flow, -1 when a rewrite failed. */
+static __always_inline int nat4_unmasquerade(struct __sk_buff *skb, __u32 l3_off,
+					     const struct nat4_pkt *p)
+{
+	struct sluice_nat4_entry *found = bpf_map_lookup_elem(&sluice_rnat4, &p->key);
+	struct sluice_nat4_entry entry;
+
+	if (!found)
+		return 0;
+	entry = *found;
+	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr, entry.addr,
+			     &p->csum) ||
+	    rewrite_l4_port(skb, p->port_off, p->key.dport, entry.port, &p->csum))
+		return -1;
+	return 1;
+}
+
+#endif

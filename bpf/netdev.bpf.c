@@ -1,0 +1,86 @@
+/* TC hooks of the node's native device: masquerade of pod traffic leaving the node (egress) and
+ * the reverse translation of its replies, delivered straight to the pod (ingress). Traffic that
+ * is not the pods' passes untouched. */
+#include "lib/fwd.h"
+#include "lib/nat.h"
+
+static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb)
+{
+	struct ethhdr *eth = SKB_HDR(skb, 0, struct ethhdr);
+	struct iphdr *ip;
+
+	if (!eth || eth->h_proto != bpf_htons(ETH_P_IP))
+		return NULL;
+	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
+	if (!ip || ip->version != 4 || ip->ihl < 5)
+		return NULL;
+	return ip;
+}
+
+SEC("tc")
+int sluice_to_net(struct __sk_buff *skb)
+{
+	const struct sluice_node_config *cfg;
+	struct sluice_lpm4_key dst;
+	struct nat4_pkt p;
+	struct iphdr *ip;
+
+	ip = ipv4_header(skb);
+	if (!ip)
+		return TC_ACT_OK;
+	cfg = node_config();
+	if (!cfg || !(cfg->flags & SLUICE_NODE_F_MASQUERADE) ||
+	    !ip4_in_prefix(ip->saddr, cfg->pod_cidr4, cfg->pod_cidr4_len))
+		return TC_ACT_OK;
+	dst.prefixlen = 32;
+	dst.addr = ip->daddr;
+	if (bpf_map_lookup_elem(&sluice_nomasq4, &dst))
+		return TC_ACT_OK;
+
+	switch (nat4_load(skb, ETH_HLEN_, ip, 1, &p)) {
+	case NAT4_OK:
+		break;
+	case NAT4_FRAGMENT:
+		return drop(skb, SLUICE_DROP_FRAGMENT);
+	case NAT4_UNSUPPORTED:
+		return drop(skb, SLUICE_DROP_NAT_UNSUPPORTED_L4);
+	default:
+		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+	}
+	return nat4_masquerade(skb, ETH_HLEN_, cfg, &p);
+}
+
+SEC("tc")
+int sluice_from_net(struct __sk_buff *skb)
+{
+	const struct sluice_node_config *cfg;
+	const struct sluice_endpoint *ep;
+	struct nat4_pkt p;
+	struct iphdr *ip;
+	int ret;
+
+	ip = ipv4_header(skb);
+	if (!ip)
+		return TC_ACT_OK;
+	cfg = node_config();
+	if (!cfg || ip->daddr != cfg->node_ip4)
+		return TC_ACT_OK;
+	/* Whatever cannot be a reply to a masqueraded flow is the node's own traffic. */
+	if (nat4_load(skb, ETH_HLEN_, ip, 0, &p) != NAT4_OK)
+		return TC_ACT_OK;
+	ret = nat4_unmasquerade(skb, ETH_HLEN_, &p);
+	if (ret == 0)
+		return TC_ACT_OK;
+	if (ret < 0)
+		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+
+	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
+	if (!ip)
+		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+	ep = lookup_ep4(ip->daddr);
+	if (ep)
+		return redirect_to_endpoint(skb, ep, ETH_HLEN_, ip->ttl, ip->protocol);
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,37 @@
+/* TC ingress of a pod's host-side veth: everything a pod sends enters Sluice here.
+ * ARP is answered for the gateway, same-node pods are reached with bpf_redirect_peer, and the
+ * rest (the node itself, other nodes, the outside) continues into the node's stack. */
+#include "lib/arp.h"
+#include "lib/fwd.h"
+
+SEC("tc")
+int sluice_from_pod(struct __sk_buff *skb)
+{
+	const struct sluice_endpoint *src, *dst;
+	struct ethhdr *eth;
+	struct iphdr *ip;
+
+	eth = SKB_HDR(skb, 0, struct ethhdr);
+	if (!eth)
+		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+	if (eth->h_proto == bpf_htons(ETH_P_ARP))
+		return pod_arp(skb);
+	if (eth->h_proto != bpf_htons(ETH_P_IP))
+		return drop(skb, SLUICE_DROP_UNSUPPORTED_L3);
+
+	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
+	if (!ip || ip->version != 4 || ip->ihl < 5)
+		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+
+	/* A pod may only send from the address Sluice gave it, on the interface it was given. */
+	src = lookup_ep4(ip->saddr);
+	if (!src || src->ifindex != skb->ifindex)
+		return drop(skb, SLUICE_DROP_SPOOFED_SOURCE);
+
+	dst = lookup_ep4(ip->daddr);
+	if (dst)
+		return redirect_to_endpoint(skb, dst, ETH_HLEN_, ip->ttl, ip->protocol);
+	return TC_ACT_OK;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

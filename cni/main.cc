@@ -1,0 +1,213 @@
+// sluice-cni: a CNI 1.1.0 plugin. It validates what the runtime passed (environment and the
+// network configuration on stdin), forwards the request to sluice-agent's endpoint socket and
+// prints the agent's answer. VERSION is answered locally. Results and CNI errors go to stdout,
+// diagnostics to stderr.
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "cni/strings.h"
+#include "agent/api/protocol.h"
+#include "cni/agent_client.h"
+#include "cni/endpoint_protocol.h"
+#include "cni/netconf.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::cni {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Getenv(const char* name) {
+  const char* value = getenv(name);
+  return value == nullptr ? std::string() : std::string(value);
+}
+
+absl::StatusOr<std::string> ReadStdin() {
+  std::string bytes;
+  char buffer[64 * 1024];
+  while (true) {
+    const ssize_t n = read(STDIN_FILENO, buffer, sizeof(buffer));
+    if (n > 0) {
+      bytes.append(buffer, static_cast<size_t>(n));
+    } else if (n == 0) {
+      return bytes;
+    } else if (errno == EBADF) {
+      return bytes;  // no stdin at all: same as empty
+    } else if (errno != EINTR) {
+      return CniStatus(api::kCniIoFailure,
+                       StrCat("reading the network configuration from stdin: ",
+                                    strerror(errno)));
+    }
+  }
+}
+
+void PrintJson(const json& value) {
+  const std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  fwrite(text.data(), 1, text.size(), stdout);
+  fputc('\n', stdout);
+  fflush(stdout);
+}
+
+// Prints `status` as a CNI error object and returns the exit code.
+int Fail(const absl::Status& status, std::string_view cni_version, std::string_view command) {
+  const CniFailure failure = CniFailureFromStatus(status);
+  fprintf(stderr, "sluice-cni: %.*s failed: code %d: %s%s%s\n", static_cast<int>(command.size()),
+          command.data(), failure.code, failure.msg.c_str(), failure.details.empty() ? "" : ": ",
+          failure.details.c_str());
+  PrintJson(FormatError(failure, cni_version));
+  return 1;
+}
+
+bool IsKnownCommand(std::string_view command) {
+  return command == kCommandAdd || command == kCommandDel || command == kCommandCheck ||
+         command == kCommandGc || command == kCommandStatus || command == kCommandVersion;
+}
+
+bool IsPerAttachment(std::string_view command) {
+  return command == kCommandAdd || command == kCommandDel || command == kCommandCheck;
+}
+
+// Environment checks that need only the variables: presence per command (the messages name the
+// variable), then the syntax of each value.
+absl::Status ValidateEnvironment(const EndpointRequest& request, bool has_cni_path) {
+  const std::string_view command = request.command;
+  auto missing = [&](std::string_view variable) {
+    return CniStatus(api::kCniInvalidEnvironment,
+                     StrCat(variable, " is required for ", command, " but is not set"));
+  };
+  if (IsPerAttachment(command)) {
+    if (request.container_id.empty()) return missing("CNI_CONTAINERID");
+    if (command != kCommandDel && request.netns.empty()) return missing("CNI_NETNS");
+    if (request.if_name.empty()) return missing("CNI_IFNAME");
+    if (!has_cni_path) return missing("CNI_PATH");
+  }
+  return ValidateAttachmentParameters(request);
+}
+
+// Version gates of the verbs added after 0.3.x (as libcni's skel applies them).
+absl::Status CheckCommandAllowedByVersion(std::string_view command, std::string_view version) {
+  std::string_view minimum;
+  if (command == kCommandCheck) minimum = "0.4.0";
+  if (command == kCommandGc || command == kCommandStatus) minimum = "1.1.0";
+  if (minimum.empty() || VersionAtLeast(version, minimum)) return absl::OkStatus();
+  return CniStatus(api::kCniIncompatibleVersion,
+                   StrCat("config version \"", version, "\" does not allow ", command,
+                                " (needs cniVersion ", minimum, " or later)"));
+}
+
+// Maps a transport failure to the CNI error the runtime should see.
+absl::Status AgentUnreachable(const absl::Status& transport, std::string_view command,
+                              std::string_view socket_path) {
+  const std::string details(transport.message());
+  if (command == kCommandStatus) {
+    return CniStatus(api::kCniNotAvailable,
+                     StrCat("not available: sluice-agent not reachable at ", socket_path),
+                     details);
+  }
+  switch (transport.code()) {
+    case absl::StatusCode::kUnavailable:
+      return CniStatus(api::kCniTryAgainLater,
+                       StrCat("try again later: sluice-agent not reachable at ",
+                                    socket_path),
+                       details);
+    case absl::StatusCode::kDeadlineExceeded:
+      return CniStatus(api::kCniTryAgainLater,
+                       StrCat("try again later: sluice-agent at ", socket_path,
+                                    " did not answer in time"),
+                       details);
+    default:
+      return CniStatus(api::kCniIoFailure,
+                       StrCat("talking to sluice-agent at ", socket_path, " failed"),
+                       details);
+  }
+}
+
+int Run() {
+  const std::string command = Getenv("CNI_COMMAND");
+  absl::StatusOr<std::string> stdin_bytes = ReadStdin();
+  const std::string error_version =
+      stdin_bytes.ok() ? SupportedVersionIn(*stdin_bytes).value_or(kLatestCniVersion)
+                       : std::string(kLatestCniVersion);
+
+  if (command.empty()) {
+    fprintf(stderr, "sluice-cni: the Sluice CNI plugin; CNI protocol versions supported: ");
+    for (std::string_view version : SupportedVersions()) {
+      fprintf(stderr, "%.*s ", static_cast<int>(version.size()), version.data());
+    }
+    fputc('\n', stderr);
+    return Fail(CniStatus(api::kCniInvalidEnvironment, "CNI_COMMAND is not set"), error_version,
+                "(none)");
+  }
+  if (!IsKnownCommand(command)) {
+    return Fail(CniStatus(api::kCniInvalidEnvironment,
+                          StrCat("CNI_COMMAND \"", command,
+                                       "\" is not one of ADD, DEL, CHECK, GC, STATUS, VERSION")),
+                error_version, command);
+  }
+  if (!stdin_bytes.ok()) return Fail(stdin_bytes.status(), error_version, command);
+
+  if (command == kCommandVersion) {
+    PrintJson(FormatVersionInfo(error_version));
+    return 0;
+  }
+
+  EndpointRequest request;
+  request.command = command;
+  request.container_id = Getenv("CNI_CONTAINERID");
+  request.netns = Getenv("CNI_NETNS");
+  request.if_name = Getenv("CNI_IFNAME");
+  request.args = Getenv("CNI_ARGS");
+  if (absl::Status s = ValidateEnvironment(request, !Getenv("CNI_PATH").empty()); !s.ok()) {
+    return Fail(s, error_version, command);
+  }
+
+  absl::StatusOr<NetConf> conf = ParseNetConf(*stdin_bytes);
+  if (!conf.ok()) return Fail(conf.status(), error_version, command);
+  const std::string& version = conf->cni_version;
+  if (absl::Status s = CheckCommandAllowedByVersion(command, version); !s.ok()) {
+    return Fail(s, version, command);
+  }
+  if (command == kCommandGc && !conf->has_valid_attachments) {
+    return Fail(CniStatus(api::kCniInvalidNetworkConfig,
+                          "GC needs \"cni.dev/valid-attachments\" in the network configuration"),
+                version, command);
+  }
+  request.config = conf->raw;
+
+  absl::StatusOr<std::string> raw_reply =
+      CallAgent(conf->socket_path, EncodeRequest(request).dump());
+  if (!raw_reply.ok()) {
+    return Fail(AgentUnreachable(raw_reply.status(), command, conf->socket_path), version,
+                command);
+  }
+  absl::StatusOr<EndpointReply> reply = ParseEndpointReply(*raw_reply);
+  if (!reply.ok()) return Fail(reply.status(), version, command);
+  if (!reply->ok) {
+    return Fail(CniStatus(reply->failure.code, reply->failure.msg, reply->failure.details), version,
+                command);
+  }
+  if (command == kCommandAdd) {
+    if (!reply->result.is_object()) {
+      return Fail(CniStatus(api::kSluiceInternal, "sluice-agent answered ADD without a result"),
+                  version, command);
+    }
+    json result = reply->result;
+    if (!result.contains("cniVersion")) result["cniVersion"] = version;
+    PrintJson(result);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::cni
+
+int main() { return sluice::cni::Run(); }

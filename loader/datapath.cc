@@ -1,0 +1,81 @@
+#include "loader/datapath.h"
+
+#include "loader/bpffs.h"
+
+namespace sluice::loader {
+namespace {
+
+template <typename M>
+absl::Status Adopt(M& out, const struct bpf_map* map) {
+  auto m = M::FromFd(bpf_map__fd(map));
+  if (!m.ok()) return m.status();
+  out = std::move(*m);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpffs_root) {
+  if (auto st = EnsureBpffs(bpffs_root); !st.ok()) return st;
+  std::unique_ptr<Datapath> dp(new Datapath());
+  dp->root_ = bpffs_root;
+
+  auto pod = Skeleton<sluice_pod_egress>::OpenAndLoad(bpffs_root);
+  if (!pod.ok()) return pod.status();
+  dp->pod_egress_ = std::move(*pod);
+  auto netdev = Skeleton<sluice_netdev>::OpenAndLoad(bpffs_root);
+  if (!netdev.ok()) return netdev.status();
+  dp->netdev_ = std::move(*netdev);
+
+  // Both objects share the pinned maps; take the handles from the netdev object.
+  auto* m = &(*dp->netdev_)->maps;
+  for (auto st : {Adopt(dp->endpoints_, m->sluice_ep4), Adopt(dp->node_, m->sluice_node),
+                  Adopt(dp->nomasq_, m->sluice_nomasq4), Adopt(dp->snat_, m->sluice_snat4),
+                  Adopt(dp->rnat_, m->sluice_rnat4), Adopt(dp->drops_, m->sluice_drops)}) {
+    if (!st.ok()) return st;
+  }
+  return dp;
+}
+
+int Datapath::from_pod_fd() const {
+  return bpf_program__fd((*pod_egress_)->progs.sluice_from_pod);
+}
+int Datapath::from_net_fd() const { return bpf_program__fd((*netdev_)->progs.sluice_from_net); }
+int Datapath::to_net_fd() const { return bpf_program__fd((*netdev_)->progs.sluice_to_net); }
+
+absl::Status Datapath::AttachPod(int host_ifindex) {
+  return AttachTc(host_ifindex, TcDirection::kIngress, from_pod_fd());
+}
+
+absl::Status Datapath::AttachNative(int ifindex) {
+  if (auto st = AttachTc(ifindex, TcDirection::kIngress, from_net_fd()); !st.ok()) return st;
+  return AttachTc(ifindex, TcDirection::kEgress, to_net_fd());
+}
+
+absl::Status Datapath::DetachNative(int ifindex) {
+  if (auto st = DetachTc(ifindex, TcDirection::kIngress); !st.ok()) return st;
+  return DetachTc(ifindex, TcDirection::kEgress);
+}
+
+absl::StatusOr<std::vector<DropTotal>> ReadDropTotals(maps::DropMap& drops) {
+  std::vector<DropTotal> out;
+  for (unsigned reason = 0; reason < SLUICE_DROP_MAX; ++reason) {
+    const char* name = sluice_drop_reason_name(reason);
+    if (name == nullptr) continue;
+    auto per_cpu = drops.Lookup(reason);
+    if (!per_cpu.ok()) return per_cpu.status();
+    DropTotal t{reason, name, 0, 0};
+    for (const auto& c : *per_cpu) {
+      t.packets += c.packets;
+      t.bytes += c.bytes;
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<DropTotal>> Datapath::DropTotals() const {
+  return ReadDropTotals(const_cast<maps::DropMap&>(drops_));
+}
+
+}  // namespace sluice::loader

@@ -1,0 +1,74 @@
+// The node's loaded datapath: every Sluice BPF object loaded against one bpffs root (maps
+// pinned and shared by name), the programs ready to attach, and typed handles on the maps.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "loader/skeleton.h"
+#include "loader/tc.h"
+#include "maps/sluice_maps.h"
+#include "sluice_netdev.skel.h"
+#include "sluice_pod_egress.skel.h"
+
+namespace sluice::loader {
+
+SLUICE_SKELETON_OPS(sluice_pod_egress);
+SLUICE_SKELETON_OPS(sluice_netdev);
+
+struct DropTotal {
+  unsigned reason;
+  const char* name;
+  uint64_t packets;
+  uint64_t bytes;
+};
+
+class Datapath {
+ public:
+  // Mounts bpffs at `bpffs_root` if needed and loads every program. Maps pinned by an earlier
+  // run (an agent restart) are reused with their contents.
+  static absl::StatusOr<std::unique_ptr<Datapath>> Load(const std::string& bpffs_root);
+
+  const std::string& bpffs_root() const { return root_; }
+
+  int from_pod_fd() const;
+  int from_net_fd() const;
+  int to_net_fd() const;
+
+  // Pod egress program on TC ingress of a pod's host-side veth.
+  [[nodiscard]] absl::Status AttachPod(int host_ifindex);
+  // Masquerade programs on the native device (egress) and their reverse (ingress).
+  [[nodiscard]] absl::Status AttachNative(int ifindex);
+  [[nodiscard]] absl::Status DetachNative(int ifindex);
+
+  maps::EndpointMap& endpoints() { return endpoints_; }
+  maps::NodeConfigMap& node_config() { return node_; }
+  maps::NoMasqMap& nomasq() { return nomasq_; }
+  maps::NatMap& snat() { return snat_; }
+  maps::NatMap& rnat() { return rnat_; }
+  maps::DropMap& drops() { return drops_; }
+
+  // Per-reason drop counts summed over CPUs (reasons with a name only).
+  [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
+
+ private:
+  Datapath() = default;
+
+  std::string root_;
+  std::unique_ptr<Skeleton<sluice_pod_egress>> pod_egress_;
+  std::unique_ptr<Skeleton<sluice_netdev>> netdev_;
+  maps::EndpointMap endpoints_;
+  maps::NodeConfigMap node_;
+  maps::NoMasqMap nomasq_;
+  maps::NatMap snat_;
+  maps::NatMap rnat_;
+  maps::DropMap drops_;
+};
+
+// Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).
+[[nodiscard]] absl::StatusOr<std::vector<DropTotal>> ReadDropTotals(maps::DropMap& drops);
+
+}  // namespace sluice::loader

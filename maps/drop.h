@@ -1,0 +1,55 @@
+/* Drop reasons: one stable number per reason, counted per CPU in sluice_drops.
+ * Numbers are ABI: never renumber or reuse; append new reasons before SLUICE_DROP_MAX. */
+#ifndef SLUICE_MAPS_DROP_H
+#define SLUICE_MAPS_DROP_H
+
+#include "types.h"
+
+enum sluice_drop_reason {
+	SLUICE_DROP_UNSPEC = 0,
+	SLUICE_DROP_INVALID_PACKET = 1,   /* truncated or malformed headers */
+	SLUICE_DROP_UNSUPPORTED_L3 = 2,   /* neither IPv4 nor ARP from a pod */
+	SLUICE_DROP_SPOOFED_SOURCE = 3,   /* pod sent with an address it does not own */
+	SLUICE_DROP_ARP_UNSUPPORTED = 4,  /* ARP that is not an IPv4-over-Ethernet request */
+	SLUICE_DROP_NAT_NO_PORT = 5,      /* every source port tried for masquerade was taken */
+	SLUICE_DROP_NAT_MAP_FULL = 6,     /* masquerade state could not be stored */
+	SLUICE_DROP_CSUM_ERROR = 7,       /* a checksum or header rewrite helper failed */
+	SLUICE_DROP_NAT_UNSUPPORTED_L4 = 8, /* masquerade needed but the protocol has no ports */
+	SLUICE_DROP_FRAGMENT = 9,         /* IPv4 fragment that needs masquerade */
+	SLUICE_DROP_NO_NODE_CONFIG = 10,  /* sluice_node not yet written by the agent */
+	SLUICE_DROP_TTL_EXCEEDED = 11,    /* forwarded packet whose TTL ran out */
+	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
+};
+
+/* Value of sluice_drops (BPF_MAP_TYPE_PERCPU_ARRAY, key = enum sluice_drop_reason). */
+struct sluice_drop_count {
+	__u64 packets;
+	__u64 bytes;
+};
+SLUICE_ASSERT_SIZE(struct sluice_drop_count, 16);
+
+#define SLUICE_MAP_DROPS "sluice_drops"
+
+#if !defined(__bpf__)
+/* Stable, machine-friendly names: used as metric labels and in sluicectl output. */
+static inline const char *sluice_drop_reason_name(unsigned int reason)
+{
+	switch (reason) {
+	case SLUICE_DROP_UNSPEC: return "unspecified";
+	case SLUICE_DROP_INVALID_PACKET: return "invalid_packet";
+	case SLUICE_DROP_UNSUPPORTED_L3: return "unsupported_l3";
+	case SLUICE_DROP_SPOOFED_SOURCE: return "spoofed_source";
+	case SLUICE_DROP_ARP_UNSUPPORTED: return "arp_unsupported";
+	case SLUICE_DROP_NAT_NO_PORT: return "nat_no_port";
+	case SLUICE_DROP_NAT_MAP_FULL: return "nat_map_full";
+	case SLUICE_DROP_CSUM_ERROR: return "csum_error";
+	case SLUICE_DROP_NAT_UNSUPPORTED_L4: return "nat_unsupported_l4";
+	case SLUICE_DROP_FRAGMENT: return "fragment";
+	case SLUICE_DROP_NO_NODE_CONFIG: return "no_node_config";
+	case SLUICE_DROP_TTL_EXCEEDED: return "ttl_exceeded";
+	default: return (const char *)0;
+	}
+}
+#endif
+
+#endif

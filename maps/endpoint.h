@@ -1,0 +1,36 @@
+/* Local endpoints: every pod interface on this node, keyed by its address.
+ * Read by the pod egress program to deliver same-node traffic with bpf_redirect_peer. */
+#ifndef SLUICE_MAPS_ENDPOINT_H
+#define SLUICE_MAPS_ENDPOINT_H
+
+#include "types.h"
+
+#define SLUICE_MAP_EP4 "sluice_ep4"
+#define SLUICE_EP4_MAX_ENTRIES 65536
+
+/* IPv4 key of sluice_ep4 (BPF_MAP_TYPE_HASH). An IPv6 family gets sluice_ep6 with a 16-byte key
+ * and the same value. */
+struct sluice_ep4_key {
+	__be32 addr;
+};
+SLUICE_ASSERT_SIZE(struct sluice_ep4_key, 4);
+
+enum sluice_endpoint_flags {
+	SLUICE_EP_F_NONE = 0,
+};
+
+struct sluice_endpoint {
+	__u32 ifindex;       /* host-side veth, target of bpf_redirect_peer */
+	__u32 flags;         /* enum sluice_endpoint_flags */
+	__u8 mac[6];         /* the pod interface's MAC */
+	__u8 host_mac[6];    /* the host-side veth's MAC: the gateway MAC the pod sees */
+	__u32 endpoint_id;   /* agent-assigned, stable for the endpoint's lifetime */
+	__u32 identity;      /* security identity (0 until policy lands) */
+};
+SLUICE_ASSERT_SIZE(struct sluice_endpoint, 28);
+SLUICE_ASSERT_OFFSET(struct sluice_endpoint, ifindex, 0);
+SLUICE_ASSERT_OFFSET(struct sluice_endpoint, mac, 8);
+SLUICE_ASSERT_OFFSET(struct sluice_endpoint, host_mac, 14);
+SLUICE_ASSERT_OFFSET(struct sluice_endpoint, endpoint_id, 20);
+
+#endif

@@ -1,0 +1,43 @@
+/* This node's addressing as the datapath needs it: one entry in sluice_node, written by the agent
+ * before any program is attached, plus the LPM of destinations that are never masqueraded. */
+#ifndef SLUICE_MAPS_NODE_H
+#define SLUICE_MAPS_NODE_H
+
+#include "types.h"
+
+#define SLUICE_MAP_NODE "sluice_node"
+#define SLUICE_MAP_NOMASQ4 "sluice_nomasq4"
+#define SLUICE_NOMASQ4_MAX_ENTRIES 1024
+
+enum sluice_node_flags {
+	SLUICE_NODE_F_MASQUERADE = 1 << 0, /* masquerade pod traffic leaving the node */
+};
+
+/* Value of sluice_node (BPF_MAP_TYPE_ARRAY, one entry at key 0). Addresses in network order,
+ * ports in host order. */
+struct sluice_node_config {
+	__be32 node_ip4;      /* address pod traffic is masqueraded to */
+	__be32 pod_cidr4;     /* this node's pod CIDR, network address */
+	__be32 gateway_ip4;   /* the pods' default gateway */
+	__u8 pod_cidr4_len;
+	__u8 flags;           /* enum sluice_node_flags */
+	__u16 nat_port_min;   /* masquerade source-port range, inclusive */
+	__u16 nat_port_max;
+	__u16 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_node_config, 20);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, node_ip4, 0);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, pod_cidr4, 4);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, gateway_ip4, 8);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, pod_cidr4_len, 12);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, nat_port_min, 14);
+
+/* Key of sluice_nomasq4 (BPF_MAP_TYPE_LPM_TRIE): destinations reached without masquerade.
+ * The agent always inserts the pod CIDR. */
+struct sluice_lpm4_key {
+	__u32 prefixlen;
+	__be32 addr;
+};
+SLUICE_ASSERT_SIZE(struct sluice_lpm4_key, 8);
+
+#endif

@@ -1,0 +1,24 @@
+// The whole map ABI for C++ callers, with typed aliases and the pin paths under a bpffs root.
+#pragma once
+
+#include <string>
+
+#include "maps/drop.h"
+#include "maps/endpoint.h"
+#include "maps/map.h"
+#include "maps/nat.h"
+#include "maps/node.h"
+
+namespace sluice::maps {
+
+using EndpointMap = Map<sluice_ep4_key, sluice_endpoint>;
+using NodeConfigMap = Map<__u32, sluice_node_config>;
+using NoMasqMap = Map<sluice_lpm4_key, __u8>;
+using NatMap = Map<sluice_nat4_key, sluice_nat4_entry>;
+using DropMap = PerCpuMap<__u32, sluice_drop_count>;
+
+inline std::string PinPath(const std::string& root, const char* map_name) {
+  return root + "/" + map_name;
+}
+
+}  // namespace sluice::maps

@@ -1,0 +1,135 @@
+// The loader against the real kernel: bpffs mounting, pinning and reuse of maps across loads
+// (an agent restart), and TC attachment that is idempotent and replaces programs in place.
+#include <net/if.h>
+#include <sched.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "support/fixture.h"
+#include "gtest/gtest.h"
+#include "loader/bpffs.h"
+#include "loader/datapath.h"
+#include "loader/tc.h"
+
+namespace sluice::testing {
+namespace {
+
+// Each test binary moves into a private network namespace so the interfaces it makes vanish
+// with it and the host's are never touched.
+class PrivateNetns : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    ASSERT_EQ(unshare(CLONE_NEWNET), 0) << strerror(errno);
+    ASSERT_EQ(std::system("ip link add sluice-t0 type veth peer name sluice-t1 && ip link set sluice-t0 up && ip link set sluice-t1 up"), 0);
+  }
+};
+const auto* const kEnv = ::testing::AddGlobalTestEnvironment(new PrivateNetns);
+
+int Ifindex() { return static_cast<int>(if_nametoindex("sluice-t0")); }
+
+TEST(Bpffs, MountsOnceAndIsIdempotent) {
+  ScratchBpffs fs;
+  EXPECT_TRUE(loader::IsOnBpffs(fs.path()));
+  ASSERT_TRUE(loader::EnsureBpffs(fs.path()).ok());
+  // A second call finds the mount instead of stacking another one.
+  std::string mounts_before, mounts_after;
+  auto count_mounts = [&] {
+    FILE* f = fopen("/proc/self/mounts", "r");
+    int n = 0;
+    char line[1024];
+    while (fgets(line, sizeof(line), f))
+      if (strstr(line, fs.path().c_str())) ++n;
+    fclose(f);
+    return n;
+  };
+  int before = count_mounts();
+  ASSERT_TRUE(loader::EnsureBpffs(fs.path()).ok());
+  EXPECT_EQ(count_mounts(), before);
+  EXPECT_EQ(before, 1);
+}
+
+TEST(Datapath, MapsArePinnedUnderTheRootWithSluiceNames) {
+  ScratchBpffs fs;
+  auto dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  for (const char* name : {SLUICE_MAP_EP4, SLUICE_MAP_NODE, SLUICE_MAP_NOMASQ4, SLUICE_MAP_SNAT4,
+                           SLUICE_MAP_RNAT4, SLUICE_MAP_DROPS}) {
+    EXPECT_TRUE(std::filesystem::exists(maps::PinPath(fs.path(), name))) << name;
+  }
+  // The typed API opens a pin and checks its layout.
+  auto ep = maps::EndpointMap::Open(maps::PinPath(fs.path(), SLUICE_MAP_EP4));
+  EXPECT_TRUE(ep.ok()) << ep.status();
+  auto wrong = maps::NatMap::Open(maps::PinPath(fs.path(), SLUICE_MAP_EP4));
+  EXPECT_FALSE(wrong.ok());
+}
+
+TEST(Datapath, ReloadReusesPinnedMapsWithTheirContents) {
+  ScratchBpffs fs;
+  sluice_ep4_key key{0x0a0af40a};
+  sluice_endpoint ep{};
+  ep.ifindex = 7;
+  ep.endpoint_id = 99;
+  {
+    auto first = loader::Datapath::Load(fs.path());
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE((*first)->endpoints().Update(key, ep).ok());
+  }
+  auto second = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(second.ok()) << second.status();
+  auto got = (*second)->endpoints().Lookup(key);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->endpoint_id, 99u);
+  EXPECT_EQ(got->ifindex, 7u);
+}
+
+TEST(Tc, AttachingTwiceLeavesOneFilterRunningTheProgram) {
+  ScratchBpffs fs;
+  auto dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  ASSERT_TRUE((*dp)->AttachPod(Ifindex()).ok());
+  ASSERT_TRUE((*dp)->AttachPod(Ifindex()).ok());
+  auto id = loader::AttachedTcProgram(Ifindex(), loader::TcDirection::kIngress);
+  ASSERT_TRUE(id.ok()) << id.status();
+  EXPECT_EQ(*id, *loader::ProgramId((*dp)->from_pod_fd()));
+  // Exactly one filter on the hook.
+  FILE* p = popen("tc filter show dev sluice-t0 ingress | grep -c 'handle'", "r");
+  char buf[16] = {};
+  fgets(buf, sizeof(buf), p);
+  pclose(p);
+  EXPECT_EQ(atoi(buf), 1);
+  ASSERT_TRUE(loader::DetachTc(Ifindex(), loader::TcDirection::kIngress).ok());
+}
+
+TEST(Tc, ReattachFromANewLoadReplacesTheProgramInPlace) {
+  ScratchBpffs fs;
+  auto old_dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(old_dp.ok());
+  ASSERT_TRUE((*old_dp)->AttachNative(Ifindex()).ok());
+  auto old_id = *loader::ProgramId((*old_dp)->to_net_fd());
+
+  auto new_dp = loader::Datapath::Load(fs.path());  // an upgraded agent
+  ASSERT_TRUE(new_dp.ok());
+  ASSERT_TRUE((*new_dp)->AttachNative(Ifindex()).ok());
+  auto new_id = *loader::ProgramId((*new_dp)->to_net_fd());
+  ASSERT_NE(old_id, new_id);
+  EXPECT_EQ(*loader::AttachedTcProgram(Ifindex(), loader::TcDirection::kEgress), new_id);
+  EXPECT_EQ(*loader::AttachedTcProgram(Ifindex(), loader::TcDirection::kIngress),
+            *loader::ProgramId((*new_dp)->from_net_fd()));
+  // The old programs no longer hold the hook: dropping them keeps the new ones attached.
+  old_dp->reset();
+  EXPECT_EQ(*loader::AttachedTcProgram(Ifindex(), loader::TcDirection::kEgress), new_id);
+  ASSERT_TRUE((*new_dp)->DetachNative(Ifindex()).ok());
+}
+
+TEST(Tc, DetachIsIdempotentAndQueryReportsAbsence) {
+  ASSERT_TRUE(loader::DetachTc(Ifindex(), loader::TcDirection::kEgress).ok());
+  ASSERT_TRUE(loader::DetachTc(Ifindex(), loader::TcDirection::kEgress).ok());
+  auto id = loader::AttachedTcProgram(Ifindex(), loader::TcDirection::kEgress);
+  EXPECT_FALSE(id.ok());
+  EXPECT_TRUE(loader::DetachTc(999999, loader::TcDirection::kIngress).ok())
+      << "a vanished interface has nothing left to detach";
+}
+
+}  // namespace
+}  // namespace sluice::testing
