@@ -9,7 +9,7 @@ DEB_PACKAGES := \
 	libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
 	libnl-3-dev libnl-route-3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev \
 	libsimdjson-dev libcurl4-openssl-dev \
-	iproute2 iptables nftables ethtool iputils-ping socat netcat-openbsd procps \
+	iproute2 iptables nftables ethtool iputils-ping socat netcat-openbsd procps python3 \
 	podman runc containernetworking-plugins busybox-static
 
 .PHONY: all build deps test test-unit test-privileged bench demo clean format

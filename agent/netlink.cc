@@ -159,6 +159,17 @@ std::optional<InterfaceAddress> FromNlAddr(nl_addr* a) {
 // ip/32 (or /128) as a route destination; a full-length prefix has no host bits to reject.
 IpPrefix HostRoute(const IpAddress& ip) { return *IpPrefix::Make(ip, ip.bit_length()); }
 
+}  // namespace
+
+std::string HostDevicePeerName(absl::string_view name) {
+  if (absl::EndsWith(name, "_host")) {
+    return absl::StrCat(name.substr(0, name.size() - 5), "_net");
+  }
+  return absl::StrCat(name.substr(0, IFNAMSIZ - 1 - 4), "_net");
+}
+
+namespace {
+
 LinkInfo ToLinkInfo(rtnl_link* l) {
   LinkInfo info;
   if (const char* name = rtnl_link_get_name(l)) info.name = name;
@@ -521,8 +532,8 @@ absl::Status LibnlNetlink::ConfigurePodInterface(const PodInterfaceConfig& confi
         !st.ok()) {
       return st;
     }
-    return ReplaceRoute(sock->get(), *IpPrefix::Make(IpAddress::V4(0), 0), config.gateway,
-                        ifindex, RT_SCOPE_UNIVERSE, config.ifname);
+    return ReplaceRoute(sock->get(), *IpPrefix::Make(IpAddress::V4(0), 0), config.gateway, ifindex,
+                        RT_SCOPE_UNIVERSE, config.ifname);
   });
   if (!s.ok()) return Annotate(s, what);
   spdlog::info("configured {} in {}: {}/32 via {}, mtu {}", config.ifname, config.netns_path,
@@ -650,21 +661,49 @@ absl::Status LibnlNetlink::EnsureDummyWithAddress(const std::string& name,
   if (absl::Status s = ValidateIfname(name); !s.ok()) return Annotate(s, what);
   absl::StatusOr<Sock> sock = OpenSocket();
   if (!sock.ok()) return Annotate(sock.status(), what);
-
-  Link tmpl(rtnl_link_alloc());
-  if (!tmpl) return absl::ResourceExhaustedError(what);
-  rtnl_link_set_name(tmpl.get(), name.c_str());
-  if (int err = rtnl_link_set_type(tmpl.get(), "dummy"); err < 0) return NlStatus(err, what);
-  int err = rtnl_link_add(sock->get(), tmpl.get(), NLM_F_CREATE | NLM_F_EXCL);
-  if (err < 0 && -err != NLE_EXIST) return NlStatus(err, what);
+  const std::string peer_name = HostDevicePeerName(name);
 
   absl::StatusOr<Link> link = GetLink(sock->get(), name);
-  if (!link.ok()) return Annotate(link.status(), what);
+  if (!link.ok() && !absl::IsNotFound(link.status())) return Annotate(link.status(), what);
+  if (!link.ok()) {
+    Link tmpl(rtnl_link_alloc());
+    if (!tmpl) return absl::ResourceExhaustedError(what);
+    rtnl_link_set_name(tmpl.get(), name.c_str());
+    if (int err = rtnl_link_set_type(tmpl.get(), "dummy"); err < 0) return NlStatus(err, what);
+    int err = rtnl_link_add(sock->get(), tmpl.get(), NLM_F_CREATE | NLM_F_EXCL);
+    if (-err == NLE_OPNOTSUPP) {
+      // Kernels built without CONFIG_DUMMY answer "Unknown device type" (EOPNOTSUPP). A veth
+      // pair with an idle peer gives the same thing: a local device that owns the address
+      // (Cilium's cilium_host/cilium_net are such a pair).
+      spdlog::info("{}: kernel has no dummy devices, using a veth pair {}/{}", what, name,
+                   peer_name);
+      Link veth(rtnl_link_veth_alloc());
+      if (!veth) return absl::ResourceExhaustedError(what);
+      rtnl_link_set_name(veth.get(), name.c_str());
+      Link peer(rtnl_link_veth_get_peer(veth.get()));
+      rtnl_link_set_name(peer.get(), peer_name.c_str());
+      err = rtnl_link_add(sock->get(), veth.get(), NLM_F_CREATE | NLM_F_EXCL);
+    }
+    if (err < 0 && -err != NLE_EXIST) return NlStatus(err, what);  // EXIST: lost a race
+    link = GetLink(sock->get(), name);
+    if (!link.ok()) return Annotate(link.status(), what);
+  }
+
   const char* type = rtnl_link_get_type(link->get());
-  if (type == nullptr || absl::string_view(type) != "dummy") {
+  absl::string_view kind = type ? type : "no type";
+  if (kind == "veth") {
+    // Only our own fallback pair is acceptable, not some pod's veth that happens to be there.
+    absl::StatusOr<Link> peer = GetLinkByIndex(sock->get(), rtnl_link_get_link(link->get()));
+    if (!peer.ok() || peer_name != rtnl_link_get_name(peer->get())) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(what, ": ", name, " exists and is a veth whose peer is not ", peer_name));
+    }
+    if (absl::Status s = SetLinkUp(sock->get(), peer->get(), 0); !s.ok()) {
+      return Annotate(s, what);
+    }
+  } else if (kind != "dummy") {
     return absl::FailedPreconditionError(
-        absl::StrCat(what, ": ", name, " exists and is not a dummy (", type ? type : "no type",
-                     ")"));
+        absl::StrCat(what, ": ", name, " exists and is not a dummy (", kind, ")"));
   }
   if (absl::Status s = SetLinkUp(sock->get(), link->get(), 0); !s.ok()) return Annotate(s, what);
   if (absl::Status s = AddAddress(sock->get(), rtnl_link_get_ifindex(link->get()), addr, name);

@@ -38,7 +38,7 @@ struct MacAddress {
   std::array<uint8_t, 6> bytes{};
 
   [[nodiscard]] static absl::StatusOr<MacAddress> Parse(absl::string_view text);  // aa:bb:...
-  std::string ToString() const;                                                  // lowercase
+  std::string ToString() const;                                                   // lowercase
   bool IsZero() const;
 
   friend bool operator==(const MacAddress&, const MacAddress&) = default;
@@ -86,7 +86,7 @@ struct RouteInfo {
 struct PodInterface {
   LinkInfo link;
   std::vector<InterfaceAddress> addresses;  // of every family, in kernel order
-  std::vector<RouteInfo> routes;    // main-table IPv4 routes whose next hop is this interface
+  std::vector<RouteInfo> routes;  // main-table IPv4 routes whose next hop is this interface
 };
 
 // The kernel-networking operations of the agent. Host-side operations act in the network
@@ -131,12 +131,14 @@ class Netlink {
       absl::string_view prefix) = 0;
 
   // The link, its addresses and its IPv4 main-table routes, seen from inside the pod netns.
-  [[nodiscard]] virtual absl::StatusOr<PodInterface> GetPodInterface(
-      const std::string& netns_path, const std::string& ifname) = 0;
+  [[nodiscard]] virtual absl::StatusOr<PodInterface> GetPodInterface(const std::string& netns_path,
+                                                                     const std::string& ifname) = 0;
 
   // Ensures a dummy device `name` exists, is up and carries `addr` (e.g. the pods' gateway as
-  // /32). Other addresses on it are left alone. FailedPrecondition if `name` exists and is not a
-  // dummy. Idempotent.
+  // /32). On kernels without CONFIG_DUMMY the device is one end of a veth pair whose idle peer is
+  // HostDevicePeerName(name) (both up), like Cilium's cilium_host/cilium_net. Other addresses on
+  // it are left alone. FailedPrecondition if `name` exists and is neither a dummy nor that pair.
+  // Idempotent.
   [[nodiscard]] virtual absl::Status EnsureDummyWithAddress(const std::string& name,
                                                             const InterfaceAddress& addr) = 0;
 
@@ -150,6 +152,10 @@ class Netlink {
   // Writes a sysctl of the caller's netns; see WriteSysctl in agent/netns.h for `key`.
   [[nodiscard]] virtual absl::Status SetSysctl(absl::string_view key, absl::string_view value) = 0;
 };
+
+// The idle peer of the veth that stands in for a dummy device on kernels without CONFIG_DUMMY:
+// "sluice_host" -> "sluice_net"; other names get "_net" appended (truncated to fit IFNAMSIZ).
+std::string HostDevicePeerName(absl::string_view name);
 
 // Netlink over libnl-route-3. Stateless and thread-safe: every call opens its own rtnetlink
 // socket in the netns it works in.

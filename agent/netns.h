@@ -4,6 +4,7 @@
 #define SLUICE_AGENT_NETNS_H_
 
 #include <string>
+#include <utility>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -55,7 +56,8 @@ class NetnsFd {
                                               absl::string_view value);
 
 // The /proc/sys path of a per-interface sysctl, e.g.
-// InterfaceSysctlPath("ipv4", "lxc1a2b", "rp_filter") = "/proc/sys/net/ipv4/conf/lxc1a2b/rp_filter".
+// InterfaceSysctlPath("ipv4", "lxc1a2b", "rp_filter") =
+// "/proc/sys/net/ipv4/conf/lxc1a2b/rp_filter".
 std::string InterfaceSysctlPath(absl::string_view family, absl::string_view ifname,
                                 absl::string_view name);
 

@@ -34,8 +34,9 @@ class UniqueFd {
 };
 
 absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) {
-  std::string message = StrCat(what, " ", path, ": ", strerrordesc_np(err) ? strerrordesc_np(err) : "unknown error",
-                                     " (", strerrorname_np(err) ? strerrorname_np(err) : "?", ")");
+  std::string message =
+      StrCat(what, " ", path, ": ", strerrordesc_np(err) ? strerrordesc_np(err) : "unknown error",
+             " (", strerrorname_np(err) ? strerrorname_np(err) : "?", ")");
   switch (err) {
     case ENOENT:
     case ECONNREFUSED:
@@ -98,8 +99,8 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     absl::StatusOr<bool> ready = WaitFor(fd.get(), POLLOUT, connect_deadline, socket_path);
     if (!ready.ok()) return ready.status();
     if (!*ready) {
-      return absl::DeadlineExceededError(StrCat(
-          "connect to ", socket_path, ": no answer within ", timeouts.connect.count(), " ms"));
+      return absl::DeadlineExceededError(StrCat("connect to ", socket_path, ": no answer within ",
+                                                timeouts.connect.count(), " ms"));
     }
     if (backlog_full) {
       if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 &&
@@ -126,11 +127,12 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     absl::StatusOr<bool> ready = WaitFor(fd.get(), POLLOUT, deadline, socket_path);
     if (!ready.ok()) return ready.status();
     if (!*ready) {
-      return absl::DeadlineExceededError(StrCat("send request to ", socket_path, ": timed out after ",
-                                                      timeouts.total.count(), " ms"));
+      return absl::DeadlineExceededError(StrCat(
+          "send request to ", socket_path, ": timed out after ", timeouts.total.count(), " ms"));
     }
   }
-  if (shutdown(fd.get(), SHUT_WR) != 0) return ErrnoStatus(errno, "shutdown(SHUT_WR) on", socket_path);
+  if (shutdown(fd.get(), SHUT_WR) != 0)
+    return ErrnoStatus(errno, "shutdown(SHUT_WR) on", socket_path);
 
   std::string reply;
   char buffer[16 * 1024];
@@ -138,8 +140,8 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     const ssize_t n = recv(fd.get(), buffer, sizeof(buffer), 0);
     if (n > 0) {
       if (reply.size() + static_cast<size_t>(n) > kMaxAgentReplyBytes) {
-        return absl::DataLossError(StrCat("reply from ", socket_path, " exceeds ",
-                                                kMaxAgentReplyBytes, " bytes"));
+        return absl::DataLossError(
+            StrCat("reply from ", socket_path, " exceeds ", kMaxAgentReplyBytes, " bytes"));
       }
       reply.append(buffer, static_cast<size_t>(n));
       continue;
@@ -150,8 +152,8 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     absl::StatusOr<bool> ready = WaitFor(fd.get(), POLLIN, deadline, socket_path);
     if (!ready.ok()) return ready.status();
     if (!*ready) {
-      return absl::DeadlineExceededError(StrCat("no reply from ", socket_path, " within ",
-                                                      timeouts.total.count(), " ms"));
+      return absl::DeadlineExceededError(
+          StrCat("no reply from ", socket_path, " within ", timeouts.total.count(), " ms"));
     }
   }
 }

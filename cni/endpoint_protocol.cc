@@ -43,7 +43,7 @@ absl::Status ValidateAttachmentParameters(const EndpointRequest& request) {
   if (!IsForwardedCommand(request.command)) {
     return CniStatus(api::kCniInvalidEnvironment,
                      StrCat("CNI_COMMAND \"", request.command,
-                                  "\" is not one of ADD, DEL, CHECK, GC, STATUS, VERSION"));
+                            "\" is not one of ADD, DEL, CHECK, GC, STATUS, VERSION"));
   }
   const bool per_attachment = request.command == kCommandAdd || request.command == kCommandDel ||
                               request.command == kCommandCheck;

@@ -14,11 +14,11 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cni/strings.h"
 #include "agent/api/protocol.h"
 #include "cni/agent_client.h"
 #include "cni/endpoint_protocol.h"
 #include "cni/netconf.h"
+#include "cni/strings.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::cni {
@@ -33,6 +33,7 @@ std::string Getenv(const char* name) {
 
 absl::StatusOr<std::string> ReadStdin() {
   std::string bytes;
+  if (isatty(STDIN_FILENO)) return bytes;  // run by hand (e.g. VERSION): no configuration
   char buffer[64 * 1024];
   while (true) {
     const ssize_t n = read(STDIN_FILENO, buffer, sizeof(buffer));
@@ -44,8 +45,7 @@ absl::StatusOr<std::string> ReadStdin() {
       return bytes;  // no stdin at all: same as empty
     } else if (errno != EINTR) {
       return CniStatus(api::kCniIoFailure,
-                       StrCat("reading the network configuration from stdin: ",
-                                    strerror(errno)));
+                       StrCat("reading the network configuration from stdin: ", strerror(errno)));
     }
   }
 }
@@ -101,7 +101,7 @@ absl::Status CheckCommandAllowedByVersion(std::string_view command, std::string_
   if (minimum.empty() || VersionAtLeast(version, minimum)) return absl::OkStatus();
   return CniStatus(api::kCniIncompatibleVersion,
                    StrCat("config version \"", version, "\" does not allow ", command,
-                                " (needs cniVersion ", minimum, " or later)"));
+                          " (needs cniVersion ", minimum, " or later)"));
 }
 
 // Maps a transport failure to the CNI error the runtime should see.
@@ -110,24 +110,21 @@ absl::Status AgentUnreachable(const absl::Status& transport, std::string_view co
   const std::string details(transport.message());
   if (command == kCommandStatus) {
     return CniStatus(api::kCniNotAvailable,
-                     StrCat("not available: sluice-agent not reachable at ", socket_path),
-                     details);
+                     StrCat("not available: sluice-agent not reachable at ", socket_path), details);
   }
   switch (transport.code()) {
     case absl::StatusCode::kUnavailable:
       return CniStatus(api::kCniTryAgainLater,
-                       StrCat("try again later: sluice-agent not reachable at ",
-                                    socket_path),
+                       StrCat("try again later: sluice-agent not reachable at ", socket_path),
                        details);
     case absl::StatusCode::kDeadlineExceeded:
-      return CniStatus(api::kCniTryAgainLater,
-                       StrCat("try again later: sluice-agent at ", socket_path,
-                                    " did not answer in time"),
-                       details);
+      return CniStatus(
+          api::kCniTryAgainLater,
+          StrCat("try again later: sluice-agent at ", socket_path, " did not answer in time"),
+          details);
     default:
       return CniStatus(api::kCniIoFailure,
-                       StrCat("talking to sluice-agent at ", socket_path, " failed"),
-                       details);
+                       StrCat("talking to sluice-agent at ", socket_path, " failed"), details);
   }
 }
 
@@ -150,7 +147,7 @@ int Run() {
   if (!IsKnownCommand(command)) {
     return Fail(CniStatus(api::kCniInvalidEnvironment,
                           StrCat("CNI_COMMAND \"", command,
-                                       "\" is not one of ADD, DEL, CHECK, GC, STATUS, VERSION")),
+                                 "\" is not one of ADD, DEL, CHECK, GC, STATUS, VERSION")),
                 error_version, command);
   }
   if (!stdin_bytes.ok()) return Fail(stdin_bytes.status(), error_version, command);
@@ -186,8 +183,7 @@ int Run() {
   absl::StatusOr<std::string> raw_reply =
       CallAgent(conf->socket_path, EncodeRequest(request).dump());
   if (!raw_reply.ok()) {
-    return Fail(AgentUnreachable(raw_reply.status(), command, conf->socket_path), version,
-                command);
+    return Fail(AgentUnreachable(raw_reply.status(), command, conf->socket_path), version, command);
   }
   absl::StatusOr<EndpointReply> reply = ParseEndpointReply(*raw_reply);
   if (!reply.ok()) return Fail(reply.status(), version, command);

@@ -9,16 +9,16 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
-#include "cni/strings.h"
 #include "absl/strings/str_split.h"
+#include "cni/strings.h"
 
 namespace sluice::cni {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr std::array<std::string_view, 5> kSupportedVersions = {"0.3.0", "0.3.1", "0.4.0",
-                                                                 "1.0.0", "1.1.0"};
+constexpr std::array<std::string_view, 5> kSupportedVersions = {"0.3.0", "0.3.1", "0.4.0", "1.0.0",
+                                                                "1.1.0"};
 
 constexpr size_t kMaxInterfaceNameLength = 15;  // IFNAMSIZ - 1
 
@@ -83,13 +83,11 @@ absl::Status ReadStringList(const json& object, std::string_view key, std::strin
   auto it = object.find(key);
   if (it == object.end() || it->is_null()) return absl::OkStatus();
   if (!it->is_array()) {
-    return InvalidConfig(StrCat(what, " \"", key, "\" must be a list of strings"),
-                         it->dump());
+    return InvalidConfig(StrCat(what, " \"", key, "\" must be a list of strings"), it->dump());
   }
   for (const json& item : *it) {
     if (!item.is_string()) {
-      return InvalidConfig(StrCat(what, " \"", key, "\" must be a list of strings"),
-                           it->dump());
+      return InvalidConfig(StrCat(what, " \"", key, "\" must be a list of strings"), it->dump());
     }
     out.push_back(item.get<std::string>());
   }
@@ -262,8 +260,7 @@ absl::StatusOr<ResultV1> ParseResult(const json& value) {
         return s;
       }
       if (auto mtu = entry.find("mtu"); mtu != entry.end() && !mtu->is_null()) {
-        if (!mtu->is_number_integer() || mtu->get<int64_t>() < 0 ||
-            mtu->get<int64_t>() > kMaxMtu) {
+        if (!mtu->is_number_integer() || mtu->get<int64_t>() < 0 || mtu->get<int64_t>() > kMaxMtu) {
           return InvalidConfig("result interface \"mtu\" must be an integer", entry.dump());
         }
         interface.mtu = mtu->get<int>();
@@ -277,15 +274,13 @@ absl::StatusOr<ResultV1> ParseResult(const json& value) {
     for (const json& entry : *it) {
       if (!entry.is_object()) return InvalidConfig("result ip must be an object");
       ResultIp ip;
-      if (absl::Status s = ReadOptionalString(entry, "address", "result ip", ip.address);
-          !s.ok()) {
+      if (absl::Status s = ReadOptionalString(entry, "address", "result ip", ip.address); !s.ok()) {
         return s;
       }
       if (ip.address.find('/') == std::string::npos) {
         return InvalidConfig("result ip needs an \"address\" in CIDR form", entry.dump());
       }
-      if (absl::Status s = ReadOptionalString(entry, "gateway", "result ip", ip.gateway);
-          !s.ok()) {
+      if (absl::Status s = ReadOptionalString(entry, "gateway", "result ip", ip.gateway); !s.ok()) {
         return s;
       }
       if (auto index = entry.find("interface"); index != entry.end() && !index->is_null()) {
@@ -362,8 +357,7 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
 
   auto type = value.find("type");
   if (type == value.end() || !type->is_string() || type->get<std::string>() != kPluginType) {
-    return InvalidConfig(StrCat("network configuration \"type\" must be \"", kPluginType,
-                                      "\""),
+    return InvalidConfig(StrCat("network configuration \"type\" must be \"", kPluginType, "\""),
                          type == value.end() ? "" : type->dump());
   }
   conf.type = kPluginType;
@@ -378,8 +372,8 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
   if (auto mtu = value.find("mtu"); mtu != value.end() && !mtu->is_null()) {
     if (!mtu->is_number_integer() || mtu->get<int64_t>() < kMinMtu ||
         mtu->get<int64_t>() > kMaxMtu) {
-      return InvalidConfig(
-          StrCat("\"mtu\" must be an integer in ", kMinMtu, "..", kMaxMtu), mtu->dump());
+      return InvalidConfig(StrCat("\"mtu\" must be an integer in ", kMinMtu, "..", kMaxMtu),
+                           mtu->dump());
     }
     conf.mtu = mtu->get<int>();
   }
@@ -392,7 +386,7 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
     }
     if (socket_path.size() >= sizeof(sockaddr_un::sun_path)) {
       return InvalidConfig(StrCat("\"socketPath\" is longer than a unix socket address (",
-                                        sizeof(sockaddr_un::sun_path) - 1, " bytes)"),
+                                  sizeof(sockaddr_un::sun_path) - 1, " bytes)"),
                            socket_path);
     }
     conf.socket_path = std::move(socket_path);
@@ -460,8 +454,8 @@ absl::Status ValidateContainerId(std::string_view container_id, std::string_view
   if (!IsValidCniIdentifier(container_id)) {
     return CniStatus(api::kCniInvalidEnvironment,
                      StrCat(variable,
-                                  " has invalid characters: must start with [a-zA-Z0-9] and "
-                                  "contain only [a-zA-Z0-9_.-]"),
+                            " has invalid characters: must start with [a-zA-Z0-9] and "
+                            "contain only [a-zA-Z0-9_.-]"),
                      container_id);
   }
   return absl::OkStatus();
@@ -491,8 +485,7 @@ absl::StatusOr<std::map<std::string, std::string>> ParseCniArgs(std::string_view
     const size_t eq = pair.find('=');
     if (eq == std::string_view::npos || eq == 0) {
       return CniStatus(api::kCniInvalidEnvironment,
-                       StrCat("CNI_ARGS: invalid pair \"", pair, "\", want KEY=VALUE"),
-                       cni_args);
+                       StrCat("CNI_ARGS: invalid pair \"", pair, "\", want KEY=VALUE"), cni_args);
     }
     args[std::string(pair.substr(0, eq))] = std::string(pair.substr(eq + 1));
   }

@@ -1,6 +1,7 @@
 // Privileged tests of the real LibnlNetlink: every test gets a throwaway "node" netns (the agent
 // runs in it, through RunInNetns) and a "pod" netns, and checks the result with iproute2, an
 // oracle independent of libnl. Addresses are only ever configured inside those namespaces.
+#include <linux/rtnetlink.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -33,7 +34,7 @@ struct CmdResult {
   std::string out;  // stdout only; stderr goes to the test log
 };
 
-CmdResult Run(const std::string& cmd) {
+CmdResult Sh(const std::string& cmd) {
   CmdResult r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (p == nullptr) return r;
@@ -47,7 +48,7 @@ CmdResult Run(const std::string& cmd) {
 
 // `ip -j ...` parsed; an empty array when the command fails (e.g. "Device does not exist").
 json IpJson(const std::string& args) {
-  CmdResult r = Run(absl::StrCat("ip -j ", args));
+  CmdResult r = Sh(absl::StrCat("ip -j ", args, " 2>/dev/null"));
   if (r.exit_code != 0 || r.out.empty()) return json::array();
   return json::parse(r.out, nullptr, /*allow_exceptions=*/false);
 }
@@ -55,7 +56,7 @@ json IpJson(const std::string& args) {
 IpAddress Ip(const char* text) { return *IpAddress::Parse(text); }
 
 std::string ReadSysctlIn(const std::string& netns, const std::string& path) {
-  CmdResult r = Run(absl::StrCat("ip netns exec ", netns, " cat ", path));
+  CmdResult r = Sh(absl::StrCat("ip netns exec ", netns, " cat ", path));
   return std::string(absl::StripAsciiWhitespace(r.out));
 }
 
@@ -72,13 +73,13 @@ absl::Status ToStatus(const absl::StatusOr<T>& s) {
 }
 
 // Both accept Status or StatusOr and a streamed message.
-#define ASSERT_OK(expr)                                     \
+#define ASSERT_OK(expr)                                    \
   if (const absl::Status st_ = ToStatus(expr); st_.ok()) { \
-  } else                                                    \
+  } else                                                   \
     FAIL() << #expr << ": " << st_
-#define EXPECT_OK(expr)                                     \
+#define EXPECT_OK(expr)                                    \
   if (const absl::Status st_ = ToStatus(expr); st_.ok()) { \
-  } else                                                    \
+  } else                                                   \
     ADD_FAILURE() << #expr << ": " << st_
 
 constexpr uint32_t kMtu = 1400;
@@ -92,18 +93,22 @@ class NetlinkPrivTest : public ::testing::Test {
     node_ = base + "-node";
     pod_ = base + "-pod";
     host_if_ = absl::StrCat("lxct", ::getpid() % 100000, counter.load());
-    ASSERT_EQ(Run("ip netns add " + node_).exit_code, 0);
+    ASSERT_EQ(Sh("ip netns add " + node_).exit_code, 0);
     node_created_ = true;
-    ASSERT_EQ(Run("ip netns add " + pod_).exit_code, 0);
+    ASSERT_EQ(Sh("ip netns add " + pod_).exit_code, 0);
     pod_created_ = true;
     // The node's lo is up like on a real node (the pod's lo is the runtime's business).
-    ASSERT_EQ(Run(absl::StrCat("ip -n ", node_, " link set lo up")).exit_code, 0);
+    ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " link set lo up")).exit_code, 0);
   }
 
   void TearDown() override {
     // Deleting the namespaces destroys every interface and route created inside them.
-    if (pod_created_) EXPECT_EQ(Run("ip netns del " + pod_).exit_code, 0);
-    if (node_created_) EXPECT_EQ(Run("ip netns del " + node_).exit_code, 0);
+    if (pod_created_) {
+      EXPECT_EQ(Sh("ip netns del " + pod_).exit_code, 0);
+    }
+    if (node_created_) {
+      EXPECT_EQ(Sh("ip netns del " + node_).exit_code, 0);
+    }
   }
 
   std::string NodePath() const { return "/var/run/netns/" + node_; }
@@ -194,10 +199,10 @@ TEST_F(NetlinkPrivTest, SecondCreateWithSamePodIfnameIsAlreadyExists) {
 }
 
 TEST_F(NetlinkPrivTest, StaleHostVethFromACrashIsReplaced) {
-  ASSERT_EQ(Run(absl::StrCat("ip -n ", node_, " link add ", host_if_,
-                             " type veth peer name stalepeer"))
-                .exit_code,
-            0);
+  ASSERT_EQ(
+      Sh(absl::StrCat("ip -n ", node_, " link add ", host_if_, " type veth peer name stalepeer"))
+          .exit_code,
+      0);
   absl::StatusOr<PodVeth> veth = CreateVeth();
   ASSERT_OK(veth);
   EXPECT_TRUE(IpJson(absl::StrCat("-n ", node_, " link show dev stalepeer")).empty());
@@ -208,13 +213,13 @@ TEST_F(NetlinkPrivTest, StaleHostVethFromACrashIsReplaced) {
 }
 
 TEST_F(NetlinkPrivTest, HostNameTakenByNonVethIsNotDeleted) {
-  ASSERT_EQ(Run(absl::StrCat("ip -n ", node_, " link add ", host_if_, " type dummy")).exit_code,
-            0);
+  // A bridge, not a dummy: the CI kernel is built without CONFIG_DUMMY.
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " link add ", host_if_, " type bridge")).exit_code, 0);
   absl::StatusOr<PodVeth> veth = CreateVeth();
   EXPECT_TRUE(absl::IsAlreadyExists(veth.status())) << veth.status();
   json host = IpJson(absl::StrCat("-n ", node_, " -d link show dev ", host_if_));
   ASSERT_EQ(host.size(), 1u);
-  EXPECT_EQ(host[0]["linkinfo"]["info_kind"], "dummy");
+  EXPECT_EQ(host[0]["linkinfo"]["info_kind"], "bridge");
   EXPECT_TRUE(IpJson(absl::StrCat("-n ", pod_, " link show dev ", kPodIfname)).empty());
 }
 
@@ -330,20 +335,19 @@ TEST_F(NetlinkPrivTest, ConfigureHostVethInstallsRouteNeighbourAndSysctls) {
 
   EXPECT_EQ(ReadSysctlIn(node_, absl::StrCat("/proc/sys/net/ipv4/conf/", host_if_, "/rp_filter")),
             "0");
-  EXPECT_EQ(
-      ReadSysctlIn(node_, absl::StrCat("/proc/sys/net/ipv4/conf/", host_if_, "/forwarding")), "1");
+  EXPECT_EQ(ReadSysctlIn(node_, absl::StrCat("/proc/sys/net/ipv4/conf/", host_if_, "/forwarding")),
+            "1");
 }
 
 TEST_F(NetlinkPrivTest, NodePingsConfiguredPodWithoutBpf) {
-  ASSERT_OK(InNode([&] {
-    return nl_.EnsureDummyWithAddress("sluice_host", InterfaceAddress::Host(gateway_));
-  }));
+  ASSERT_OK(InNode(
+      [&] { return nl_.EnsureDummyWithAddress("sluice_host", InterfaceAddress::Host(gateway_)); }));
   ASSERT_OK(CreateConfiguredPod());
   // Poll with a deadline: the first echo can race the pod's ARP for its gateway.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
   CmdResult ping;
   do {
-    ping = Run(absl::StrCat("ip netns exec ", node_, " ping -c1 -W2 10.244.0.10"));
+    ping = Sh(absl::StrCat("ip netns exec ", node_, " ping -c1 -W2 10.244.0.10"));
   } while (ping.exit_code != 0 && std::chrono::steady_clock::now() < deadline);
   EXPECT_EQ(ping.exit_code, 0) << ping.out;
 }
@@ -364,7 +368,7 @@ TEST_F(NetlinkPrivTest, DeleteLinkRemovesBothEndsAndIsIdempotent) {
 TEST_F(NetlinkPrivTest, LinkQueriesSeeOnlyTheCallersNetns) {
   absl::StatusOr<PodVeth> veth = CreateVeth();
   ASSERT_OK(veth);
-  ASSERT_EQ(Run(absl::StrCat("ip -n ", node_, " link add other0 type dummy")).exit_code, 0);
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " link add other0 type bridge")).exit_code, 0);
 
   absl::StatusOr<LinkInfo> link = InNode([&] { return nl_.LinkByName(host_if_); });
   ASSERT_OK(link);
@@ -392,14 +396,21 @@ TEST_F(NetlinkPrivTest, LinkQueriesSeeOnlyTheCallersNetns) {
   EXPECT_TRUE(absl::IsNotFound(no_netns.status())) << no_netns.status();
 }
 
-TEST_F(NetlinkPrivTest, EnsureDummyWithAddressIsIdempotentAndRejectsOtherKinds) {
+TEST_F(NetlinkPrivTest, EnsureDummyWithAddressIsIdempotentAndRejectsForeignDevices) {
   const InterfaceAddress gw = InterfaceAddress::Host(gateway_);
   ASSERT_OK(InNode([&] { return nl_.EnsureDummyWithAddress("sluice_host", gw); }));
   ASSERT_OK(InNode([&] { return nl_.EnsureDummyWithAddress("sluice_host", gw); }));
   json dev = IpJson(absl::StrCat("-n ", node_, " -d addr show dev sluice_host"));
   ASSERT_EQ(dev.size(), 1u);
-  EXPECT_EQ(dev[0]["linkinfo"]["info_kind"], "dummy");
   EXPECT_THAT(dev[0]["flags"].dump(), HasSubstr("\"UP\""));
+  if (dev[0]["linkinfo"]["info_kind"] != "dummy") {
+    // Kernel without CONFIG_DUMMY: the stand-in veth pair, both ends up.
+    EXPECT_EQ(dev[0]["linkinfo"]["info_kind"], "veth");
+    json peer = IpJson(absl::StrCat("-n ", node_, " link show dev sluice_net"));
+    ASSERT_EQ(peer.size(), 1u);
+    EXPECT_EQ(dev[0]["link"], "sluice_net");
+    EXPECT_THAT(peer[0]["flags"].dump(), HasSubstr("\"UP\""));
+  }
   json v4 = json::array();
   for (const json& a : dev[0]["addr_info"]) {
     if (a["family"] == "inet") v4.push_back(a);
@@ -408,20 +419,25 @@ TEST_F(NetlinkPrivTest, EnsureDummyWithAddressIsIdempotentAndRejectsOtherKinds) 
   EXPECT_EQ(v4[0]["local"], "10.244.0.1");
   EXPECT_EQ(v4[0]["prefixlen"], 32);
 
+  // A pod's veth or a bridge under that name is not taken over.
   ASSERT_OK(CreateVeth());
-  absl::Status wrong_kind = InNode([&] { return nl_.EnsureDummyWithAddress(host_if_, gw); });
-  EXPECT_TRUE(absl::IsFailedPrecondition(wrong_kind)) << wrong_kind;
+  absl::Status pod_veth = InNode([&] { return nl_.EnsureDummyWithAddress(host_if_, gw); });
+  EXPECT_TRUE(absl::IsFailedPrecondition(pod_veth)) << pod_veth;
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " link add br0 type bridge")).exit_code, 0);
+  absl::Status bridge = InNode([&] { return nl_.EnsureDummyWithAddress("br0", gw); });
+  EXPECT_TRUE(absl::IsFailedPrecondition(bridge)) << bridge;
+  EXPECT_TRUE(IpJson(absl::StrCat("-n ", node_, " -4 addr show dev br0"))[0]["addr_info"].empty());
 }
 
 TEST_F(NetlinkPrivTest, DefaultRouteDeviceAndFirstAddressOfTheNodeNetns) {
   absl::StatusOr<std::string> none = InNode([&] { return nl_.DefaultRouteDevice(); });
   EXPECT_TRUE(absl::IsNotFound(none.status())) << none.status();
 
-  for (const char* cmd : {"link add uplink0 type dummy", "link set uplink0 up",
-                          "addr add 172.31.255.2/24 dev uplink0",
-                          "addr add 172.31.255.3/24 dev uplink0",
-                          "route add default via 172.31.255.1 dev uplink0"}) {
-    ASSERT_EQ(Run(absl::StrCat("ip -n ", node_, " ", cmd)).exit_code, 0) << cmd;
+  for (const char* cmd :
+       {"link add uplink0 type veth peer name uplink1", "link set uplink1 up",
+        "link set uplink0 up", "addr add 172.31.255.2/24 dev uplink0",
+        "addr add 172.31.255.3/24 dev uplink0", "route add default via 172.31.255.1 dev uplink0"}) {
+    ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " ", cmd)).exit_code, 0) << cmd;
   }
   absl::StatusOr<std::string> dev = InNode([&] { return nl_.DefaultRouteDevice(); });
   ASSERT_OK(dev);

@@ -149,8 +149,8 @@ TEST(ParseNetConf, IpamSectionIsUnsupportedFieldAndSaysWhy) {
 }
 
 TEST(ParseNetConf, MtuOutsideRangeOrNotIntegerIsInvalidConfig) {
-  for (json bad : {json(575), json(65536), json(0), json(-1), json(1500.5), json("1500"),
-                   json(true)}) {
+  for (json bad :
+       {json(575), json(65536), json(0), json(-1), json(1500.5), json("1500"), json(true)}) {
     json config = MinimalConfig();
     config["mtu"] = bad;
     EXPECT_EQ(ParseCode(config), api::kCniInvalidNetworkConfig) << bad.dump();

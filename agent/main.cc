@@ -1,0 +1,142 @@
+// sluice-agent: owns this node's datapath. Loads the BPF programs (reusing pinned maps), sets up
+// the node, restores the endpoints of an earlier run, serves the endpoint API, and installs the
+// CNI plugin once it can serve ADD. On SIGTERM it stops serving and leaves the datapath in place:
+// pods keep their traffic while the agent is down.
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_split.h"
+#include "agent/api/server.h"
+#include "agent/cni_install.h"
+#include "agent/endpoint_service.h"
+#include "agent/endpoint_store.h"
+#include "agent/ipam.h"
+#include "agent/netlink.h"
+#include "agent/node.h"
+#include "loader/datapath.h"
+#include "maps/types.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, pod_cidr, "", "this node's pod CIDR (required), e.g. 10.244.1.0/24");
+ABSL_FLAG(std::string, native_device, "", "node device for traffic leaving the node "
+          "(default: the IPv4 default route's device)");
+ABSL_FLAG(std::string, node_ip, "", "address pod traffic is masqueraded to "
+          "(default: the native device's first IPv4 address)");
+ABSL_FLAG(bool, masquerade, true, "masquerade pod traffic leaving the node");
+ABSL_FLAG(std::vector<std::string>, non_masquerade_cidrs, {},
+          "comma-separated destinations reached without masquerade (the pod CIDR always is)");
+ABSL_FLAG(std::string, nat_port_range, "61000-65535",
+          "source ports for masquerade; keep it apart from net.ipv4.ip_local_port_range");
+ABSL_FLAG(int, mtu, 0, "pod MTU (default: the native device's MTU)");
+ABSL_FLAG(std::string, bpffs_root, SLUICE_DEFAULT_BPFFS_ROOT, "where maps are pinned");
+ABSL_FLAG(std::string, state_dir, "/var/lib/sluice", "IPAM and endpoint records");
+ABSL_FLAG(std::string, socket, "/run/sluice/sluice.sock", "endpoint API socket");
+ABSL_FLAG(bool, install_cni, true, "install the CNI plugin and conflist once ready");
+ABSL_FLAG(std::string, cni_conf_dir, "/etc/cni/net.d", "where 05-sluice.conflist goes");
+ABSL_FLAG(std::string, cni_bin_dir, "/opt/cni/bin", "where the plugin binary goes");
+ABSL_FLAG(std::string, cni_plugin, "", "sluice-cni binary to install (default: next to this one)");
+ABSL_FLAG(std::string, cni_version, "1.0.0", "cniVersion of the installed conflist");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+
+namespace sluice::agent {
+namespace {
+
+int Fail(const absl::Status& st, const char* what) {
+  spdlog::critical("{}: {}", what, st.ToString());
+  return 1;
+}
+
+std::string SelfDir() {
+  char buf[PATH_MAX] = {};
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return ".";
+  return std::filesystem::path(std::string(buf, n)).parent_path();
+}
+
+int Run() {
+  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  auto cidr = IpPrefix::Parse(absl::GetFlag(FLAGS_pod_cidr));
+  if (!cidr.ok()) return Fail(cidr.status(), "--pod_cidr");
+  NodeOptions node_opts;
+  node_opts.pod_cidr = *cidr;
+  node_opts.native_device = absl::GetFlag(FLAGS_native_device);
+  node_opts.node_ip = absl::GetFlag(FLAGS_node_ip);
+  node_opts.masquerade = absl::GetFlag(FLAGS_masquerade);
+  for (const auto& c : absl::GetFlag(FLAGS_non_masquerade_cidrs)) {
+    auto p = IpPrefix::Parse(c);
+    if (!p.ok()) return Fail(p.status(), "--non-masquerade-cidrs");
+    node_opts.non_masquerade_cidrs.push_back(*p);
+  }
+  if (auto st = ParsePortRange(absl::GetFlag(FLAGS_nat_port_range), &node_opts.nat_port_min,
+                               &node_opts.nat_port_max);
+      !st.ok()) {
+    return Fail(st, "--nat-port-range");
+  }
+
+  // Signals are taken synchronously by the main thread once serving.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  LibnlNetlink netlink;
+  auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
+  if (!dp.ok()) return Fail(dp.status(), "load datapath");
+  auto ipam = Ipam::Open(absl::GetFlag(FLAGS_state_dir), *cidr);
+  if (!ipam.ok()) return Fail(ipam.status(), "open IPAM");
+  auto store = EndpointStore::Open(absl::GetFlag(FLAGS_state_dir));
+  if (!store.ok()) return Fail(store.status(), "open endpoint store");
+  auto node = SetUpNode(netlink, **dp, node_opts, (*ipam)->gateway());
+  if (!node.ok()) return Fail(node.status(), "set up node");
+
+  int mtu = absl::GetFlag(FLAGS_mtu) > 0 ? absl::GetFlag(FLAGS_mtu)
+                                         : static_cast<int>(node->native_mtu);
+  BpfEndpointDatapath endpoint_dp(**dp);
+  EndpointService service(netlink, **ipam, **store, endpoint_dp, {.default_mtu = mtu});
+  if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
+  spdlog::info("restored {} endpoints", (*store)->size());
+
+  api::EndpointApiServerOptions server_opts;
+  server_opts.socket_path = absl::GetFlag(FLAGS_socket);
+  api::EndpointApiServer server(server_opts);
+  if (auto st = server.Start([&](const nlohmann::json& req) { return service.Handle(req); });
+      !st.ok()) {
+    return Fail(st, "start endpoint API");
+  }
+  if (absl::GetFlag(FLAGS_install_cni)) {
+    CniInstallOptions cni;
+    cni.conf_dir = absl::GetFlag(FLAGS_cni_conf_dir);
+    cni.bin_dir = absl::GetFlag(FLAGS_cni_bin_dir);
+    cni.plugin_source = absl::GetFlag(FLAGS_cni_plugin);
+    if (cni.plugin_source.empty()) cni.plugin_source = SelfDir() + "/sluice-cni";
+    cni.cni_version = absl::GetFlag(FLAGS_cni_version);
+    cni.socket_path = server_opts.socket_path;
+    if (auto st = InstallCni(cni); !st.ok()) return Fail(st, "install CNI");
+  }
+  spdlog::info("sluice-agent ready: serving {}", server_opts.socket_path);
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("signal {}: stopping; the datapath stays in place", sig);
+  server.Stop();
+  return 0;
+}
+
+}  // namespace
+}  // namespace sluice::agent
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage("sluice-agent --pod_cidr=CIDR [flags]: Sluice's node agent");
+  absl::ParseCommandLine(argc, argv);
+  return sluice::agent::Run();
+}

@@ -1,0 +1,42 @@
+// The node-wide part of the datapath: forwarding on, the node's addressing in sluice_node, the
+// never-masqueraded destinations, and the masquerade programs on the native device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "agent/ipam.h"
+#include "agent/netlink.h"
+#include "loader/datapath.h"
+
+namespace sluice::agent {
+
+struct NodeOptions {
+  IpPrefix pod_cidr;
+  std::string native_device;  // empty: the device of the IPv4 default route
+  std::string node_ip;        // empty: the native device's first IPv4 address
+  bool masquerade = true;
+  std::vector<IpPrefix> non_masquerade_cidrs;  // besides the pod CIDR
+  uint16_t nat_port_min = 61000;
+  uint16_t nat_port_max = 65535;
+};
+
+struct Node {
+  IpPrefix pod_cidr;
+  IpAddress gateway;
+  IpAddress node_ip;
+  std::string native_device;
+  int native_ifindex = 0;
+  uint32_t native_mtu = 0;
+};
+
+// Parses "61000-65535".
+[[nodiscard]] absl::Status ParsePortRange(absl::string_view text, uint16_t* min, uint16_t* max);
+
+// Idempotent: a restarted agent rewrites the same values and re-attaches (replacing) programs.
+[[nodiscard]] absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp,
+                                             const NodeOptions& options, const IpAddress& gateway);
+
+}  // namespace sluice::agent

@@ -1,0 +1,492 @@
+// Runs the real sluice-cni binary the way a container runtime does (controlled environment,
+// configuration on stdin) against a test-owned endpoint socket.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "agent/api/protocol.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::cni {
+namespace {
+
+using json = nlohmann::json;
+using ::testing::HasSubstr;
+using Env = std::map<std::string, std::string>;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kPluginDeadline = std::chrono::seconds(30);
+
+std::string PluginPath() { return std::string(SLUICE_BUILD_DIR) + "/cni/sluice-cni"; }
+
+struct PluginRun {
+  int exit_code = -1;
+  std::string stdout_text;
+  std::string stderr_text;
+
+  // stdout as JSON (discarded value if it is not JSON).
+  [[nodiscard]] json Output() const { return json::parse(stdout_text, nullptr, false); }
+};
+
+// fork/exec of sluice-cni with exactly `env` and `stdin_text`; kills it after kPluginDeadline.
+PluginRun RunPlugin(const Env& env, const std::string& stdin_text) {
+  int in[2], out[2], err[2];
+  if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
+    ADD_FAILURE() << "pipe2: " << strerror(errno);
+    return {};
+  }
+  std::vector<std::string> env_strings;
+  for (const auto& [key, value] : env) env_strings.push_back(key + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& entry : env_strings) envp.push_back(entry.data());
+  envp.push_back(nullptr);
+  std::string path = PluginPath();
+  char* argv[] = {path.data(), nullptr};
+
+  const pid_t pid = fork();
+  if (pid == 0) {
+    dup2(in[0], STDIN_FILENO);
+    dup2(out[1], STDOUT_FILENO);
+    dup2(err[1], STDERR_FILENO);
+    execve(path.c_str(), argv, envp.data());
+    _exit(127);
+  }
+  close(in[0]);
+  close(out[1]);
+  close(err[1]);
+  // The plugin reads all of stdin before anything else; the test inputs fit the pipe buffer.
+  if (!stdin_text.empty() && write(in[1], stdin_text.data(), stdin_text.size()) < 0) {
+    ADD_FAILURE() << "write stdin: " << strerror(errno);
+  }
+  close(in[1]);
+
+  PluginRun run;
+  const Clock::time_point deadline = Clock::now() + kPluginDeadline;
+  pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  std::string* sinks[2] = {&run.stdout_text, &run.stderr_text};
+  int open_fds = 2;
+  bool killed = false;
+  while (open_fds > 0) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      kill(pid, SIGKILL);
+      killed = true;
+      break;
+    }
+    if (poll(fds, 2, static_cast<int>(left)) < 0 && errno != EINTR) break;
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      char buffer[4096];
+      const ssize_t n = read(fds[i].fd, buffer, sizeof(buffer));
+      if (n > 0) {
+        sinks[i]->append(buffer, static_cast<size_t>(n));
+      } else {
+        close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      }
+    }
+  }
+  for (pollfd& fd : fds) {
+    if (fd.fd >= 0) close(fd.fd);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_FALSE(killed) << "sluice-cni did not finish within the deadline";
+  run.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return run;
+}
+
+// A temporary directory for sockets, removed at the end of the test.
+class ScratchDir {
+ public:
+  ScratchDir() {
+    char pattern[] = "/tmp/sluice-cni-test.XXXXXX";
+    path_ = mkdtemp(pattern);
+  }
+  ~ScratchDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+int BoundUnixSocket(const std::string& path) {
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un address = {};
+  address.sun_family = AF_UNIX;
+  strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+  if (bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) != 0) {
+    ADD_FAILURE() << "bind " << path << ": " << strerror(errno);
+  }
+  return fd;
+}
+
+// The agent's side of the endpoint socket: accepts one connection, reads the request to EOF,
+// answers with reply(request) and closes. The received request is available after Join().
+class FakeAgent {
+ public:
+  using ReplyFn = std::function<std::string(const std::string& request)>;
+
+  FakeAgent(std::string path, ReplyFn reply) : path_(std::move(path)), reply_(std::move(reply)) {
+    listen_fd_ = BoundUnixSocket(path_);
+    if (listen(listen_fd_, 4) != 0) ADD_FAILURE() << "listen: " << strerror(errno);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~FakeAgent() {
+    shutdown(listen_fd_, SHUT_RDWR);  // wakes Serve() if the plugin never connected
+    Join();
+    close(listen_fd_);
+  }
+
+  void Join() {
+    if (thread_.joinable()) thread_.join();
+  }
+  // The request bytes, parsed; null if no request arrived.
+  [[nodiscard]] json Request() {
+    Join();
+    return request_.has_value() ? json::parse(*request_, nullptr, false) : json();
+  }
+  [[nodiscard]] const std::string& path() const { return path_; }
+
+ private:
+  void Serve() {
+    pollfd pfd = {listen_fd_, POLLIN, 0};
+    if (poll(&pfd, 1, std::chrono::milliseconds(kPluginDeadline).count()) != 1) return;
+    const int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) return;
+    std::string request;
+    char buffer[4096];
+    ssize_t n;
+    while ((n = read(fd, buffer, sizeof(buffer))) > 0) request.append(buffer, n);
+    request_ = request;
+    const std::string reply = reply_(request);
+    if (write(fd, reply.data(), reply.size()) < 0) ADD_FAILURE() << "reply: " << strerror(errno);
+    close(fd);
+  }
+
+  std::string path_;
+  ReplyFn reply_;
+  int listen_fd_ = -1;
+  std::optional<std::string> request_;
+  std::thread thread_;
+};
+
+FakeAgent::ReplyFn Reply(const json& reply) {
+  return [text = reply.dump()](const std::string&) { return text; };
+}
+
+class PluginTest : public ::testing::Test {
+ protected:
+  [[nodiscard]] std::string SocketPath() const { return scratch_.path() + "/agent.sock"; }
+
+  [[nodiscard]] json Config(std::string_view version = "1.0.0") const {
+    return json{{"cniVersion", version},
+                {"name", "sluice-net"},
+                {"type", "sluice"},
+                {"socketPath", SocketPath()},
+                {"runtimeConfig", {{"podAnnotations", {{"a", "b"}}}}}};
+  }
+
+  [[nodiscard]] static Env AttachmentEnv(std::string_view command) {
+    return Env{{"CNI_COMMAND", std::string(command)},
+               {"CNI_CONTAINERID", "0123456789abcdef"},
+               {"CNI_NETNS", "/var/run/netns/pod-1"},
+               {"CNI_IFNAME", "eth0"},
+               {"CNI_PATH", "/opt/cni/bin"},
+               {"CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0"}};
+  }
+
+  ScratchDir scratch_;
+};
+
+// Asserts that `run` failed with a CNI error object of `code` whose msg contains `msg_part`.
+void ExpectCniError(const PluginRun& run, int code, std::string_view msg_part,
+                    std::string_view version = "1.0.0") {
+  EXPECT_EQ(run.exit_code, 1) << run.stdout_text << run.stderr_text;
+  json error = run.Output();
+  ASSERT_TRUE(error.is_object()) << "stdout: " << run.stdout_text;
+  EXPECT_EQ(error.value("code", -1), code) << error;
+  EXPECT_THAT(error.value("msg", ""), HasSubstr(msg_part)) << error;
+  EXPECT_EQ(error.value("cniVersion", ""), version) << error;
+}
+
+// --- VERSION --------------------------------------------------------------------------------
+
+TEST_F(PluginTest, VersionWithEmptyStdinReportsLatestVersionAndSupportedList) {
+  PluginRun run = RunPlugin({{"CNI_COMMAND", "VERSION"}}, "");
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(run.Output(),
+            (json{{"cniVersion", "1.1.0"},
+                  {"supportedVersions", {"0.3.0", "0.3.1", "0.4.0", "1.0.0", "1.1.0"}}}));
+}
+
+TEST_F(PluginTest, VersionAnswersInTheVersionTheRuntimeAsked) {
+  PluginRun run = RunPlugin({{"CNI_COMMAND", "VERSION"}}, R"({"cniVersion":"0.4.0"})");
+  EXPECT_EQ(run.exit_code, 0) << run.stderr_text;
+  EXPECT_EQ(run.Output()["cniVersion"], "0.4.0");
+}
+
+// --- Environment ----------------------------------------------------------------------------
+
+TEST_F(PluginTest, MissingCommandNamesCniCommand) {
+  ExpectCniError(RunPlugin({}, Config().dump()), api::kCniInvalidEnvironment, "CNI_COMMAND");
+}
+
+TEST_F(PluginTest, UnknownCommandNamesCniCommand) {
+  Env env = AttachmentEnv("INIT");
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "CNI_COMMAND");
+}
+
+struct MissingVariableCase {
+  std::string command;
+  std::string variable;
+};
+
+class PluginMissingVariableTest : public PluginTest,
+                                  public ::testing::WithParamInterface<MissingVariableCase> {};
+
+TEST_P(PluginMissingVariableTest, IsInvalidEnvironmentNamingTheVariable) {
+  Env env = AttachmentEnv(GetParam().command);
+  env.erase(GetParam().variable);
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, GetParam().variable);
+}
+
+INSTANTIATE_TEST_SUITE_P(RequiredVariables, PluginMissingVariableTest,
+                         ::testing::Values(MissingVariableCase{"ADD", "CNI_CONTAINERID"},
+                                           MissingVariableCase{"ADD", "CNI_NETNS"},
+                                           MissingVariableCase{"ADD", "CNI_IFNAME"},
+                                           MissingVariableCase{"ADD", "CNI_PATH"},
+                                           MissingVariableCase{"CHECK", "CNI_CONTAINERID"},
+                                           MissingVariableCase{"CHECK", "CNI_NETNS"},
+                                           MissingVariableCase{"CHECK", "CNI_IFNAME"},
+                                           MissingVariableCase{"CHECK", "CNI_PATH"},
+                                           MissingVariableCase{"DEL", "CNI_CONTAINERID"},
+                                           MissingVariableCase{"DEL", "CNI_IFNAME"},
+                                           MissingVariableCase{"DEL", "CNI_PATH"}),
+                         [](const ::testing::TestParamInfo<MissingVariableCase>& info) {
+                           return info.param.command + "Without" + info.param.variable;
+                         });
+
+TEST_F(PluginTest, AddWithInvalidContainerIdNamesTheVariable) {
+  Env env = AttachmentEnv("ADD");
+  env["CNI_CONTAINERID"] = "../../etc";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "CNI_CONTAINERID");
+}
+
+TEST_F(PluginTest, AddWithTooLongInterfaceNameNamesTheVariable) {
+  Env env = AttachmentEnv("ADD");
+  env["CNI_IFNAME"] = "a-very-long-ifname";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "CNI_IFNAME");
+}
+
+TEST_F(PluginTest, AddWithRelativeNetnsNamesTheVariable) {
+  Env env = AttachmentEnv("ADD");
+  env["CNI_NETNS"] = "netns/pod";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "CNI_NETNS");
+}
+
+TEST_F(PluginTest, AddWithMalformedCniArgsNamesTheVariable) {
+  Env env = AttachmentEnv("ADD");
+  env["CNI_ARGS"] = "K8S_POD_NAMESPACE=default;garbage";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "CNI_ARGS");
+}
+
+// --- Configuration --------------------------------------------------------------------------
+
+TEST_F(PluginTest, AddWithNonJsonConfigIsDecodeFailure) {
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), "{not json"), api::kCniDecodeFailure, "JSON",
+                 "1.1.0");
+}
+
+TEST_F(PluginTest, AddWithWrongTypeIsInvalidNetworkConfig) {
+  json config = Config();
+  config["type"] = "bridge";
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), config.dump()), api::kCniInvalidNetworkConfig,
+                 "type");
+}
+
+TEST_F(PluginTest, AddWithUnsupportedVersionIsIncompatibleVersion) {
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), Config("0.2.0").dump()),
+                 api::kCniIncompatibleVersion, "incompatible", "1.1.0");
+}
+
+TEST_F(PluginTest, AddWithIpamSectionIsUnsupportedFieldInTheConfigVersion) {
+  json config = Config("0.4.0");
+  config["ipam"] = {{"type", "host-local"}};
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), config.dump()), api::kCniUnsupportedField, "ipam",
+                 "0.4.0");
+}
+
+TEST_F(PluginTest, CheckWithPre040VersionIsIncompatibleVersion) {
+  ExpectCniError(RunPlugin(AttachmentEnv("CHECK"), Config("0.3.1").dump()),
+                 api::kCniIncompatibleVersion, "CHECK", "0.3.1");
+}
+
+TEST_F(PluginTest, StatusWithPre110VersionIsIncompatibleVersion) {
+  ExpectCniError(RunPlugin({{"CNI_COMMAND", "STATUS"}}, Config("1.0.0").dump()),
+                 api::kCniIncompatibleVersion, "STATUS");
+}
+
+TEST_F(PluginTest, GcWithoutValidAttachmentsIsInvalidNetworkConfig) {
+  ExpectCniError(
+      RunPlugin({{"CNI_COMMAND", "GC"}, {"CNI_PATH", "/opt/cni/bin"}}, Config("1.1.0").dump()),
+      api::kCniInvalidNetworkConfig, "cni.dev/valid-attachments", "1.1.0");
+}
+
+// --- Agent unreachable ----------------------------------------------------------------------
+
+TEST_F(PluginTest, AddWithoutAgentSocketIsTryAgainLaterNamingThePath) {
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), Config().dump()), api::kCniTryAgainLater,
+                 SocketPath());
+}
+
+TEST_F(PluginTest, AddWithStaleSocketFileIsTryAgainLater) {
+  const int fd = BoundUnixSocket(SocketPath());  // bound, never listening: ECONNREFUSED
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), Config().dump()), api::kCniTryAgainLater,
+                 "not reachable");
+  close(fd);
+}
+
+TEST_F(PluginTest, DelWithoutAgentSocketIsTryAgainLater) {
+  ExpectCniError(RunPlugin(AttachmentEnv("DEL"), Config().dump()), api::kCniTryAgainLater,
+                 "sluice-agent");
+}
+
+TEST_F(PluginTest, StatusWithoutAgentSocketIsNotAvailable) {
+  ExpectCniError(RunPlugin({{"CNI_COMMAND", "STATUS"}}, Config("1.1.0").dump()),
+                 api::kCniNotAvailable, "not available", "1.1.0");
+}
+
+// --- Forwarding -----------------------------------------------------------------------------
+
+TEST_F(PluginTest, AddForwardsTheRequestAndPrintsTheAgentsResult) {
+  const json result = json::parse(R"({
+    "cniVersion": "1.0.0",
+    "interfaces": [{"name": "eth0", "mac": "aa:bb:cc:00:00:02", "sandbox": "/var/run/netns/pod-1"}],
+    "ips": [{"address": "10.0.1.5/24", "gateway": "10.0.1.1", "interface": 0}],
+    "routes": [{"dst": "0.0.0.0/0", "gw": "10.0.1.1"}]
+  })");
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}, {"result", result}}));
+  const json config = Config();
+
+  PluginRun run = RunPlugin(AttachmentEnv("ADD"), config.dump());
+
+  EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+  EXPECT_EQ(run.Output(), result);
+  json request = agent.Request();
+  EXPECT_EQ(request["command"], "ADD");
+  EXPECT_EQ(request["containerID"], "0123456789abcdef");
+  EXPECT_EQ(request["netns"], "/var/run/netns/pod-1");
+  EXPECT_EQ(request["ifName"], "eth0");
+  EXPECT_EQ(request["args"], "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0");
+  EXPECT_EQ(request["config"], config);
+}
+
+TEST_F(PluginTest, AddAgentFailureIsPrintedAsCniErrorInTheConfigVersion) {
+  FakeAgent agent(SocketPath(), Reply({{"ok", false},
+                                       {"code", api::kSluicePoolExhausted},
+                                       {"msg", "no free address in 10.0.1.0/24"},
+                                       {"details", "254 of 254 in use"}}));
+  PluginRun run = RunPlugin(AttachmentEnv("ADD"), Config("0.4.0").dump());
+  EXPECT_EQ(run.exit_code, 1);
+  EXPECT_EQ(run.Output(), (json{{"cniVersion", "0.4.0"},
+                                {"code", api::kSluicePoolExhausted},
+                                {"msg", "no free address in 10.0.1.0/24"},
+                                {"details", "254 of 254 in use"}}));
+}
+
+TEST_F(PluginTest, CheckSuccessPrintsNothing) {
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+  json config = Config();
+  config["prevResult"] = {{"cniVersion", "1.0.0"},
+                          {"interfaces", {{{"name", "eth0"}}}},
+                          {"ips", {{{"address", "10.0.1.5/24"}, {"interface", 0}}}}};
+  PluginRun run = RunPlugin(AttachmentEnv("CHECK"), config.dump());
+  EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "");
+  json request = agent.Request();
+  EXPECT_EQ(request["command"], "CHECK");
+  EXPECT_EQ(request["config"]["prevResult"], config["prevResult"]);
+}
+
+TEST_F(PluginTest, DelWithoutNetnsIsForwardedWithEmptyNetns) {
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+  Env env = AttachmentEnv("DEL");
+  env.erase("CNI_NETNS");
+  PluginRun run = RunPlugin(env, Config().dump());
+  EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "");
+  json request = agent.Request();
+  EXPECT_EQ(request["command"], "DEL");
+  EXPECT_EQ(request["netns"], "");
+  EXPECT_EQ(request["containerID"], "0123456789abcdef");
+}
+
+TEST_F(PluginTest, GcForwardsTheValidAttachments) {
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+  json config = Config("1.1.0");
+  config["cni.dev/valid-attachments"] = {{{"containerID", "c1"}, {"ifname", "eth0"}}};
+  PluginRun run = RunPlugin({{"CNI_COMMAND", "GC"}, {"CNI_PATH", "/opt/cni/bin"}}, config.dump());
+  EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+  EXPECT_EQ(run.stdout_text, "");
+  json request = agent.Request();
+  EXPECT_EQ(request["command"], "GC");
+  EXPECT_EQ(request["config"], config);
+}
+
+TEST_F(PluginTest, StatusNotReadyIsPassedThrough) {
+  FakeAgent agent(
+      SocketPath(),
+      Reply({{"ok", false}, {"code", api::kCniNotAvailable}, {"msg", "datapath not loaded yet"}}));
+  PluginRun run = RunPlugin({{"CNI_COMMAND", "STATUS"}}, Config("1.1.0").dump());
+  ExpectCniError(run, api::kCniNotAvailable, "datapath not loaded yet", "1.1.0");
+  EXPECT_EQ(agent.Request()["command"], "STATUS");
+}
+
+TEST_F(PluginTest, MalformedAgentReplyIsSluiceInternal) {
+  FakeAgent agent(SocketPath(), [](const std::string&) { return std::string("ok!"); });
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), Config().dump()), api::kSluiceInternal,
+                 "malformed reply");
+}
+
+TEST_F(PluginTest, AgentClosingWithoutReplyIsSluiceInternal) {
+  FakeAgent agent(SocketPath(), [](const std::string&) { return std::string(); });
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), Config().dump()), api::kSluiceInternal,
+                 "empty reply");
+}
+
+TEST_F(PluginTest, AddOkWithoutResultIsSluiceInternal) {
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), Config().dump()), api::kSluiceInternal,
+                 "without a result");
+}
+
+TEST_F(PluginTest, DiagnosticsGoToStderrOnly) {
+  PluginRun run = RunPlugin(AttachmentEnv("ADD"), Config().dump());
+  EXPECT_TRUE(run.Output().is_object()) << "stdout must be exactly one JSON document";
+  EXPECT_THAT(run.stderr_text, HasSubstr("sluice-cni"));
+}
+
+}  // namespace
+}  // namespace sluice::cni
