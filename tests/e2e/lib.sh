@@ -15,7 +15,7 @@ INET=$T-inet
 NODE_IP=10.99.0.2
 INET_GW=10.99.0.1
 INTERNET_HOST=198.51.100.10
-POD_CIDR=10.244.0.0/24
+POD_CIDR=${POD_CIDR:-10.244.0.0/24}
 GATEWAY=10.244.0.1
 AGENT_PID=
 
@@ -119,6 +119,9 @@ serve_clientip() {
 # tcp_request NS HOST PORT [DATA]: sends DATA (default clientip), prints the reply.
 tcp_request() { echo "${4:-clientip}" | ip netns exec "$1" socat -T3 - "TCP:$2:$3,connect-timeout=3"; }
 udp_request() { echo "${4:-clientip}" | ip netns exec "$1" socat -T2 - "UDP:$2:$3"; }
+
+# jget EXPR: evaluates a Python expression over the JSON document `d` read from stdin.
+jget() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 
 # endpoint_field CONTAINERID FIELD: a field of the agent's endpoint record.
 endpoint_field() {
