@@ -45,7 +45,7 @@ bench: build
 	bench/run.sh $(BUILD)
 
 demo: deps build
-	tests/e2e/demo.sh $(BUILD)
+	tests/e2e/demo.sh $(BUILD) up
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c' | grep -v '^bpf/')

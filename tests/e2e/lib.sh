@@ -8,6 +8,7 @@ BUILD=${1:?usage: $0 BUILD_DIR}
 BUILD=$(cd "$BUILD" && pwd)
 AGENT=$BUILD/agent/sluice-agent
 CNI=$BUILD/cni/sluice-cni
+SLUICECTL=$BUILD/agent/sluicectl
 T=${SLUICE_E2E_PREFIX:-se$$}          # prefix of every namespace and directory of this run
 ROOT=/run/sluice-e2e/$T
 NODE=$T-node
@@ -135,6 +136,9 @@ for f in os.listdir(d):
             print(ep[field])
 PY
 }
+
+ctl() { "$SLUICECTL" --bpffs_root="$ROOT/bpf" "$@"; }
+drops() { ctl drops | awk -v r="$1" '$2 == r {print $3}'; }
 
 map_has_ip() {  # map_has_ip IP: is IP a key of sluice_ep4?
   local hex

@@ -48,6 +48,17 @@ ip netns exec "$NODE" ping -c1 -W2 "$C" >/dev/null || fail "ping node->pod"
 [ "$(map_count sluice_snat4)" -ge 3 ] || fail "masquerade state missing from sluice_snat4"
 log "ok: ping pod->pod, pod->internet, node->pod"
 
+# What the datapath holds, as an operator sees it.
+ctl endpoints | grep -q "^$A " || fail "sluicectl endpoints does not list $A"
+ctl nat | grep -q "$A:" || fail "sluicectl nat does not list a masqueraded flow of $A"
+# A pod sending from an address it was not given is dropped, and the drop is counted by reason.
+spoofed=$(drops spoofed_source)
+in_ns a ip addr add 10.244.0.200/32 dev eth0
+in_ns a ping -c1 -W1 -I 10.244.0.200 "$C" >/dev/null 2>&1 && fail "spoofed ping got through"
+in_ns a ip addr del 10.244.0.200/32 dev eth0
+[ "$(drops spoofed_source)" -gt "$spoofed" ] || fail "spoofed packet not counted: $(ctl drops)"
+log "ok: spoofed source dropped and counted"
+
 # The node's masquerade ports stay out of the pods' way: the pod's own port is visible inside.
 got=$(tcp_request "$T-a" $INTERNET_HOST 80); port=${got##*:}
 [ "$port" -ge 61000 ] || fail "masquerade port $port outside the configured range"
