@@ -8,7 +8,7 @@ DEB_PACKAGES := \
 	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev \
 	libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
 	libnl-3-dev libnl-route-3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev \
-	libsimdjson-dev libcurl4-openssl-dev \
+	libsimdjson-dev libcurl4-openssl-dev libcpp-httplib-dev libyaml-cpp-dev libssl-dev \
 	iproute2 iptables nftables ethtool iputils-ping socat netcat-openbsd procps python3 \
 	podman runc containernetworking-plugins busybox-static
 
@@ -31,6 +31,9 @@ deps:
 		echo "installing:" $$missing; \
 		apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing; \
 	else echo "all build and test packages are installed"; fi
+	@# kubectl: the image's own package when present, else Debian's kubernetes-client.
+	@command -v kubectl >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q kubectl \
+		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -q kubernetes-client
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --timeout 900

@@ -44,6 +44,12 @@ absl::StatusOr<NetnsFd> NetnsFd::Open(const std::string& path) {
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open netns ", path));
   NetnsFd ns(fd, path);
   int type = ::ioctl(fd, NS_GET_NSTYPE);
+  if (type < 0 && errno == ENOTTY) {
+    // A plain file, e.g. a /run/netns entry whose namespace was mounted in another mount
+    // namespace (or already unmounted).
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, " is not a namespace file (no namespace is mounted there in this mount namespace)"));
+  }
   if (type < 0) return ErrnoStatus(errno, absl::StrCat("query namespace type of ", path));
   if (type != CLONE_NEWNET) {
     return absl::InvalidArgumentError(absl::StrCat(path, " is not a network namespace"));
