@@ -257,7 +257,8 @@ absl::Status AddAddress(nl_sock* sock, int ifindex, const InterfaceAddress& pref
 
 // Adds or replaces a main-table unicast route `dst [via gateway] dev ifindex scope scope`.
 absl::Status ReplaceRoute(nl_sock* sock, const IpPrefix& dst, const std::optional<IpAddress>& gw,
-                          int ifindex, uint8_t scope, absl::string_view dev) {
+                          int ifindex, uint8_t scope, absl::string_view dev,
+                          uint8_t protocol = RTPROT_STATIC) {
   std::string what = absl::StrCat("replace route ", dst.ToString(),
                                   gw ? absl::StrCat(" via ", gw->ToString()) : "", " dev ", dev);
   Route r(rtnl_route_alloc());
@@ -265,7 +266,7 @@ absl::Status ReplaceRoute(nl_sock* sock, const IpPrefix& dst, const std::optiona
   rtnl_route_set_family(r.get(), AddressFamily(dst.network()));
   rtnl_route_set_table(r.get(), RT_TABLE_MAIN);
   rtnl_route_set_type(r.get(), RTN_UNICAST);
-  rtnl_route_set_protocol(r.get(), RTPROT_STATIC);
+  rtnl_route_set_protocol(r.get(), protocol);
   rtnl_route_set_scope(r.get(), scope);
   absl::StatusOr<Addr> nl_dst = ToNlAddr(dst.network(), dst.length());
   if (!nl_dst.ok()) return Annotate(nl_dst.status(), what);
@@ -273,7 +274,7 @@ absl::Status ReplaceRoute(nl_sock* sock, const IpPrefix& dst, const std::optiona
 
   rtnl_nexthop* nh = rtnl_route_nh_alloc();
   if (nh == nullptr) return absl::ResourceExhaustedError(what);
-  rtnl_route_nh_set_ifindex(nh, ifindex);
+  if (ifindex > 0) rtnl_route_nh_set_ifindex(nh, ifindex);
   if (gw) {
     absl::StatusOr<Addr> nl_gw = ToNlAddr(*gw, gw->bit_length());
     if (!nl_gw.ok()) {
@@ -354,6 +355,7 @@ absl::StatusOr<std::vector<RouteInfo>> MainIPv4Routes(nl_sock* sock) {
     info.dst = *prefix;
     info.scope = rtnl_route_get_scope(r);
     info.table = rtnl_route_get_table(r);
+    info.protocol = rtnl_route_get_protocol(r);
     if (rtnl_route_get_nnexthops(r) > 0) {
       rtnl_nexthop* nh = rtnl_route_nexthop_n(r, 0);
       info.oif = rtnl_route_nh_get_ifindex(nh);
@@ -711,6 +713,46 @@ absl::Status LibnlNetlink::EnsureDummyWithAddress(const std::string& name,
     return Annotate(s, what);
   }
   return absl::OkStatus();
+}
+
+absl::Status LibnlNetlink::ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) {
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return sock.status();
+  // No device: the kernel takes it from the connected route that reaches `via`, and refuses a
+  // gateway that is not on a directly connected network.
+  return ReplaceRoute(sock->get(), dst, via, 0, RT_SCOPE_UNIVERSE, "(via gateway)",
+                      kSluiceRouteProtocol);
+}
+
+absl::Status LibnlNetlink::DeletePeerRoute(const IpPrefix& dst) {
+  std::string what = absl::StrCat("delete route ", dst.ToString());
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return sock.status();
+  Route r(rtnl_route_alloc());
+  if (!r) return absl::ResourceExhaustedError(what);
+  rtnl_route_set_family(r.get(), AddressFamily(dst.network()));
+  rtnl_route_set_table(r.get(), RT_TABLE_MAIN);
+  rtnl_route_set_protocol(r.get(), kSluiceRouteProtocol);
+  // "Any scope": otherwise libnl guesses one, and a guess that differs matches no route.
+  rtnl_route_set_scope(r.get(), RT_SCOPE_NOWHERE);
+  absl::StatusOr<Addr> nl_dst = ToNlAddr(dst.network(), dst.length());
+  if (!nl_dst.ok()) return Annotate(nl_dst.status(), what);
+  if (int err = rtnl_route_set_dst(r.get(), nl_dst->get()); err < 0) return NlStatus(err, what);
+  int err = rtnl_route_delete(sock->get(), r.get(), 0);
+  if (err < 0 && err != -NLE_OBJ_NOTFOUND && err != -NLE_NOADDR) return NlStatus(err, what);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<RouteInfo>> LibnlNetlink::ListPeerRoutes() {
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return sock.status();
+  auto all = MainIPv4Routes(sock->get());
+  if (!all.ok()) return all.status();
+  std::vector<RouteInfo> out;
+  for (const auto& r : *all) {
+    if (r.protocol == kSluiceRouteProtocol) out.push_back(r);
+  }
+  return out;
 }
 
 absl::StatusOr<std::string> LibnlNetlink::DefaultRouteDevice() {

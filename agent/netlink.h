@@ -80,7 +80,12 @@ struct RouteInfo {
   int oif = 0;                       // ifindex of the (first) next hop
   uint8_t scope = 0;                 // RT_SCOPE_*
   uint32_t table = 0;                // RT_TABLE_*
+  uint8_t protocol = 0;              // RTPROT_*; kSluiceRouteProtocol for Sluice's own
 };
+
+// The rtm_protocol of routes Sluice installs (to other nodes' pod CIDRs), so it can tell its own
+// routes from everyone else's: `ip route show proto 181`.
+inline constexpr uint8_t kSluiceRouteProtocol = 181;
 
 // What a pod interface looks like from inside its netns (for CNI CHECK).
 struct PodInterface {
@@ -142,6 +147,12 @@ class Netlink {
   [[nodiscard]] virtual absl::Status EnsureDummyWithAddress(const std::string& name,
                                                             const InterfaceAddress& addr) = 0;
 
+  // Routes to other nodes' pod CIDRs via their addresses on a shared L2 (direct routing), tagged
+  // kSluiceRouteProtocol. Replace is idempotent; deleting an absent route is OK.
+  [[nodiscard]] virtual absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) = 0;
+  [[nodiscard]] virtual absl::Status DeletePeerRoute(const IpPrefix& dst) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::vector<RouteInfo>> ListPeerRoutes() = 0;
+
   // The device of the caller's netns' IPv4 default route (lowest metric, main table), or
   // NotFound.
   [[nodiscard]] virtual absl::StatusOr<std::string> DefaultRouteDevice() = 0;
@@ -176,6 +187,9 @@ class LibnlNetlink final : public Netlink {
                                                const std::string& ifname) override;
   absl::Status EnsureDummyWithAddress(const std::string& name,
                                       const InterfaceAddress& addr) override;
+  absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) override;
+  absl::Status DeletePeerRoute(const IpPrefix& dst) override;
+  absl::StatusOr<std::vector<RouteInfo>> ListPeerRoutes() override;
   absl::StatusOr<std::string> DefaultRouteDevice() override;
   absl::StatusOr<IpAddress> FirstIPv4Address(const std::string& ifname) override;
   absl::Status SetSysctl(absl::string_view key, absl::string_view value) override;
