@@ -57,9 +57,36 @@ EndpointService::EndpointService(Netlink& netlink, Ipam& ipam, EndpointStore& st
                                  EndpointDatapath& datapath, EndpointServiceOptions options)
     : netlink_(netlink), ipam_(ipam), store_(store), datapath_(datapath), options_(options) {}
 
-EndpointServiceStats EndpointService::stats() const {
+std::unique_ptr<AttachmentLocks::Held> AttachmentLocks::Lock(const std::string& container_id,
+                                                             const std::string& ifname) {
+  std::string key = absl::StrCat(container_id, "/", ifname);
+  Entry* e;
+  {
+    absl::MutexLock l(&mu_);
+    auto& slot = entries_[key];
+    if (!slot) slot = std::make_unique<Entry>();
+    e = slot.get();
+    ++e->users;
+  }
+  e->mu.Lock();
+  return std::make_unique<Held>(this, std::move(key), &e->mu);
+}
+
+void AttachmentLocks::Release(const std::string& key, absl::Mutex* mu) {
+  mu->Unlock();
   absl::MutexLock l(&mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end() && --it->second->users == 0) entries_.erase(it);
+}
+
+EndpointServiceStats EndpointService::stats() const {
+  absl::MutexLock l(&stats_mu_);
   return stats_;
+}
+
+void EndpointService::Count(uint64_t EndpointServiceStats::*field) {
+  absl::MutexLock l(&stats_mu_);
+  ++(stats_.*field);
 }
 
 nlohmann::json EndpointService::Handle(const nlohmann::json& request) {
@@ -127,10 +154,11 @@ absl::Status EndpointService::Plumb(const Endpoint& ep) {
 
 absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& req,
                                                    const cni::NetConf& conf) {
-  absl::MutexLock l(&mu_);
-  ++stats_.adds;
+  absl::ReaderMutexLock node(&node_mu_);
+  auto held = attachment_locks_.Lock(req.container_id, req.if_name);
+  Count(&EndpointServiceStats::adds);
   auto fail = [&](absl::Status st) {
-    ++stats_.add_failures;
+    Count(&EndpointServiceStats::add_failures);
     return st;
   };
   auto args = cni::ParseCniArgs(req.args);
@@ -249,8 +277,9 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep) {
 }
 
 absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::NetConf& conf) {
-  absl::MutexLock l(&mu_);
-  ++stats_.dels;
+  absl::ReaderMutexLock node(&node_mu_);
+  auto held = attachment_locks_.Lock(req.container_id, req.if_name);
+  Count(&EndpointServiceStats::dels);
   if (auto ep = store_.Get(req.container_id, req.if_name)) {
     if (auto st = RemoveEndpoint(*ep); !st.ok()) {
       return WithCode(api::kSluiceInternal, st, "remove endpoint");
@@ -270,15 +299,16 @@ absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::Ne
 }
 
 absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::NetConf& conf) {
-  absl::MutexLock l(&mu_);
-  ++stats_.checks;
+  absl::ReaderMutexLock node(&node_mu_);
+  auto held = attachment_locks_.Lock(req.container_id, req.if_name);
+  Count(&EndpointServiceStats::checks);
   auto failed = [&](std::string msg) {
-    ++stats_.check_failures;
+    Count(&EndpointServiceStats::check_failures);
     return cni::CniStatus(api::kSluiceCheckFailed, msg);
   };
   auto ep = store_.Get(req.container_id, req.if_name);
   if (!ep) {
-    ++stats_.check_failures;
+    Count(&EndpointServiceStats::check_failures);
     return cni::CniStatus(api::kCniUnknownContainer,
                           absl::StrCat("no endpoint for container ", req.container_id, " ",
                                        req.if_name));
@@ -316,8 +346,8 @@ absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::
 }
 
 absl::Status EndpointService::Gc(const cni::NetConf& conf) {
-  absl::MutexLock l(&mu_);
-  ++stats_.gcs;
+  absl::MutexLock node(&node_mu_);
+  Count(&EndpointServiceStats::gcs);
   std::set<std::pair<std::string, std::string>> valid;
   for (const auto& a : conf.valid_attachments) valid.insert({a.container_id, a.ifname});
   absl::Status first;
@@ -326,7 +356,7 @@ absl::Status EndpointService::Gc(const cni::NetConf& conf) {
     spdlog::info("GC {}/{}: not a valid attachment, removing {}", ep.container_id, ep.ifname,
                  ep.ipv4);
     if (auto st = RemoveEndpoint(ep); !st.ok() && first.ok()) first = st;
-    ++stats_.gc_removed;
+    Count(&EndpointServiceStats::gc_removed);
   }
   if (auto st = ReleaseLeakedAddresses(); !st.ok() && first.ok()) first = st;
   if (!first.ok()) return WithCode(api::kSluiceInternal, first, "garbage collection");
@@ -347,7 +377,6 @@ absl::Status EndpointService::ReleaseLeakedAddresses() {
 }
 
 absl::Status EndpointService::Status() {
-  absl::MutexLock l(&mu_);
   if (ipam_.Allocated().size() >= ipam_.capacity()) {
     return cni::CniStatus(api::kCniNotAvailable,
                           absl::StrCat("pod CIDR ", ipam_.cidr().ToString(),
@@ -357,7 +386,7 @@ absl::Status EndpointService::Status() {
 }
 
 absl::Status EndpointService::Restore() {
-  absl::MutexLock l(&mu_);
+  absl::MutexLock node(&node_mu_);
   std::set<IpAddress> live_addrs;
   std::set<std::string> live_links;
   for (auto ep : store_.List()) {

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/endpoint_store.h"
 #include "agent/ipam.h"
@@ -48,6 +49,36 @@ class BpfEndpointDatapath final : public EndpointDatapath {
   loader::Datapath& dp_;
 };
 
+// Serialises operations on one attachment (container ID, interface name) while operations on
+// other attachments proceed.
+class AttachmentLocks {
+ public:
+  class Held {
+   public:
+    Held(AttachmentLocks* owner, std::string key, absl::Mutex* mu)
+        : owner_(owner), key_(std::move(key)), mu_(mu) {}
+    Held(const Held&) = delete;
+    Held& operator=(const Held&) = delete;
+    ~Held() { owner_->Release(key_, mu_); }
+
+   private:
+    AttachmentLocks* owner_;
+    std::string key_;
+    absl::Mutex* mu_;
+  };
+  [[nodiscard]] std::unique_ptr<Held> Lock(const std::string& container_id,
+                                           const std::string& ifname);
+
+ private:
+  struct Entry {
+    absl::Mutex mu;
+    int users = 0;
+  };
+  void Release(const std::string& key, absl::Mutex* mu);
+  absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+};
+
 struct EndpointServiceOptions {
   int default_mtu = 1500;  // pod MTU when the network configuration sets none
 };
@@ -80,10 +111,11 @@ class EndpointService {
   EndpointServiceStats stats() const;
 
  private:
-  [[nodiscard]] absl::Status RemoveEndpoint(const Endpoint& ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  [[nodiscard]] absl::Status Plumb(const Endpoint& ep) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status RemoveEndpoint(const Endpoint& ep);
+  [[nodiscard]] absl::Status Plumb(const Endpoint& ep);
   cni::ResultV1 ResultFor(const Endpoint& ep) const;
-  [[nodiscard]] absl::Status ReleaseLeakedAddresses() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  [[nodiscard]] absl::Status ReleaseLeakedAddresses();
+  void Count(uint64_t EndpointServiceStats::*field);
 
   Netlink& netlink_;
   Ipam& ipam_;
@@ -91,9 +123,13 @@ class EndpointService {
   EndpointDatapath& datapath_;
   const EndpointServiceOptions options_;
 
-  // ADD, DEL, GC and Restore change the node's endpoints one at a time.
-  mutable absl::Mutex mu_;
-  EndpointServiceStats stats_ ABSL_GUARDED_BY(mu_);
+  // ADD, DEL and CHECK of different attachments run side by side (shared hold on node_mu_, plus
+  // the attachment's own lock); GC and Restore look at the whole node and hold it exclusively.
+  absl::Mutex node_mu_;
+  AttachmentLocks attachment_locks_;
+
+  mutable absl::Mutex stats_mu_;
+  EndpointServiceStats stats_ ABSL_GUARDED_BY(stats_mu_);
 };
 
 }  // namespace sluice::agent
