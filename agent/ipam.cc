@@ -1,4 +1,5 @@
 #include "agent/ipam.h"
+#include "agent/files.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -27,97 +28,6 @@ using nlohmann::json;
 
 constexpr char kCursorFile[] = "last_reserved";
 constexpr char kLockFile[] = "lock";
-constexpr char kTmpSuffix[] = ".tmp";
-
-// "what: ENOSPC (No space left on device)"
-absl::Status ErrnoError(int err, absl::string_view what) {
-  const char* name = strerrorname_np(err);
-  return absl::Status(absl::ErrnoToStatusCode(err),
-                      absl::StrCat(what, ": ", name != nullptr ? name : "errno", " (",
-                                   std::strerror(err), ")"));
-}
-
-absl::Status MakeDirs(const std::string& path) {
-  std::string partial;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&partial, "/", part);
-    if (mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
-      return ErrnoError(errno, absl::StrCat("create directory ", partial));
-    }
-  }
-  struct stat st;
-  if (stat(path.c_str(), &st) != 0) return ErrnoError(errno, absl::StrCat("stat ", path));
-  if (!S_ISDIR(st.st_mode)) {
-    return absl::FailedPreconditionError(absl::StrCat(path, " exists and is not a directory"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SyncDir(const std::string& dir) {
-  int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("open directory ", dir));
-  int rc = fsync(fd);
-  int err = errno;
-  close(fd);
-  if (rc != 0) return ErrnoError(err, absl::StrCat("fsync directory ", dir));
-  return absl::OkStatus();
-}
-
-absl::Status WriteAllAndSync(int fd, absl::string_view data, absl::string_view what) {
-  while (!data.empty()) {
-    ssize_t n = write(fd, data.data(), data.size());
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoError(errno, what);
-    }
-    data.remove_prefix(static_cast<size_t>(n));
-  }
-  if (fsync(fd) != 0) return ErrnoError(errno, what);
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("read ", path));
-  std::string out;
-  char buf[4096];
-  while (true) {
-    ssize_t n = read(fd, buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      close(fd);
-      return ErrnoError(err, absl::StrCat("read ", path));
-    }
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-    if (out.size() > (1 << 20)) {
-      close(fd);
-      return absl::DataLossError(absl::StrCat(path, " is larger than 1 MiB"));
-    }
-  }
-  close(fd);
-  return out;
-}
-
-// Writes `data` to `path` so that readers see either the old or the new content.
-absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
-                                 absl::string_view data) {
-  const std::string path = absl::StrCat(dir, "/", name);
-  const std::string tmp = absl::StrCat(path, kTmpSuffix);
-  int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("create ", tmp));
-  absl::Status st = WriteAllAndSync(fd, data, absl::StrCat("write ", tmp));
-  close(fd);
-  if (st.ok() && rename(tmp.c_str(), path.c_str()) != 0) {
-    st = ErrnoError(errno, absl::StrCat("rename ", tmp, " to ", path));
-  }
-  if (!st.ok()) {
-    unlink(tmp.c_str());
-    return st;
-  }
-  return SyncDir(dir);
-}
 
 // Regular entries of `dir` (no "." / ".."); directories only if `want_dirs`.
 absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir, bool want_dirs) {

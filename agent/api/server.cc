@@ -1,4 +1,5 @@
 #include "agent/api/server.h"
+#include "agent/files.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -21,30 +22,11 @@
 namespace sluice::api {
 namespace {
 
+using agent::ErrnoError;
+using agent::ErrnoText;
+using agent::MakeDirs;
+
 using nlohmann::json;
-
-absl::Status ErrnoError(int err, absl::string_view what) {
-  const char* name = strerrorname_np(err);
-  return absl::Status(absl::ErrnoToStatusCode(err),
-                      absl::StrCat(what, ": ", name != nullptr ? name : "errno", " (",
-                                   std::strerror(err), ")"));
-}
-
-std::string ErrnoText(int err) {
-  const char* name = strerrorname_np(err);
-  return absl::StrCat(name != nullptr ? name : "errno", " (", std::strerror(err), ")");
-}
-
-absl::Status MakeDirs(const std::string& path) {
-  std::string partial;
-  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
-    absl::StrAppend(&partial, "/", part);
-    if (mkdir(partial.c_str(), 0700) != 0 && errno != EEXIST) {
-      return ErrnoError(errno, absl::StrCat("create directory ", partial));
-    }
-  }
-  return absl::OkStatus();
-}
 
 int PollTimeoutMs(absl::Time deadline) {
   absl::Duration left = deadline - absl::Now();
