@@ -1,121 +1,328 @@
-// sluice-lab: the lab control plane as a process.
-//   sluice-lab serve [--listen=127.0.0.1] [--port=6443] [--kubeconfig=PATH] [--token=T]
-//   sluice-lab fault --kubeconfig=PATH cut-watches|expire-watches|stall|go-away|compact
-//       [--mid_event] [--at_next_event] [--count=N] [--seconds=D]
-#include <httplib.h>
-#include <openssl/pem.h>
+// sluice-lab: a whole Kubernetes cluster on this machine — an embedded control plane and N nodes
+// as network namespaces, each running the real sluice-agent — plus the tools tests use against it
+// (probe, request, exec, fault), the pods' test server (netexec) and a standalone apiserver
+// (serve).
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <iostream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
 
-#include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/strings/escaping.h"
+#include "absl/status/status.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "agent/lab/apiserver.h"
+#include "agent/lab/lab.h"
+#include "agent/lab/netexec.h"
+#include "agent/lab/probe.h"
+#include "agent/lab/process.h"
+#include "agent/lab/topology.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
-#include "yaml-cpp/yaml.h"
 
-ABSL_FLAG(std::string, listen, "127.0.0.1", "address to serve the API on");
-ABSL_FLAG(int, port, 6443, "port (0: ephemeral)");
-ABSL_FLAG(std::string, kubeconfig, "", "serve: kubeconfig to write; fault: kubeconfig to use");
-ABSL_FLAG(std::string, token, "", "bearer token (serve; default random)");
-ABSL_FLAG(bool, mid_event, false, "cut-watches: tear an event in half");
-ABSL_FLAG(bool, at_next_event, false, "cut-watches: cut at each stream's next event");
-ABSL_FLAG(int, count, 1, "expire-watches: how many watch requests get 410");
-ABSL_FLAG(double, seconds, 5, "stall / go-away: for how long");
-ABSL_FLAG(bool, verbose, false, "log every request");
-
+namespace sluice::lab {
 namespace {
 
-int Serve() {
-  sluice::lab::ApiServerOptions o;
-  o.address = absl::GetFlag(FLAGS_listen);
-  o.port = absl::GetFlag(FLAGS_port);
-  o.token = absl::GetFlag(FLAGS_token);
-  sluice::lab::ApiServer server(o);
-  if (absl::Status s = server.Start(); !s.ok()) {
-    spdlog::error("sluice-lab: {}", s.ToString());
-    return 1;
-  }
-  std::string path = absl::GetFlag(FLAGS_kubeconfig);
-  if (!path.empty()) {
-    if (absl::Status s = server.WriteKubeconfig(path); !s.ok()) {
-      spdlog::error("sluice-lab: {}", s.ToString());
-      return 1;
+constexpr char kUsage[] = R"(sluice-lab: a Kubernetes cluster on this machine (network namespaces, real sluice-agents)
+
+usage:
+  sluice-lab up [--nodes N] [--name NAME]    create a lab (2 nodes, name "lab" by default);
+                                             prints the kubeconfig path once every agent is ready
+  sluice-lab down [--name NAME]              stop it and remove everything it made
+  sluice-lab status [--name NAME]            nodes, pod CIDRs, agents, pods
+  sluice-lab kubeconfig [--name NAME]        print the kubeconfig path
+  sluice-lab exec [--name NAME] POD [-n NAMESPACE] -- CMD [ARG...]
+                                             run CMD in a pod's network namespace
+                                             (POD may also be node/NODE or external)
+  sluice-lab probe [--name NAME] --from FROM --to HOST:PORT [--proto tcp|udp] [--timeout S]
+                                             prints CONNECTED, REFUSED or TIMEOUT
+  sluice-lab request [--name NAME] --from FROM --to HOST:PORT --data TEXT [--proto tcp|udp]
+                     [--timeout S]           prints the reply (one line), or REFUSED / TIMEOUT
+  sluice-lab fault [--name NAME | --kubeconfig K] ACTION [--seconds S] [--count N]
+                   [--mid_event] [--at_next_event]
+                                             apiserver fault injection; ACTION: cut-watches,
+                                             expire-watches, stall, go-away, compact
+  sluice-lab serve [--listen A] [--port P] [--kubeconfig K] [--token T] [--verbose]
+                                             only the apiserver (no nodes), until SIGTERM
+  sluice-lab netexec --port P --name NAME [--tcp] [--udp]
+                                             the pods' test server: "hostname", "clientip", echo
+  sluice-lab controlplane --name NAME        (internal) the lab's daemon, started by `up`
+
+FROM is external, node/NODE (node1, node2, ...) or NAMESPACE/POD (POD alone: namespace default).
+--name defaults to the only lab present. Pods are netexec servers on their containerPorts; the
+annotation lab.sluice.dev/ready: "false" keeps a pod running but not Ready.
+)";
+
+struct Args {
+  std::vector<std::string> positional;
+  std::vector<std::string> after_dashes;
+  std::map<std::string, std::string> values;
+  std::set<std::string> switches;
+};
+
+// --key value, --key=value, -n value; the switches named in `bools` take no value. Dashes in
+// keys are read as underscores (--mid-event == --mid_event).
+absl::StatusOr<Args> ParseArgs(const std::vector<std::string>& in,
+                               const std::set<std::string>& bools) {
+  Args a;
+  for (size_t i = 0; i < in.size(); ++i) {
+    const std::string& s = in[i];
+    if (s == "--") {
+      a.after_dashes.assign(in.begin() + i + 1, in.end());
+      break;
     }
+    if (s.size() > 1 && s[0] == '-') {
+      std::string key = s.substr(s[1] == '-' ? 2 : 1);
+      std::string value;
+      bool has_value = false;
+      if (auto eq = key.find('='); eq != std::string::npos) {
+        value = key.substr(eq + 1);
+        key = key.substr(0, eq);
+        has_value = true;
+      }
+      for (char& c : key) {
+        if (c == '-') c = '_';
+      }
+      if (bools.contains(key)) {
+        if (!has_value || value == "true" || value == "1") a.switches.insert(key);
+      } else if (has_value) {
+        a.values[key] = value;
+      } else if (i + 1 < in.size()) {
+        a.values[key] = in[++i];
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(s, " needs a value"));
+      }
+    } else {
+      a.positional.push_back(s);
+    }
+  }
+  return a;
+}
+
+int UsageError(const std::string& message) {
+  std::cerr << "sluice-lab: " << message << "\n\n" << kUsage;
+  return 2;
+}
+
+int Fail(const absl::Status& st) {
+  std::cerr << "sluice-lab: " << st.message() << "\n";
+  return 1;
+}
+
+std::string Get(const Args& a, const std::string& key, const std::string& def = "") {
+  auto it = a.values.find(key);
+  return it == a.values.end() ? def : it->second;
+}
+
+int CmdUp(const Args& a) {
+  UpOptions o;
+  o.name = Get(a, "name", "lab");
+  if (!absl::SimpleAtoi(Get(a, "nodes", "2"), &o.nodes)) return UsageError("--nodes: a number");
+  auto kubeconfig = Up(o, SelfExe());
+  if (!kubeconfig.ok()) return Fail(kubeconfig.status());
+  std::cout << *kubeconfig << std::endl;
+  return 0;
+}
+
+sigset_t BlockStopSignals() {
+  sigset_t stop;
+  sigemptyset(&stop);
+  sigaddset(&stop, SIGTERM);
+  sigaddset(&stop, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop, nullptr);  // before any thread starts
+  return stop;
+}
+
+int CmdNetexec(const Args& a) {
+  NetexecOptions o;
+  if (!absl::SimpleAtoi(Get(a, "port"), &o.port)) return UsageError("netexec: --port P");
+  o.name = Get(a, "name");
+  if (o.name.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    o.name = host;
+  }
+  if (a.switches.contains("tcp") || a.switches.contains("udp")) {
+    o.tcp = a.switches.contains("tcp");
+    o.udp = a.switches.contains("udp");
+  }
+  sigset_t stop = BlockStopSignals();
+  auto server = NetexecServer::Start(o);
+  if (!server.ok()) return Fail(server.status());
+  spdlog::info("netexec {} serving port {}{}{}", o.name, o.port, o.tcp ? " tcp" : "",
+               o.udp ? " udp" : "");
+  int sig = 0;
+  sigwait(&stop, &sig);
+  (*server)->Stop();
+  return 0;
+}
+
+// The apiserver alone, on an address of the root namespace.
+int CmdServe(const Args& a) {
+  if (a.switches.contains("verbose")) spdlog::set_level(spdlog::level::debug);
+  ApiServerOptions o;
+  o.address = Get(a, "listen", "127.0.0.1");
+  if (!absl::SimpleAtoi(Get(a, "port", "6443"), &o.port)) return UsageError("--port P");
+  o.token = Get(a, "token");
+  sigset_t stop = BlockStopSignals();
+  ApiServer server(o);
+  if (auto st = server.Start(); !st.ok()) return Fail(st);
+  if (std::string path = Get(a, "kubeconfig"); !path.empty()) {
+    if (auto st = server.WriteKubeconfig(path); !st.ok()) return Fail(st);
     spdlog::info("sluice-lab: kubeconfig written to {}", path);
   }
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
   int sig = 0;
-  sigwait(&set, &sig);
+  sigwait(&stop, &sig);
   spdlog::info("sluice-lab: signal {}, stopping", sig);
   server.Stop();
   return 0;
 }
 
-int Fault(const std::string& action) {
-  std::string path = absl::GetFlag(FLAGS_kubeconfig);
-  if (path.empty()) {
-    std::cerr << "fault needs --kubeconfig\n";
-    return 2;
+int CmdFault(const Args& a) {
+  if (a.positional.size() != 1) return UsageError("fault ACTION");
+  std::string kubeconfig = Get(a, "kubeconfig");
+  if (kubeconfig.empty()) {
+    auto lab = ResolveLab(Get(a, "name"));
+    if (!lab.ok()) return Fail(lab.status());
+    kubeconfig = KubeconfigPath(*lab);
   }
-  YAML::Node kc = YAML::LoadFile(path);
-  std::string server = kc["clusters"][0]["cluster"]["server"].as<std::string>();
-  std::string ca;
-  absl::Base64Unescape(kc["clusters"][0]["cluster"]["certificate-authority-data"].as<std::string>(),
-                       &ca);
-  std::string token = kc["users"][0]["user"]["token"].as<std::string>();
-  std::string hostport = server.substr(server.find("://") + 3);
-  std::string host = hostport.substr(0, hostport.rfind(':'));
-  int port = 443;
-  (void)absl::SimpleAtoi(hostport.substr(hostport.rfind(':') + 1), &port);
-  httplib::SSLClient cli(host, port);
-  X509_STORE* store = X509_STORE_new();
-  BIO* bio = BIO_new_mem_buf(ca.data(), static_cast<int>(ca.size()));
-  X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
-  X509_STORE_add_cert(store, cert);
-  X509_free(cert);
-  BIO_free(bio);
-  cli.set_ca_cert_store(store);
-  cli.enable_server_certificate_verification(true);
-  cli.set_bearer_token_auth(token);
-  nlohmann::json body = {{"action", action},
-                         {"midEvent", absl::GetFlag(FLAGS_mid_event)},
-                         {"atNextEvent", absl::GetFlag(FLAGS_at_next_event)},
-                         {"count", absl::GetFlag(FLAGS_count)},
-                         {"seconds", absl::GetFlag(FLAGS_seconds)}};
-  auto r = cli.Post("/lab/faults", body.dump(), "application/json");
-  if (!r) {
-    std::cerr << "sluice-lab fault: " << httplib::to_string(r.error()) << "\n";
-    return 1;
+  double seconds = 5;
+  int count = 1;
+  if (!absl::SimpleAtod(Get(a, "seconds", "5"), &seconds)) return UsageError("--seconds S");
+  if (!absl::SimpleAtoi(Get(a, "count", "1"), &count)) return UsageError("--count N");
+  nlohmann::json body = {{"action", a.positional[0]},
+                         {"midEvent", a.switches.contains("mid_event")},
+                         {"atNextEvent", a.switches.contains("at_next_event")},
+                         {"count", count},
+                         {"seconds", seconds}};
+  auto r = Fault(kubeconfig, body);
+  if (!r.ok()) return Fail(r.status());
+  std::cout << *r << std::endl;
+  return 0;
+}
+
+// probe / request: resolve --from in the lab, join that namespace, make one attempt.
+int CmdProbe(const Args& a, bool request) {
+  auto lab = ResolveLab(Get(a, "name"));
+  if (!lab.ok()) return Fail(lab.status());
+  auto t = LoadTopology(*lab);
+  if (!t.ok()) return Fail(t.status());
+  if (Get(a, "from").empty() || Get(a, "to").empty()) {
+    return UsageError("--from and --to are required");
   }
-  std::cout << r->body << "\n";
-  return r->status == 200 ? 0 : 1;
+  ProbeTarget target;
+  if (auto st = ParseHostPort(Get(a, "to"), &target); !st.ok()) {
+    return UsageError(std::string(st.message()));
+  }
+  auto proto = ParseProtocol(Get(a, "proto", "tcp"));
+  if (!proto.ok()) return UsageError(std::string(proto.status().message()));
+  target.protocol = *proto;
+  double seconds = 3;
+  if (!absl::SimpleAtod(Get(a, "timeout", "3"), &seconds) || seconds <= 0) {
+    return UsageError("--timeout: seconds");
+  }
+  target.timeout = absl::Seconds(seconds);
+  if (request && !a.values.contains("data")) return UsageError("request: --data TEXT");
+  auto netns = ResolveNetns(*t, Get(a, "from"));
+  if (!netns.ok()) return Fail(netns.status());
+  if (auto st = EnterNetns(*netns); !st.ok()) return Fail(st);
+  if (!request) {
+    auto outcome = Probe(target);
+    if (!outcome.ok()) return Fail(outcome.status());
+    std::cout << ProbeOutcomeName(*outcome) << std::endl;
+    return 0;
+  }
+  auto r = Request(target, Get(a, "data"));
+  if (!r.ok()) return Fail(r.status());
+  if (r->outcome != ProbeOutcome::kConnected) {
+    std::cout << ProbeOutcomeName(r->outcome) << std::endl;
+    return 0;
+  }
+  std::string reply = r->reply;
+  while (!reply.empty() && (reply.back() == '\n' || reply.back() == '\r')) reply.pop_back();
+  for (char& c : reply) {
+    if (c == '\n') c = ' ';
+  }
+  std::cout << reply << std::endl;
+  return 0;
+}
+
+int CmdExec(const Args& a) {
+  if (a.positional.size() != 1 || a.after_dashes.empty()) {
+    return UsageError("exec POD [-n NAMESPACE] -- CMD...");
+  }
+  auto lab = ResolveLab(Get(a, "name"));
+  if (!lab.ok()) return Fail(lab.status());
+  auto t = LoadTopology(*lab);
+  if (!t.ok()) return Fail(t.status());
+  std::string target = a.positional[0];
+  if (target != "external" && target.rfind("node/", 0) != 0) {
+    target = Get(a, "n", Get(a, "namespace", "default")) + "/" + target;
+  }
+  auto netns = ResolveNetns(*t, target);
+  if (!netns.ok()) return Fail(netns.status());
+  if (auto st = EnterNetns(*netns); !st.ok()) return Fail(st);
+  std::vector<char*> argv;
+  for (const auto& s : a.after_dashes) argv.push_back(const_cast<char*>(s.c_str()));
+  argv.push_back(nullptr);
+  execvp(argv[0], argv.data());
+  perror(argv[0]);
+  return 127;
+}
+
+int Main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help" ||
+      std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> rest(argv + 2, argv + argc);
+  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose"});
+  if (!args.ok()) return UsageError(std::string(args.status().message()));
+  const Args& a = *args;
+  if (a.switches.contains("help")) {
+    std::cout << kUsage;
+    return 0;
+  }
+  if (cmd == "up") return CmdUp(a);
+  if (cmd == "netexec") return CmdNetexec(a);
+  if (cmd == "serve") return CmdServe(a);
+  if (cmd == "fault") return CmdFault(a);
+  if (cmd == "probe") return CmdProbe(a, false);
+  if (cmd == "request") return CmdProbe(a, true);
+  if (cmd == "exec") return CmdExec(a);
+  if (cmd == "controlplane") {
+    if (Get(a, "name").empty()) return UsageError("controlplane --name NAME");
+    return RunControlPlane(Get(a, "name"));
+  }
+  if (cmd != "down" && cmd != "status" && cmd != "kubeconfig") {
+    return UsageError(absl::StrCat("unknown command ", cmd));
+  }
+  auto lab = ResolveLab(Get(a, "name"));
+  if (!lab.ok()) return Fail(lab.status());
+  if (cmd == "down") {
+    if (auto st = Down(*lab); !st.ok()) return Fail(st);
+    return 0;
+  }
+  if (cmd == "status") {
+    auto s = Status(*lab);
+    if (!s.ok()) return Fail(s.status());
+    std::cout << *s;
+    return 0;
+  }
+  std::cout << KubeconfigPath(*lab) << std::endl;
+  return 0;
 }
 
 }  // namespace
+}  // namespace sluice::lab
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "sluice-lab serve [--listen --port --kubeconfig --token] | sluice-lab fault --kubeconfig=K "
-      "cut-watches|expire-watches|stall|go-away|compact");
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  if (absl::GetFlag(FLAGS_verbose)) spdlog::set_level(spdlog::level::debug);
-  if (args.size() >= 2 && std::string(args[1]) == "serve") {
-    sigset_t set;
-    sigemptyset(&set);
-    sigaddset(&set, SIGINT);
-    sigaddset(&set, SIGTERM);
-    pthread_sigmask(SIG_BLOCK, &set, nullptr);  // before any thread starts
-    return Serve();
-  }
-  if (args.size() >= 3 && std::string(args[1]) == "fault") return Fault(args[2]);
-  std::cerr << absl::ProgramUsageMessage() << "\n";
-  return 2;
+  spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
+  return sluice::lab::Main(argc, argv);
 }

@@ -1,0 +1,444 @@
+#include "agent/lab/kubelet.h"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/lab/process.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::lab {
+namespace {
+
+using json = nlohmann::json;
+
+std::string Str(const json& j, std::initializer_list<const char*> path) {
+  const json* cur = &j;
+  for (const char* p : path) {
+    if (!cur->is_object()) return "";
+    auto it = cur->find(p);
+    if (it == cur->end()) return "";
+    cur = &*it;
+  }
+  return cur->is_string() ? cur->get<std::string>() : "";
+}
+
+std::string Key(const json& pod) {
+  return absl::StrCat(Str(pod, {"metadata", "namespace"}), "/", Str(pod, {"metadata", "name"}));
+}
+
+bool WantsReady(const json& pod) {
+  return Str(pod, {"metadata", "annotations", kReadyAnnotation}) != "false";
+}
+
+bool Terminating(const json& pod) { return !Str(pod, {"metadata", "deletionTimestamp"}).empty(); }
+
+std::string Now() { return ObjectStore::FormatTimestamp(absl::Now()); }
+
+}  // namespace
+
+absl::StatusOr<json> PluginConfFromConflist(const std::string& conflist_path) {
+  std::ifstream in(conflist_path);
+  if (!in) return absl::UnavailableError(absl::StrCat(conflist_path, " not installed yet"));
+  json list = json::parse(in, nullptr, false);
+  if (list.is_discarded() || !list.contains("plugins") || !list["plugins"].is_array() ||
+      list["plugins"].empty()) {
+    return absl::DataLossError(absl::StrCat(conflist_path, ": no plugins"));
+  }
+  json conf = list["plugins"][0];
+  conf["cniVersion"] = list.value("cniVersion", "1.0.0");
+  conf["name"] = list.value("name", "");
+  return conf;
+}
+
+absl::StatusOr<std::string> PodIpFromCniResult(const std::string& result) {
+  json r = json::parse(result, nullptr, false);
+  if (r.is_discarded() || !r.contains("ips") || !r["ips"].is_array() || r["ips"].empty()) {
+    return absl::DataLossError(absl::StrCat("CNI result without ips: ", result));
+  }
+  std::string address = r["ips"][0].value("address", "");
+  return address.substr(0, address.find('/'));
+}
+
+Kubelet::Kubelet(ObjectStore* store, Topology topology, KubeletOptions options)
+    : store_(store), topology_(std::move(topology)), options_(std::move(options)) {}
+
+Kubelet::~Kubelet() { Stop(); }
+
+absl::Status Kubelet::Start() {
+  auto watch = store_->Watch(Resource("pods"), WatchOptions());
+  if (!watch.ok()) return watch.status();
+  watch_ = std::move(*watch);
+  thread_ = std::thread([this] { Run(); });
+  return absl::OkStatus();
+}
+
+void Kubelet::Stop() {
+  if (stopping_.exchange(true)) return;
+  if (watch_) watch_->Interrupt();
+  if (thread_.joinable()) thread_.join();
+  std::map<std::string, RunningPod> pods;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pods.swap(pods_);
+  }
+  for (const auto& [key, pod] : pods) TearDown(pod);
+  watch_.reset();
+}
+
+std::vector<RunningPod> Kubelet::Pods() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<RunningPod> out;
+  for (const auto& [k, p] : pods_) out.push_back(p);
+  return out;
+}
+
+void Kubelet::Run() {
+  while (!stopping_) {
+    Event event;
+    switch (watch_->Next(absl::Now() + absl::Seconds(1), &event)) {
+      case WatchStream::Result::kEvent:
+        Handle(event.type, *event.object);
+        break;
+      case WatchStream::Result::kTimeout:
+        break;
+      case WatchStream::Result::kInterrupted:
+        if (stopping_) return;
+        break;
+      case WatchStream::Result::kExpired:
+        Resync();
+        break;
+    }
+    RetryFailed();
+    // Pod processes that died are reaped here (a zombie would look alive to `status`).
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto& [key, pod] : pods_) {
+      for (pid_t& pid : pod.pids) {
+        if (pid > 0) {
+          if (auto code = ReapIfExited(pid)) {
+            spdlog::warn("pod {}: process {} exited with {}", key, pid, *code);
+            pid = -1;
+          }
+        }
+      }
+    }
+  }
+}
+
+// After a lost watch: start over with a fresh one (synthetic ADDED for every pod) and tear down
+// what is no longer there.
+void Kubelet::Resync() {
+  auto watch = store_->Watch(Resource("pods"), WatchOptions());
+  if (!watch.ok()) {
+    spdlog::error("kubelet: re-watch pods: {}", watch.status().ToString());
+    return;
+  }
+  watch_ = std::move(*watch);
+  auto list = store_->List(Resource("pods"), ListOptions());
+  if (!list.ok()) return;
+  std::set<std::string> present;
+  for (const auto& p : list->items) present.insert(Key(*p) + "|" + Str(*p, {"metadata", "uid"}));
+  std::vector<RunningPod> gone;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = pods_.begin(); it != pods_.end();) {
+      if (!present.contains(it->first + "|" + it->second.uid)) {
+        gone.push_back(it->second);
+        it = pods_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& p : gone) TearDown(p);
+  if (!gone.empty() && options_.on_change) options_.on_change();
+}
+
+void Kubelet::RetryFailed() {
+  if (failed_.empty() || absl::Now() < next_retry_) return;
+  next_retry_ = absl::Now() + options_.retry_interval;
+  std::map<std::string, json> failed;
+  failed.swap(failed_);
+  for (const auto& [key, pod] : failed) {
+    auto current = store_->Get(Resource("pods"), Str(pod, {"metadata", "namespace"}),
+                               Str(pod, {"metadata", "name"}));
+    if (current.ok()) Handle(EventType::kModified, *current);
+  }
+}
+
+void Kubelet::Handle(EventType type, const json& pod) {
+  std::string key = Key(pod);
+  std::string uid = Str(pod, {"metadata", "uid"});
+  if (type == EventType::kDeleted) {
+    failed_.erase(key);
+    std::optional<RunningPod> running;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = pods_.find(key);
+      if (it != pods_.end() && it->second.uid == uid) {
+        running = it->second;
+        pods_.erase(it);
+      }
+    }
+    if (running) {
+      TearDown(*running);
+      if (options_.on_change) options_.on_change();
+    }
+    return;
+  }
+  std::string node_name = Str(pod, {"spec", "nodeName"});
+  std::string phase = Str(pod, {"status", "phase"});
+  if (node_name.empty()) {
+    if (!Terminating(pod) && phase != "Succeeded" && phase != "Failed") Schedule(pod);
+    return;
+  }
+  const LabNode* node = topology_.FindNode(node_name);
+  if (node == nullptr) {
+    spdlog::warn("pod {}: node {} is not a node of lab {}", key, node_name, topology_.lab);
+    return;
+  }
+  std::optional<RunningPod> running;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (auto it = pods_.find(key); it != pods_.end()) running = it->second;
+  }
+  if (running && running->uid != uid) {  // replaced under the same name
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pods_.erase(key);
+    }
+    TearDown(*running);
+    running.reset();
+  }
+  if (running) {
+    // Readiness follows the annotation while the pod runs; terminating pods keep serving.
+    bool ready = WantsReady(pod);
+    bool reported = false;
+    if (const auto* conds = &pod["status"]["conditions"]; conds->is_array()) {
+      for (const auto& c : *conds) {
+        if (c.value("type", "") == "Ready") reported = c.value("status", "") == "True";
+      }
+    }
+    if (ready != reported || Str(pod, {"status", "podIP"}) != running->ip) {
+      running->ready = ready;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        pods_[key].ready = ready;
+      }
+      if (auto st = WriteStatus(*running, pod); !st.ok()) {
+        spdlog::warn("pod {}: status: {}", key, st.ToString());
+      }
+    }
+    return;
+  }
+  if (Terminating(pod) || phase == "Succeeded" || phase == "Failed") return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (bound_[node_name] > 0) --bound_[node_name];
+  }
+  if (auto st = StartPod(pod, *node); !st.ok()) {
+    spdlog::warn("pod {} on {}: {} (retrying)", key, node_name, st.ToString());
+    failed_[key] = pod;
+  } else if (options_.on_change) {
+    options_.on_change();
+  }
+}
+
+void Kubelet::Schedule(const json& pod) {
+  std::map<std::string, int> load;
+  for (const auto& n : topology_.nodes) load[n.name] = 0;
+  if (auto list = store_->List(Resource("pods"), ListOptions()); list.ok()) {
+    for (const auto& p : list->items) {
+      std::string n = Str(*p, {"spec", "nodeName"});
+      if (load.contains(n)) ++load[n];
+    }
+  }
+  std::string best;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& n : topology_.nodes) {  // ties go to the lowest node number
+      if (best.empty() || load[n.name] < load[best]) best = n.name;
+    }
+  }
+  auto st = store_->Update(Resource("pods"), Str(pod, {"metadata", "namespace"}),
+                           Str(pod, {"metadata", "name"}), [&](json& p) {
+                             if (!Str(p, {"spec", "nodeName"}).empty()) return absl::OkStatus();
+                             p["spec"]["nodeName"] = best;
+                             return absl::OkStatus();
+                           });
+  if (!st.ok()) {
+    spdlog::warn("schedule pod {}: {}", Key(pod), st.status().ToString());
+  } else {
+    spdlog::info("scheduled pod {} on {}", Key(pod), best);
+  }
+}
+
+absl::StatusOr<std::string> Kubelet::Cni(const std::string& command, const RunningPod& pod,
+                                         const LabNode& node) {
+  auto conf = PluginConfFromConflist(node.cni_conf_dir() + "/05-sluice.conflist");
+  if (!conf.ok()) return conf.status();
+  std::string type = conf->value("type", "sluice");
+  ProcessSpec spec;
+  spec.argv = {node.cni_bin_dir() + "/" + type};
+  spec.env = std::vector<std::string>{
+      "CNI_COMMAND=" + command,
+      "CNI_CONTAINERID=" + pod.uid,
+      "CNI_NETNS=" + topology_.netns_path(pod.netns),
+      "CNI_IFNAME=eth0",
+      "CNI_PATH=" + node.cni_bin_dir(),
+      absl::StrCat("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=", pod.namespace_name,
+                   ";K8S_POD_NAME=", pod.name, ";K8S_POD_UID=", pod.uid),
+      "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+  spec.stdin_data = conf->dump();
+  auto r = RunProcess(spec, absl::Seconds(60));
+  if (!r.ok()) return r.status();
+  if (r->exit_code != 0) {
+    return absl::InternalError(
+        absl::StrCat("CNI ", command, " exit ", r->exit_code, ": ", r->out, r->err));
+  }
+  return r->out;
+}
+
+absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
+  RunningPod pod;
+  pod.namespace_name = Str(spec_pod, {"metadata", "namespace"});
+  pod.name = Str(spec_pod, {"metadata", "name"});
+  pod.uid = Str(spec_pod, {"metadata", "uid"});
+  pod.node = node.name;
+  pod.netns = topology_.PodNetns(pod.namespace_name, pod.name);
+  pod.ready = WantsReady(spec_pod);
+  std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
+  if (!std::filesystem::exists(node.cni_conf_dir() + "/05-sluice.conflist")) {
+    return absl::UnavailableError(absl::StrCat("the agent of ", node.name, " is not ready"));
+  }
+  if (auto st = CreatePodNetns(topology_, pod.netns); !st.ok()) return st;
+  auto undo = [&](absl::Status st) {
+    for (pid_t pid : pod.pids) StopProcess(pid, absl::Seconds(1));
+    if (auto del = Cni("DEL", pod, node); !del.ok()) {
+      spdlog::warn("pod {}: CNI DEL after failure: {}", key, del.status().ToString());
+    }
+    DeletePodNetns(topology_, pod.netns).IgnoreError();
+    return st;
+  };
+  auto result = Cni("ADD", pod, node);
+  if (!result.ok()) return undo(result.status());
+  auto ip = PodIpFromCniResult(*result);
+  if (!ip.ok()) return undo(ip.status());
+  pod.ip = *ip;
+
+  std::string log_dir = topology_.dir + "/logs";
+  std::filesystem::create_directories(log_dir);
+  std::string log = absl::StrCat(log_dir, "/", pod.namespace_name, "_", pod.name, ".log");
+  std::string netns_path = topology_.netns_path(pod.netns);
+  std::map<int, std::set<std::string>> ports;  // containerPort -> protocols
+  const json& containers = spec_pod["spec"].value("containers", json::array());
+  for (const auto& c : containers) {
+    for (const auto& p : c.value("ports", json::array())) {
+      if (p.contains("containerPort") && p["containerPort"].is_number_integer()) {
+        ports[p["containerPort"].get<int>()].insert(p.value("protocol", "TCP"));
+      }
+    }
+  }
+  for (const auto& [port, protocols] : ports) {
+    std::vector<std::string> argv = {options_.netexec_binary, "netexec", "--port",
+                                     std::to_string(port),    "--name",  pod.name};
+    if (protocols.contains("TCP")) argv.push_back("--tcp");
+    if (protocols.contains("UDP")) argv.push_back("--udp");
+    if (!protocols.contains("TCP") && !protocols.contains("UDP")) continue;  // SCTP
+    auto pid = StartProcess({.argv = argv, .netns_path = netns_path, .log_path = log});
+    if (!pid.ok()) return undo(pid.status());
+    pod.pids.push_back(*pid);
+  }
+  for (const auto& c : containers) {
+    std::vector<std::string> argv;
+    for (const char* field : {"command", "args"}) {
+      for (const auto& a : c.value(field, json::array())) {
+        if (a.is_string()) argv.push_back(a.get<std::string>());
+      }
+    }
+    if (argv.empty() || !c.contains("command")) continue;
+    auto pid = StartProcess({.argv = argv, .netns_path = netns_path, .log_path = log});
+    if (!pid.ok()) return undo(pid.status());
+    pod.pids.push_back(*pid);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    pods_[key] = pod;
+  }
+  spdlog::info("pod {} running on {} at {}", key, node.name, pod.ip);
+  if (auto st = WriteStatus(pod, spec_pod); !st.ok()) {
+    spdlog::warn("pod {}: status: {}", key, st.ToString());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Kubelet::WriteStatus(const RunningPod& pod, const json& spec_pod) {
+  const LabNode* node = topology_.FindNode(pod.node);
+  std::string host_ip = node ? node->ip : "";
+  std::string ready = pod.ready ? "True" : "False";
+  auto result = store_->Update(
+      Resource("pods"), pod.namespace_name, pod.name,
+      [&](json& p) {
+        if (Str(p, {"metadata", "uid"}) != pod.uid) return absl::NotFoundError("pod replaced");
+        json& s = p["status"];
+        std::string now = Now();
+        std::string started = s.value("startTime", now);
+        s["phase"] = "Running";
+        s["podIP"] = pod.ip;
+        s["podIPs"] = json::array({{{"ip", pod.ip}}});
+        s["hostIP"] = host_ip;
+        s["hostIPs"] = json::array({{{"ip", host_ip}}});
+        s["startTime"] = started;
+        json conditions = json::array();
+        for (const auto& [type, status] :
+             std::vector<std::pair<std::string, std::string>>{{"Initialized", "True"},
+                                                              {"Ready", ready},
+                                                              {"ContainersReady", ready},
+                                                              {"PodScheduled", "True"}}) {
+          std::string since = now;
+          for (const auto& old : s.value("conditions", json::array())) {
+            if (old.value("type", "") == type && old.value("status", "") == status) {
+              since = old.value("lastTransitionTime", now);
+            }
+          }
+          conditions.push_back({{"type", type}, {"status", status}, {"lastTransitionTime", since}});
+        }
+        s["conditions"] = conditions;
+        json statuses = json::array();
+        for (const auto& c : spec_pod["spec"].value("containers", json::array())) {
+          statuses.push_back({{"name", c.value("name", "")},
+                              {"image", c.value("image", "")},
+                              {"imageID", ""},
+                              {"containerID", "lab://" + pod.uid},
+                              {"ready", pod.ready},
+                              {"started", true},
+                              {"restartCount", 0},
+                              {"state", {{"running", {{"startedAt", started}}}}}});
+        }
+        s["containerStatuses"] = statuses;
+        return absl::OkStatus();
+      },
+      ObjectStore::Subresource::kStatus);
+  return result.status();
+}
+
+void Kubelet::TearDown(const RunningPod& pod) {
+  std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
+  for (pid_t pid : pod.pids) {
+    if (pid > 0) StopProcess(pid, absl::Seconds(2));
+  }
+  const LabNode* node = topology_.FindNode(pod.node);
+  if (node != nullptr) {
+    if (auto r = Cni("DEL", pod, *node); !r.ok()) {
+      spdlog::warn("pod {}: CNI DEL: {}", key, r.status().ToString());
+    }
+  }
+  if (auto st = DeletePodNetns(topology_, pod.netns); !st.ok()) {
+    spdlog::warn("pod {}: {}", key, st.ToString());
+  }
+  spdlog::info("pod {} torn down", key);
+}
+
+}  // namespace sluice::lab

@@ -1,0 +1,98 @@
+// The lab's kubelet (and scheduler), running inside the control-plane daemon: watches Pods in the
+// ObjectStore; binds unscheduled pods to the node with the fewest pods; for a pod on a lab node
+// makes its network namespace, calls the node's installed CNI plugin exactly as a container
+// runtime does (CNI_* environment + the conflist's plugin conf on stdin), starts a netexec
+// server per containerPort and the container's `command` in that namespace, and reports the pod
+// Running with its IP and Ready condition (off with annotation lab.sluice.dev/ready: "false").
+// A pod keeps running while terminating (deletionTimestamp set) and is torn down — processes
+// killed, CNI DEL, namespace deleted — once it is really gone from the store.
+#ifndef SLUICE_AGENT_LAB_KUBELET_H_
+#define SLUICE_AGENT_LAB_KUBELET_H_
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "agent/lab/object_store.h"
+#include "agent/lab/topology.h"
+#include "nlohmann/json.hpp"
+
+namespace sluice::lab {
+
+inline constexpr char kReadyAnnotation[] = "lab.sluice.dev/ready";
+
+struct KubeletOptions {
+  std::string netexec_binary;                        // `sluice-lab` itself (runs `netexec`)
+  absl::Duration retry_interval = absl::Seconds(2);  // after a failed pod start (agent not up)
+  std::function<void()> on_change;  // after pods were started or torn down (status file)
+};
+
+struct RunningPod {
+  std::string namespace_name;
+  std::string name;
+  std::string uid;
+  std::string node;
+  std::string netns;
+  std::string ip;
+  bool ready = false;
+  std::vector<pid_t> pids;
+};
+
+// The plugin configuration a runtime hands a plugin of a conflist: plugins[0] plus the list's
+// cniVersion and name (what libcni does).
+absl::StatusOr<nlohmann::json> PluginConfFromConflist(const std::string& conflist_path);
+// ips[0].address of a CNI result, without the prefix length.
+absl::StatusOr<std::string> PodIpFromCniResult(const std::string& result);
+
+class Kubelet {
+ public:
+  Kubelet(ObjectStore* store, Topology topology, KubeletOptions options);
+  ~Kubelet();
+  Kubelet(const Kubelet&) = delete;
+  Kubelet& operator=(const Kubelet&) = delete;
+
+  absl::Status Start();
+  // Stops watching, then tears every running pod down (CNI DEL while the agents still run).
+  void Stop();
+
+  std::vector<RunningPod> Pods() const;
+
+ private:
+  void Run();
+  void Handle(EventType type, const nlohmann::json& pod);
+  void Resync();
+  void RetryFailed();
+  void Schedule(const nlohmann::json& pod);
+  absl::Status StartPod(const nlohmann::json& pod, const LabNode& node);
+  void TearDown(const RunningPod& pod);
+  absl::Status WriteStatus(const RunningPod& pod, const nlohmann::json& spec_pod);
+  absl::StatusOr<std::string> Cni(const std::string& command, const RunningPod& pod,
+                                  const LabNode& node);
+
+  ObjectStore* store_;
+  Topology topology_;
+  KubeletOptions options_;
+  std::unique_ptr<WatchStream> watch_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+
+  mutable std::mutex mu_;                   // guards pods_ (read by Pods() from other threads)
+  std::map<std::string, RunningPod> pods_;  // "ns/name"
+  std::map<std::string, nlohmann::json> failed_;  // waiting for a retry
+  std::map<std::string, int> bound_;              // node -> pods bound by us not yet started
+  absl::Time next_retry_ = absl::InfinitePast();
+};
+
+}  // namespace sluice::lab
+
+#endif  // SLUICE_AGENT_LAB_KUBELET_H_

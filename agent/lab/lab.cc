@@ -1,0 +1,594 @@
+#include "agent/lab/lab.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "agent/lab/apiserver.h"
+#include "httplib.h"
+#include "yaml-cpp/yaml.h"
+#include "absl/strings/escaping.h"
+#include "agent/lab/kubelet.h"
+#include "agent/lab/probe.h"
+#include "agent/lab/process.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace sluice::lab {
+namespace {
+
+namespace fs = std::filesystem;
+using json = nlohmann::json;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
+  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << content;
+    if (!out) return absl::InternalError(absl::StrCat("write ", tmp));
+  }
+  std::error_code ec;
+  fs::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+std::string Tail(const std::string& path, size_t bytes = 3000) {
+  std::string s = ReadFile(path);
+  return s.size() > bytes ? s.substr(s.size() - bytes) : s;
+}
+
+pid_t ReadPid(const std::string& path) {
+  int pid = 0;
+  std::string s = ReadFile(path);
+  return absl::SimpleAtoi(absl::StripAsciiWhitespace(s), &pid) ? pid : 0;
+}
+
+// Makes the API served inside the underlay namespace reachable from the root namespace: listens
+// on 127.0.0.1 (where this object is created) and connects every accepted connection, from a
+// thread that joined the underlay namespace, to the apiserver's underlay address.
+class TcpForwarder {
+ public:
+  ~TcpForwarder() { Stop(); }
+
+  absl::Status Start(const std::string& target_netns_path, const std::string& target_ip,
+                     int target_port) {
+    netns_fd_ = open(target_netns_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (netns_fd_ < 0) return absl::InternalError(absl::StrCat("open ", target_netns_path));
+    target_ = {};
+    target_.sin_family = AF_INET;
+    target_.sin_port = htons(target_port);
+    inet_pton(AF_INET, target_ip.c_str(), &target_.sin_addr);
+    listen_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr = {};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(addr);
+    if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+        listen(listen_fd_, 128) != 0 ||
+        getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return absl::InternalError(absl::StrCat("listen on 127.0.0.1: ", strerror(errno)));
+    }
+    port_ = ntohs(addr.sin_port);
+    if (pipe2(stop_pipe_, O_CLOEXEC) != 0) return absl::InternalError("pipe");
+    thread_ = std::thread([this] { AcceptLoop(); });
+    return absl::OkStatus();
+  }
+
+  void Stop() {
+    if (stop_pipe_[1] >= 0 && !stopping_.exchange(true)) {
+      char c = 0;
+      [[maybe_unused]] ssize_t n = write(stop_pipe_[1], &c, 1);
+    }
+    if (thread_.joinable()) thread_.join();
+    for (int* fd : {&listen_fd_, &netns_fd_}) {
+      if (*fd >= 0) close(*fd);
+      *fd = -1;
+    }
+  }
+
+  int port() const { return port_; }
+
+ private:
+  void AcceptLoop() {
+    while (true) {
+      pollfd p[2] = {{listen_fd_, POLLIN, 0}, {stop_pipe_[0], POLLIN, 0}};
+      if (poll(p, 2, -1) < 0) continue;
+      if (p[1].revents) return;
+      int client = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (client < 0) continue;
+      // Detached: each pump ends when either side closes; the daemon exits right after Stop().
+      std::thread([this, client] { Pump(client); }).detach();
+    }
+  }
+
+  void Pump(int client) {
+    int upstream = -1;
+    if (setns(netns_fd_, CLONE_NEWNET) == 0) {
+      upstream = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (upstream >= 0 &&
+          connect(upstream, reinterpret_cast<sockaddr*>(&target_), sizeof(target_)) != 0) {
+        close(upstream);
+        upstream = -1;
+      }
+    }
+    if (upstream < 0) {
+      close(client);
+      return;
+    }
+    int fds[2] = {client, upstream};
+    bool open[2] = {true, true};  // reading side still open
+    char buf[65536];
+    while (open[0] || open[1]) {
+      pollfd p[3] = {{open[0] ? fds[0] : -1, POLLIN, 0},
+                     {open[1] ? fds[1] : -1, POLLIN, 0},
+                     {stop_pipe_[0], POLLIN, 0}};
+      if (poll(p, 3, -1) < 0) continue;
+      if (p[2].revents) break;
+      for (int i = 0; i < 2; ++i) {
+        if (!open[i] || !p[i].revents) continue;
+        ssize_t n = read(fds[i], buf, sizeof(buf));
+        if (n <= 0) {
+          open[i] = false;
+          shutdown(fds[1 - i], SHUT_WR);
+          if (n < 0) open[0] = open[1] = false;
+          continue;
+        }
+        size_t off = 0;
+        while (off < static_cast<size_t>(n)) {
+          ssize_t w = send(fds[1 - i], buf + off, n - off, MSG_NOSIGNAL);
+          if (w <= 0) {
+            open[0] = open[1] = false;
+            break;
+          }
+          off += w;
+        }
+      }
+    }
+    close(client);
+    close(upstream);
+  }
+
+  int listen_fd_ = -1;
+  int netns_fd_ = -1;
+  int stop_pipe_[2] = {-1, -1};
+  std::atomic<bool> stopping_{false};
+  sockaddr_in target_ = {};
+  int port_ = 0;
+  std::thread thread_;
+};
+
+struct AgentProcess {
+  const LabNode* node;
+  std::string pod_cidr;
+  pid_t pid = 0;
+  bool exited = false;
+};
+
+json NodeObject(const LabNode& node) {
+  std::string now = ObjectStore::FormatTimestamp(absl::Now());
+  return {{"apiVersion", "v1"},
+          {"kind", "Node"},
+          {"metadata",
+           {{"name", node.name},
+            {"labels",
+             {{"kubernetes.io/hostname", node.name},
+              {"kubernetes.io/os", "linux"},
+              {"kubernetes.io/arch", "amd64"}}}}},
+          {"spec", json::object()},
+          {"status",
+           {{"addresses", json::array({{{"type", "InternalIP"}, {"address", node.ip}},
+                                       {{"type", "Hostname"}, {"address", node.name}}})},
+            {"conditions", json::array({{{"type", "Ready"},
+                                         {"status", "True"},
+                                         {"reason", "KubeletReady"},
+                                         {"lastHeartbeatTime", now},
+                                         {"lastTransitionTime", now}}})}}}};
+}
+
+std::string SiblingBinary(const char* env, const std::string& relative) {
+  if (const char* v = getenv(env); v != nullptr && *v) return v;
+  return fs::weakly_canonical(fs::path(SelfExeDir()) / relative).string();
+}
+
+}  // namespace
+
+std::string AgentBinary() { return SiblingBinary("SLUICE_LAB_AGENT", "../sluice-agent"); }
+std::string CniBinary() { return SiblingBinary("SLUICE_LAB_CNI", "../../cni/sluice-cni"); }
+std::string KubeconfigPath(const std::string& lab) { return LabDir(lab) + "/kubeconfig"; }
+
+std::vector<std::string> AgentCommand(const Topology& t, const LabNode& node,
+                                      const std::string& pod_cidr) {
+  std::vector<std::string> argv = {"ip", "netns", "exec", node.netns, AgentBinary()};
+  const char* from_api = getenv("SLUICE_LAB_AGENT_FROM_API");
+  if (from_api != nullptr && std::string(from_api) == "1") {
+    argv.push_back(absl::StrCat("--kubeconfig=", t.dir, "/kubeconfig-nodes"));
+    argv.push_back(absl::StrCat("--node_name=", node.name));
+  } else {
+    argv.push_back(absl::StrCat("--pod_cidr=", pod_cidr));
+  }
+  for (const std::string& f : {
+           absl::StrCat("--native_device=eth0"),
+           absl::StrCat("--node_ip=", node.ip),
+           absl::StrCat("--bpffs_root=", node.bpffs()),
+           absl::StrCat("--state_dir=", node.state_dir()),
+           absl::StrCat("--socket=", node.socket()),
+           absl::StrCat("--cni_conf_dir=", node.cni_conf_dir()),
+           absl::StrCat("--cni_bin_dir=", node.cni_bin_dir()),
+           absl::StrCat("--cni_plugin=", CniBinary()),
+       }) {
+    argv.push_back(f);
+  }
+  if (const char* extra = getenv("SLUICE_LAB_AGENT_ARGS"); extra != nullptr) {
+    for (absl::string_view a : absl::StrSplit(extra, ' ', absl::SkipWhitespace())) {
+      argv.emplace_back(a);
+    }
+  }
+  return argv;
+}
+
+absl::StatusOr<std::string> ResolveLab(const std::string& flag) {
+  if (!flag.empty()) {
+    if (auto st = ValidateLabName(flag); !st.ok()) return st;
+    return flag;
+  }
+  std::vector<std::string> labs = ListLabs();
+  if (labs.empty()) return absl::NotFoundError("no lab is running (sluice-lab up)");
+  if (labs.size() > 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("several labs are running (", absl::StrJoin(labs, ", "), "): pass --name"));
+  }
+  return labs[0];
+}
+
+absl::StatusOr<std::string> ResolveNetns(const Topology& t, const std::string& from) {
+  std::string netns;
+  if (from == "external") {
+    netns = t.external_netns;
+  } else if (from.rfind("node/", 0) == 0) {
+    const LabNode* n = t.FindNode(from.substr(5));
+    if (n == nullptr) return absl::NotFoundError(absl::StrCat("no node ", from.substr(5)));
+    netns = n->netns;
+  } else {
+    std::vector<std::string> parts = absl::StrSplit(from, absl::MaxSplits('/', 1));
+    if (parts.size() == 1) parts.insert(parts.begin(), "default");
+    if (parts[0].empty() || parts[1].empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--from: want external, node/NODE or NAMESPACE/POD, got ", from));
+    }
+    netns = t.PodNetns(parts[0], parts[1]);
+  }
+  std::string path = t.netns_path(netns);
+  if (!fs::exists(path)) {
+    return absl::NotFoundError(absl::StrCat(from, ": no network namespace ", netns));
+  }
+  return path;
+}
+
+absl::StatusOr<std::string> Up(const UpOptions& options, const std::string& self_exe) {
+  for (const auto& bin : {AgentBinary(), CniBinary()}) {
+    if (access(bin.c_str(), X_OK) != 0) return absl::NotFoundError(absl::StrCat(bin, " not found"));
+  }
+  auto topology = CreateTopology(options.name, options.nodes);
+  if (!topology.ok()) return topology.status();
+  std::string log = topology->dir + "/controlplane.log";
+  auto pid =
+      StartProcess({.argv = {self_exe, "controlplane", "--name", options.name}, .log_path = log});
+  auto fail = [&](absl::Status st) -> absl::Status {
+    std::string tail = Tail(log);
+    if (pid.ok()) StopProcess(*pid, absl::Seconds(20));
+    DestroyTopology(*topology).IgnoreError();
+    return absl::Status(st.code(),
+                        absl::StrCat(st.message(), "\n--- controlplane.log ---\n", tail));
+  };
+  if (!pid.ok()) return fail(pid.status());
+  if (auto st = WriteFileAtomically(topology->dir + "/controlplane.pid", absl::StrCat(*pid, "\n"));
+      !st.ok()) {
+    return fail(st);
+  }
+  absl::Time deadline = absl::Now() + options.timeout;
+  std::string ready = topology->dir + "/ready";
+  while (!fs::exists(ready)) {
+    if (auto code = ReapIfExited(*pid)) {
+      pid = absl::InternalError("exited");
+      return fail(absl::InternalError(absl::StrCat("control plane exited with ", *code)));
+    }
+    if (absl::Now() > deadline) {
+      return fail(absl::DeadlineExceededError("the lab did not come up in time"));
+    }
+    usleep(50'000);
+  }
+  return KubeconfigPath(options.name);
+}
+
+int RunControlPlane(const std::string& name) {
+  auto topology = LoadTopology(name);
+  if (!topology.ok()) {
+    spdlog::critical("{}", topology.status().ToString());
+    return 1;
+  }
+  const Topology& t = *topology;
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  ApiServerOptions api_options;
+  api_options.address = t.gateway_ip;
+  api_options.port = kUnderlayApiPort;
+  api_options.extra_sans = {"127.0.0.1", "localhost"};
+  ApiServer api(api_options);
+  TcpForwarder forwarder;
+  std::vector<AgentProcess> agents;
+  std::unique_ptr<Kubelet> kubelet;
+  std::mutex status_mu;
+
+  auto write_status = [&] {
+    std::lock_guard<std::mutex> lock(status_mu);
+    json nodes = json::array();
+    for (const auto& a : agents) {
+      nodes.push_back({{"name", a.node->name},
+                       {"ip", a.node->ip},
+                       {"netns", a.node->netns},
+                       {"podCIDR", a.pod_cidr},
+                       {"agentPid", a.pid}});
+    }
+    json pods = json::array();
+    if (kubelet) {
+      for (const auto& p : kubelet->Pods()) {
+        pods.push_back({{"namespace", p.namespace_name},
+                        {"name", p.name},
+                        {"node", p.node},
+                        {"ip", p.ip},
+                        {"ready", p.ready},
+                        {"netns", p.netns}});
+      }
+    }
+    json status = {{"lab", t.lab},
+                   {"controlplanePid", getpid()},
+                   {"apiserver", absl::StrCat("https://127.0.0.1:", forwarder.port())},
+                   {"apiserverUnderlay", api.url()},
+                   {"nodes", nodes},
+                   {"pods", pods}};
+    WriteFileAtomically(t.dir + "/status.json", status.dump(2) + "\n").IgnoreError();
+  };
+
+  auto run = [&]() -> absl::Status {
+    // The apiserver binds its address inside the underlay namespace: start it from a thread
+    // that joined it (its server threads inherit the namespace).
+    absl::Status started;
+    std::thread([&] {
+      if (auto st = EnterNetns(t.netns_path(t.underlay_netns)); !st.ok()) {
+        started = st;
+        return;
+      }
+      started = api.Start();
+    }).join();
+    if (!started.ok()) return started;
+    if (auto st = forwarder.Start(t.netns_path(t.underlay_netns), t.gateway_ip, api.port());
+        !st.ok()) {
+      return st;
+    }
+    KubeconfigParams root = api.kubeconfig();
+    root.server = absl::StrCat("https://127.0.0.1:", forwarder.port());
+    root.cluster_name = root.context_name = absl::StrCat("sluice-lab-", t.lab);
+    if (auto st = WriteKubeconfig(KubeconfigPath(t.lab), root); !st.ok()) return st;
+    KubeconfigParams nodes = api.kubeconfig();
+    nodes.server = api.url();
+    nodes.cluster_name = nodes.context_name = root.cluster_name;
+    if (auto st = WriteKubeconfig(t.dir + "/kubeconfig-nodes", nodes); !st.ok()) return st;
+    spdlog::info("apiserver at {} (underlay) and {} (root namespace)", api.url(), root.server);
+
+    ObjectStore& store = api.store();
+    for (const auto& n : t.nodes) {
+      auto created = store.Create(Resource("nodes"), NodeObject(n));
+      if (!created.ok() && !absl::IsAlreadyExists(created.status())) return created.status();
+    }
+    for (const auto& n : t.nodes) {
+      AgentProcess agent{.node = &n};
+      absl::Time deadline = absl::Now() + absl::Seconds(10);
+      while (agent.pod_cidr.empty()) {
+        auto node = store.Get(Resource("nodes"), "", n.name);
+        if (node.ok()) agent.pod_cidr = node->value("spec", json::object()).value("podCIDR", "");
+        if (!agent.pod_cidr.empty()) break;
+        if (absl::Now() > deadline) {
+          return absl::DeadlineExceededError(absl::StrCat("no podCIDR allocated to ", n.name));
+        }
+        usleep(20'000);
+      }
+      auto pid = StartProcess(
+          {.argv = AgentCommand(t, n, agent.pod_cidr), .log_path = n.log_dir() + "/agent.log"});
+      if (!pid.ok()) return pid.status();
+      agent.pid = *pid;
+      spdlog::info("agent of {} (pod CIDR {}) started: pid {}", n.name, agent.pod_cidr, *pid);
+      agents.push_back(agent);
+    }
+    absl::Time deadline = absl::Now() + absl::Seconds(60);
+    for (auto& a : agents) {
+      std::string conflist = a.node->cni_conf_dir() + "/05-sluice.conflist";
+      while (!fs::exists(conflist)) {
+        if (auto code = ReapIfExited(a.pid)) {
+          a.exited = true;
+          return absl::InternalError(absl::StrCat("agent of ", a.node->name, " exited with ", *code,
+                                                  ":\n", Tail(a.node->log_dir() + "/agent.log")));
+        }
+        if (absl::Now() > deadline) {
+          return absl::DeadlineExceededError(absl::StrCat("agent of ", a.node->name, " not ready"));
+        }
+        usleep(20'000);
+      }
+    }
+    kubelet = std::make_unique<Kubelet>(
+        &store, t, KubeletOptions{.netexec_binary = SelfExe(), .on_change = write_status});
+    if (auto st = kubelet->Start(); !st.ok()) return st;
+    write_status();
+    return WriteFileAtomically(t.dir + "/ready", KubeconfigPath(t.lab) + "\n");
+  };
+
+  absl::Status st = run();
+  int exit_code = 0;
+  if (!st.ok()) {
+    spdlog::critical("lab {}: {}", t.lab, st.ToString());
+    exit_code = 1;
+  } else {
+    spdlog::info("lab {} is up with {} nodes", t.lab, t.nodes.size());
+    absl::Time next_status = absl::Now();
+    while (true) {
+      timespec one_second = {1, 0};
+      int sig = sigtimedwait(&stop_signals, nullptr, &one_second);
+      if (sig > 0) {
+        spdlog::info("signal {}: tearing lab {} down", sig, t.lab);
+        break;
+      }
+      for (auto& a : agents) {
+        if (!a.exited) {
+          if (auto code = ReapIfExited(a.pid)) {
+            a.exited = true;
+            spdlog::error("agent of {} exited with {}", a.node->name, *code);
+          }
+        }
+      }
+      if (absl::Now() >= next_status) {
+        write_status();
+        next_status = absl::Now() + absl::Seconds(2);
+      }
+    }
+  }
+  // Pods first (CNI DEL needs the agents), then agents, then the API, then the network.
+  if (kubelet) kubelet->Stop();
+  for (auto& a : agents) {
+    if (!a.exited) StopProcess(a.pid, absl::Seconds(10));
+  }
+  forwarder.Stop();
+  api.Stop();
+  if (auto d = DestroyTopology(t); !d.ok()) {
+    spdlog::error("teardown: {}", d.ToString());
+    exit_code = 1;
+  }
+  return exit_code;
+}
+
+absl::Status Down(const std::string& name) {
+  auto t = LoadTopology(name);
+  if (!t.ok()) return t.status();
+  pid_t pid = ReadPid(t->dir + "/controlplane.pid");
+  if (ProcessAlive(pid)) {
+    kill(pid, SIGTERM);
+    absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (ProcessAlive(pid) && absl::Now() < deadline) usleep(20'000);
+    if (ProcessAlive(pid)) {
+      spdlog::warn("control plane {} did not stop: killing it", pid);
+      kill(pid, SIGKILL);
+    }
+  }
+  // Whatever the daemon left (or everything, if it had died).
+  return DestroyTopology(*t);
+}
+
+absl::StatusOr<std::string> Status(const std::string& name) {
+  auto t = LoadTopology(name);
+  if (!t.ok()) return t.status();
+  json s = json::parse(ReadFile(t->dir + "/status.json"), nullptr, false);
+  pid_t cp = ReadPid(t->dir + "/controlplane.pid");
+  std::string out =
+      absl::StrFormat("lab %s: control plane %s (pid %d), underlay 172.30.%d.0/24\n", t->lab,
+                      ProcessAlive(cp) ? "running" : "NOT RUNNING", cp, t->index);
+  if (s.is_discarded()) return out + "(no status yet)\n";
+  absl::StrAppend(&out, "apiserver: ", s.value("apiserver", ""),
+                  " (agents: ", s.value("apiserverUnderlay", ""),
+                  ")\nkubeconfig: ", KubeconfigPath(name), "\n\n");
+  absl::StrAppend(&out,
+                  absl::StrFormat("%-10s %-15s %-18s %s\n", "NODE", "IP", "POD CIDR", "AGENT"));
+  for (const auto& n : s.value("nodes", json::array())) {
+    pid_t pid = n.value("agentPid", 0);
+    absl::StrAppend(
+        &out, absl::StrFormat("%-10s %-15s %-18s %s\n", n.value("name", ""), n.value("ip", ""),
+                              n.value("podCIDR", ""),
+                              ProcessAlive(pid) ? absl::StrCat("running (pid ", pid, ")")
+                                                : std::string("DOWN")));
+  }
+  absl::StrAppend(&out, "\n",
+                  absl::StrFormat("%-30s %-10s %-15s %s\n", "POD", "NODE", "IP", "READY"));
+  for (const auto& p : s.value("pods", json::array())) {
+    absl::StrAppend(&out, absl::StrFormat("%-30s %-10s %-15s %s\n",
+                                          p.value("namespace", "") + "/" + p.value("name", ""),
+                                          p.value("node", ""), p.value("ip", ""),
+                                          p.value("ready", false) ? "true" : "false"));
+  }
+  absl::StrAppend(&out, "external: ", t->external_ip, " (--from external)\n");
+  return out;
+}
+
+absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann::json& body) {
+  // The kubeconfig has all it takes: server, CA, token.
+  YAML::Node kc;
+  try {
+    kc = YAML::LoadFile(kubeconfig);
+  } catch (const std::exception& e) {
+    return absl::NotFoundError(absl::StrCat("read ", kubeconfig, ": ", e.what()));
+  }
+  std::string server = kc["clusters"][0]["cluster"]["server"].as<std::string>("");
+  std::string ca;
+  absl::Base64Unescape(kc["clusters"][0]["cluster"]["certificate-authority-data"].as<std::string>(""),
+                       &ca);
+  std::string token = kc["users"][0]["user"]["token"].as<std::string>("");
+  std::string hostport = server.substr(server.find("://") == std::string::npos
+                                          ? 0 : server.find("://") + 3);
+  int port = 0;
+  if (hostport.rfind(':') == std::string::npos ||
+      !absl::SimpleAtoi(hostport.substr(hostport.rfind(':') + 1), &port)) {
+    return absl::DataLossError(absl::StrCat("unexpected server ", server));
+  }
+  httplib::SSLClient cli(hostport.substr(0, hostport.rfind(':')), port);
+  BIO* bio = BIO_new_mem_buf(ca.data(), static_cast<int>(ca.size()));
+  X509_STORE* store = X509_STORE_new();
+  while (X509* cert = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+    X509_STORE_add_cert(store, cert);
+    X509_free(cert);
+  }
+  BIO_free(bio);
+  cli.set_ca_cert_store(store);
+  cli.set_bearer_token_auth(token);
+  cli.set_connection_timeout(5);
+  cli.set_read_timeout(30);
+  auto res = cli.Post("/lab/faults", body.dump(), "application/json");
+  if (!res) {
+    return absl::UnavailableError(absl::StrCat("POST /lab/faults: ", httplib::to_string(res.error())));
+  }
+  if (res->status != 200) {
+    return absl::FailedPreconditionError(absl::StrCat("HTTP ", res->status, ": ", res->body));
+  }
+  return res->body;
+}
+
+}  // namespace sluice::lab

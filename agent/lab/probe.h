@@ -1,0 +1,47 @@
+// One connection attempt from inside a network namespace, for tests and operators: does
+// HOST:PORT answer (CONNECTED), refuse (REFUSED: TCP RST or, for UDP, ICMP port unreachable), or
+// stay silent (TIMEOUT)? And a one-line request/response exchange with a netexec server.
+#ifndef SLUICE_AGENT_LAB_PROBE_H_
+#define SLUICE_AGENT_LAB_PROBE_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace sluice::lab {
+
+enum class Protocol { kTcp, kUdp };
+enum class ProbeOutcome { kConnected, kRefused, kTimeout };
+const char* ProbeOutcomeName(ProbeOutcome outcome);  // CONNECTED, REFUSED, TIMEOUT
+
+struct ProbeTarget {
+  std::string host;  // IPv4 address
+  int port = 0;
+  Protocol protocol = Protocol::kTcp;
+  absl::Duration timeout = absl::Seconds(3);
+};
+
+// "HOST:PORT" -> target (protocol and timeout untouched).
+absl::Status ParseHostPort(const std::string& text, ProbeTarget* target);
+absl::StatusOr<Protocol> ParseProtocol(const std::string& text);
+
+// Moves the calling thread into the network namespace at `path` (e.g. /var/run/netns/NAME).
+absl::Status EnterNetns(const std::string& path);
+
+// TCP: CONNECTED once the handshake completes. UDP: sends "hostname" (again every 500 ms) on a
+// connected socket; CONNECTED when any reply arrives, REFUSED on ECONNREFUSED (ICMP port
+// unreachable). Anything else (silence, no route) is TIMEOUT. Errors only for bad input.
+absl::StatusOr<ProbeOutcome> Probe(const ProbeTarget& target);
+
+struct RequestResult {
+  ProbeOutcome outcome;
+  std::string reply;  // with kConnected
+};
+// Sends `data` plus a newline and returns the reply (TCP: up to EOF; UDP: one datagram).
+absl::StatusOr<RequestResult> Request(const ProbeTarget& target, const std::string& data);
+
+}  // namespace sluice::lab
+
+#endif  // SLUICE_AGENT_LAB_PROBE_H_

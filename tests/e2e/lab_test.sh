@@ -1,0 +1,148 @@
+#!/usr/bin/env bash
+# sluice-lab end to end: `up` with two nodes, pods applied with kubectl become Ready with
+# addresses from their node's pod CIDR, real TCP/UDP between pods on one node (probe / request),
+# node and external clients reach node addresses, a deleted pod keeps serving while terminating
+# and then goes through CNI DEL, and `down` leaves no namespace, mount, process or file behind.
+# Every address used lives in namespaces the lab creates.
+set -euo pipefail
+BUILD=${1:?usage: $0 BUILD_DIR}
+BUILD=$(cd "$BUILD" && pwd)
+LAB=$BUILD/agent/lab/sluice-lab
+NAME=lt$$
+DIR=/run/sluice-lab/$NAME
+
+log() { echo "[$(date +%T)] $*" >&2; }
+fail() {
+  echo "FAIL: $*" >&2
+  [ -f "$DIR/controlplane.log" ] && tail -30 "$DIR/controlplane.log" >&2
+  exit 1
+}
+wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.1
+  done
+}
+cleanup() { "$LAB" down --name "$NAME" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+
+lab() { local cmd=$1; shift; "$LAB" "$cmd" --name "$NAME" "$@"; }
+
+KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
+[ -f "$KUBECONFIG_PATH" ] || fail "up printed '$KUBECONFIG_PATH', not a kubeconfig"
+K() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+log "lab $NAME up: $KUBECONFIG_PATH"
+
+K get nodes -o name | sort | tr '\n' ' ' | grep -q "node/node1 node/node2" || fail "nodes: $(K get nodes)"
+CIDR1=$(K get node node1 -o jsonpath='{.spec.podCIDR}')
+CIDR2=$(K get node node2 -o jsonpath='{.spec.podCIDR}')
+[ -n "$CIDR1" ] && [ -n "$CIDR2" ] && [ "$CIDR1" != "$CIDR2" ] || fail "pod CIDRs '$CIDR1' '$CIDR2'"
+NODE1_IP=$(K get node node1 -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+[ -n "$NODE1_IP" ] || fail "node1 has no InternalIP"
+
+K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
+apiVersion: v1
+kind: Pod
+metadata: {name: a}
+spec:
+  nodeName: node1
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: b}
+spec:
+  nodeName: node1
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: c}
+spec:
+  nodeName: node2
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: notready, annotations: {lab.sluice.dev/ready: "false"}}
+spec:
+  nodeName: node1
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: unscheduled}
+spec:
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
+YAML
+K wait --for=condition=Ready pod/a pod/b pod/c pod/unscheduled --timeout=60s >/dev/null ||
+  fail "pods not Ready: $(K get pods -o yaml)"
+ip_of() { K get pod "$1" -o jsonpath='{.status.podIP}'; }
+A=$(ip_of a); B=$(ip_of b); C=$(ip_of c)
+log "pods a=$A b=$B c=$C"
+in_cidr() { python3 -c 'import ipaddress,sys; sys.exit(ipaddress.ip_address(sys.argv[1]) not in ipaddress.ip_network(sys.argv[2]))' "$1" "$2"; }
+in_cidr "$A" "$CIDR1" && in_cidr "$B" "$CIDR1" && in_cidr "$C" "$CIDR2" || fail "pod IPs outside their node's CIDR"
+[ "$(K get pod a -o jsonpath='{.status.hostIP}')" = "$NODE1_IP" ] || fail "a's hostIP"
+[ -n "$(K get pod unscheduled -o jsonpath='{.spec.nodeName}')" ] || fail "unscheduled pod not bound"
+
+expect() {  # expect WHAT GOT WANT
+  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
+  log "ok: $1 -> $2"
+}
+expect "probe a->b tcp" "$(lab probe --from default/a --to "$B:8080")" CONNECTED
+expect "probe a->b udp" "$(lab probe --from default/a --to "$B:8080" --proto udp)" CONNECTED
+expect "request a->b hostname" "$(lab request --from default/a --to "$B:8080" --data hostname)" b
+expect "request b->a udp hostname" \
+  "$(lab request --from default/b --to "$A:8080" --proto udp --data hostname)" a
+got=$(lab request --from default/a --to "$B:8080" --data clientip)
+case $got in "$A":*) log "ok: b sees a's own address ($got)";; *) fail "clientip '$got'";; esac
+expect "closed tcp port" "$(lab probe --from default/a --to "$B:8081")" REFUSED
+expect "closed udp port" "$(lab probe --from default/a --to "$B:8081" --proto udp)" REFUSED
+expect "node1 -> pod a" "$(lab probe --from node/node1 --to "$A:8080")" CONNECTED
+expect "node1 -> node2, closed port" "$(lab probe --from node/node1 --to "$(K get node node2 \
+  -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'):9" --timeout 2)" REFUSED
+expect "external -> node1, closed port" \
+  "$(lab probe --from external --to "$NODE1_IP:9" --timeout 2)" REFUSED
+lab exec a -- ip -4 -o addr show dev eth0 | grep -q " $A/" || fail "exec in pod a"
+lab status | grep -q "default/b .*$B" || fail "status does not list b: $(lab status)"
+
+# Readiness follows the annotation; a pod that is not Ready still runs.
+wait_for 30 test -n "$(K get pod notready -o jsonpath='{.status.podIP}')" || fail "notready has no IP"
+[ "$(K get pod notready -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ] ||
+  fail "notready is Ready"
+expect "not-Ready pod serves" \
+  "$(lab probe --from default/a --to "$(ip_of notready):8080")" CONNECTED
+K annotate pod notready lab.sluice.dev/ready=true --overwrite >/dev/null
+K wait --for=condition=Ready pod/notready --timeout=20s >/dev/null || fail "annotation did not make it Ready"
+log "ok: readiness follows lab.sluice.dev/ready"
+
+# Deletion: the pod keeps serving while terminating, then CNI DEL removes its endpoint record.
+endpoint_of() { grep -l "\"podName\": *\"$1\"" "$DIR/node1/state/endpoints/"*.json 2>/dev/null; }
+endpoint_of b >/dev/null || fail "no endpoint record for b"
+K delete pod b --grace-period=3 --wait=false >/dev/null
+[ -n "$(K get pod b -o jsonpath='{.metadata.deletionTimestamp}')" ] || fail "b not terminating"
+expect "terminating b still serves" "$(lab probe --from default/a --to "$B:8080")" CONNECTED
+wait_for 20 sh -c "! kubectl --kubeconfig $KUBECONFIG_PATH get pod b" || fail "b not removed"
+wait_for 10 sh -c "! grep -lq '\"podName\": *\"b\"' $DIR/node1/state/endpoints/*.json" ||
+  fail "b's endpoint record survived its deletion"
+wait_for 10 sh -c "! ip netns list | grep -q '^$NAME-pod-default-b '" || fail "b's netns survived"
+[ "$(lab probe --from default/a --to "$B:8080" --timeout 1)" != CONNECTED ] || fail "deleted b answers"
+log "ok: b deleted gracefully, CNI DEL ran"
+
+# down leaves nothing.
+"$LAB" down --name "$NAME" || fail "down"
+trap - EXIT
+left=$(ip netns list | awk '{print $1}' | grep "^$NAME-" || true)
+[ -z "$left" ] || fail "namespaces left: $left"
+grep -q " $DIR" /proc/mounts && fail "mounts left: $(grep " $DIR" /proc/mounts)"
+[ ! -e "$DIR" ] || fail "$DIR left"
+pgrep -f -- "--name $NAME( |$)" >/dev/null && fail "processes left: $(pgrep -af -- "--name $NAME")"
+pgrep -f -- "$DIR/" >/dev/null && fail "agents left: $(pgrep -af -- "$DIR/")"
+log "ok: down left nothing"
+echo "lab_test: PASS"
