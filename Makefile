@@ -48,7 +48,7 @@ bench: build
 	bench/run.sh $(BUILD)
 
 demo: deps build
-	tests/e2e/demo.sh $(BUILD) up
+	tests/e2e/demo.sh $(BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c' | grep -v '^bpf/')

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -19,13 +20,25 @@
 #include "agent/endpoint_service.h"
 #include "agent/endpoint_store.h"
 #include "agent/ipam.h"
+#include "agent/kubernetes.h"
 #include "agent/netlink.h"
 #include "agent/node.h"
 #include "loader/datapath.h"
 #include "maps/types.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::string, pod_cidr, "", "this node's pod CIDR (required), e.g. 10.244.1.0/24");
+ABSL_FLAG(std::string, pod_cidr, "",
+          "this node's pod CIDR, e.g. 10.244.1.0/24 (ipam_mode=static); with ipam_mode=kubernetes "
+          "it comes from the Node object");
+ABSL_FLAG(std::string, ipam_mode, "",
+          "kubernetes (pod CIDR from this node's Node object) or static (--pod_cidr); "
+          "default: static when --pod_cidr is given, else kubernetes");
+ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig to reach the apiserver (default: in-cluster)");
+ABSL_FLAG(std::string, k8s_service_host, "",
+          "apiserver address, overriding kubeconfig and in-cluster (a kube-proxy replacement "
+          "cannot rely on the kubernetes Service before its own datapath is up)");
+ABSL_FLAG(std::string, k8s_service_port, "", "apiserver port, with --k8s_service_host");
+ABSL_FLAG(std::string, node_name, "", "this node's Node name (default: $NODE_NAME, hostname)");
 ABSL_FLAG(std::string, native_device, "", "node device for traffic leaving the node "
           "(default: the IPv4 default route's device)");
 ABSL_FLAG(std::string, node_ip, "", "address pod traffic is masqueraded to "
@@ -54,6 +67,14 @@ int Fail(const absl::Status& st, const char* what) {
   return 1;
 }
 
+std::string NodeName() {
+  if (!absl::GetFlag(FLAGS_node_name).empty()) return absl::GetFlag(FLAGS_node_name);
+  if (const char* env = std::getenv("NODE_NAME"); env != nullptr && *env != '\0') return env;
+  char host[256] = {};
+  gethostname(host, sizeof(host) - 1);
+  return host;
+}
+
 std::string SelfDir() {
   char buf[PATH_MAX] = {};
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -63,8 +84,31 @@ std::string SelfDir() {
 
 int Run() {
   spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
-  auto cidr = IpPrefix::Parse(absl::GetFlag(FLAGS_pod_cidr));
-  if (!cidr.ok()) return Fail(cidr.status(), "--pod_cidr");
+
+  // Kubernetes: used whenever the agent can reach an apiserver; required for ipam_mode=kubernetes.
+  std::string ipam_mode = absl::GetFlag(FLAGS_ipam_mode);
+  if (ipam_mode.empty()) ipam_mode = absl::GetFlag(FLAGS_pod_cidr).empty() ? "kubernetes" : "static";
+  if (ipam_mode != "kubernetes" && ipam_mode != "static") {
+    return Fail(absl::InvalidArgumentError("want kubernetes or static"), "--ipam_mode");
+  }
+  const bool want_k8s = ipam_mode == "kubernetes" || !absl::GetFlag(FLAGS_kubeconfig).empty() ||
+                        !absl::GetFlag(FLAGS_k8s_service_host).empty() ||
+                        std::getenv("KUBERNETES_SERVICE_HOST") != nullptr;
+  std::unique_ptr<KubernetesState> k8s;
+  if (want_k8s) {
+    KubernetesOptions k8s_opts;
+    k8s_opts.config.kubeconfig = absl::GetFlag(FLAGS_kubeconfig);
+    k8s_opts.config.k8s_service_host = absl::GetFlag(FLAGS_k8s_service_host);
+    k8s_opts.config.k8s_service_port = absl::GetFlag(FLAGS_k8s_service_port);
+    k8s_opts.node_name = NodeName();
+    auto started = KubernetesState::Start(k8s_opts);
+    if (!started.ok()) return Fail(started.status(), "kubernetes client");
+    k8s = std::move(*started);
+  }
+  absl::StatusOr<IpPrefix> cidr =
+      ipam_mode == "kubernetes" ? k8s->WaitForPodCidr(absl::Minutes(10))
+                                : IpPrefix::Parse(absl::GetFlag(FLAGS_pod_cidr));
+  if (!cidr.ok()) return Fail(cidr.status(), "pod CIDR");
   NodeOptions node_opts;
   node_opts.pod_cidr = *cidr;
   node_opts.native_device = absl::GetFlag(FLAGS_native_device);
@@ -96,7 +140,7 @@ int Run() {
   if (!ipam.ok()) return Fail(ipam.status(), "open IPAM");
   auto store = EndpointStore::Open(absl::GetFlag(FLAGS_state_dir));
   if (!store.ok()) return Fail(store.status(), "open endpoint store");
-  auto node = SetUpNode(netlink, **dp, node_opts, (*ipam)->gateway());
+  auto node = SetUpNode(netlink, **dp, node_opts, (*ipam)->gateway(), /*prune_nomasq=*/!k8s);
   if (!node.ok()) return Fail(node.status(), "set up node");
 
   int mtu = absl::GetFlag(FLAGS_mtu) > 0 ? absl::GetFlag(FLAGS_mtu)
@@ -123,6 +167,13 @@ int Run() {
     cni.socket_path = server_opts.socket_path;
     if (auto st = InstallCni(cni); !st.ok()) return Fail(st, "install CNI");
   }
+  // Routes to the other nodes' pod CIDRs follow the Node objects.
+  std::unique_ptr<PeerRouteSync> peer_routes;
+  if (k8s) {
+    std::vector<IpPrefix> base = node_opts.non_masquerade_cidrs;
+    base.push_back(node_opts.pod_cidr);
+    peer_routes = std::make_unique<PeerRouteSync>(*k8s, netlink, (*dp)->nomasq(), base);
+  }
   spdlog::info("sluice-agent ready: serving {}", server_opts.socket_path);
 
   int sig = 0;
@@ -136,7 +187,9 @@ int Run() {
 }  // namespace sluice::agent
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage("sluice-agent --pod_cidr=CIDR [flags]: Sluice's node agent");
+  absl::SetProgramUsageMessage(
+      "sluice-agent [--kubeconfig=FILE --node_name=NAME | --pod_cidr=CIDR] [flags]: Sluice's node "
+      "agent");
   absl::ParseCommandLine(argc, argv);
   return sluice::agent::Run();
 }

@@ -24,8 +24,30 @@ absl::Status ParsePortRange(absl::string_view text, uint16_t* min, uint16_t* max
   return absl::OkStatus();
 }
 
+absl::Status ReconcileNoMasquerade(maps::NoMasqMap& nomasq, const std::vector<IpPrefix>& want,
+                                   bool allow_deletes) {
+  std::set<std::pair<uint32_t, uint32_t>> keys;
+  for (const auto& p : want) {
+    keys.insert({static_cast<uint32_t>(p.length()), htonl(p.network().v4_host_order())});
+  }
+  if (allow_deletes) {
+    std::vector<sluice_lpm4_key> stale;
+    auto st = nomasq.ForEach([&](const sluice_lpm4_key& k, const uint8_t&) {
+      if (!keys.contains({k.prefixlen, k.addr})) stale.push_back(k);
+    });
+    if (!st.ok()) return st;
+    for (const auto& k : stale) {
+      if (auto del = nomasq.Delete(k); !del.ok()) return del;
+    }
+  }
+  for (const auto& [len, addr] : keys) {
+    if (auto up = nomasq.Update(sluice_lpm4_key{len, addr}, 1); !up.ok()) return up;
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const NodeOptions& options,
-                               const IpAddress& gateway) {
+                               const IpAddress& gateway, bool prune_nomasq) {
   Node node;
   node.pod_cidr = options.pod_cidr;
   node.gateway = gateway;
@@ -69,23 +91,9 @@ absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const Nod
   if (auto st = dp.node_config().Update(0, cfg); !st.ok()) return st;
 
   // Desired never-masqueraded destinations; entries of an earlier configuration are removed.
-  std::set<std::pair<uint32_t, uint32_t>> want;
-  auto add = [&](const IpPrefix& p) {
-    want.insert({static_cast<uint32_t>(p.length()), htonl(p.network().v4_host_order())});
-  };
-  add(node.pod_cidr);
-  for (const auto& p : options.non_masquerade_cidrs) add(p);
-  std::vector<sluice_lpm4_key> stale;
-  auto st = dp.nomasq().ForEach([&](const sluice_lpm4_key& k, const uint8_t&) {
-    if (!want.contains({k.prefixlen, k.addr})) stale.push_back(k);
-  });
-  if (!st.ok()) return st;
-  for (const auto& k : stale) {
-    if (auto del = dp.nomasq().Delete(k); !del.ok()) return del;
-  }
-  for (const auto& [len, addr] : want) {
-    if (auto up = dp.nomasq().Update(sluice_lpm4_key{len, addr}, 1); !up.ok()) return up;
-  }
+  std::vector<IpPrefix> nomasq = options.non_masquerade_cidrs;
+  nomasq.push_back(node.pod_cidr);
+  if (auto st = ReconcileNoMasquerade(dp.nomasq(), nomasq, prune_nomasq); !st.ok()) return st;
 
   if (auto att = dp.AttachNative(node.native_ifindex); !att.ok()) return att;
   spdlog::info("node: native device {} (ifindex {}, mtu {}), node address {}, pod CIDR {}, "

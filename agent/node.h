@@ -36,7 +36,15 @@ struct Node {
 [[nodiscard]] absl::Status ParsePortRange(absl::string_view text, uint16_t* min, uint16_t* max);
 
 // Idempotent: a restarted agent rewrites the same values and re-attaches (replacing) programs.
+// With `prune_nomasq` false (the never-masqueraded set also holds other nodes' pod CIDRs, known
+// only once Nodes are listed) entries are only added here.
 [[nodiscard]] absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp,
-                                             const NodeOptions& options, const IpAddress& gateway);
+                                             const NodeOptions& options, const IpAddress& gateway,
+                                             bool prune_nomasq);
+
+// Makes sluice_nomasq4 hold every prefix of `want`; with `allow_deletes`, nothing else.
+[[nodiscard]] absl::Status ReconcileNoMasquerade(maps::NoMasqMap& nomasq,
+                                                 const std::vector<IpPrefix>& want,
+                                                 bool allow_deletes);
 
 }  // namespace sluice::agent

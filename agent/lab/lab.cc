@@ -226,13 +226,16 @@ std::string KubeconfigPath(const std::string& lab) { return LabDir(lab) + "/kube
 
 std::vector<std::string> AgentCommand(const Topology& t, const LabNode& node,
                                       const std::string& pod_cidr) {
+  // Like a DaemonSet pod: the agent finds its pod CIDR on its Node object and watches the API
+  // (routes to the other nodes follow their Node objects). SLUICE_LAB_AGENT_STATIC=1 starts it
+  // with --pod_cidr and no apiserver instead.
   std::vector<std::string> argv = {"ip", "netns", "exec", node.netns, AgentBinary()};
-  const char* from_api = getenv("SLUICE_LAB_AGENT_FROM_API");
-  if (from_api != nullptr && std::string(from_api) == "1") {
+  const char* static_mode = getenv("SLUICE_LAB_AGENT_STATIC");
+  if (static_mode != nullptr && std::string(static_mode) == "1") {
+    argv.push_back(absl::StrCat("--pod_cidr=", pod_cidr));
+  } else {
     argv.push_back(absl::StrCat("--kubeconfig=", t.dir, "/kubeconfig-nodes"));
     argv.push_back(absl::StrCat("--node_name=", node.name));
-  } else {
-    argv.push_back(absl::StrCat("--pod_cidr=", pod_cidr));
   }
   for (const std::string& f : {
            absl::StrCat("--native_device=eth0"),

@@ -1,64 +1,53 @@
 #!/usr/bin/env bash
-# `make demo`: one node (a network namespace running the real sluice-agent), three pods made
-# through sluice-cni, and traffic between them, to the node and out to an "internet" namespace.
-# Everything stays up for you to look around; `tests/e2e/demo.sh BUILD down` removes it.
-BUILD_ARG=${1:-build}
-ACTION=${2:-up}
-export SLUICE_E2E_PREFIX=sluice-demo
-source "$(dirname "$0")/lib.sh" "$BUILD_ARG"
+# `make demo`: a two-node lab cluster on this machine (network namespaces running the real
+# sluice-agent, an embedded Kubernetes API), the pods of examples/ applied with kubectl, and
+# traffic between them on one node and across nodes. It stays up for you to look around.
+set -euo pipefail
+BUILD=$(cd "${1:-build}" && pwd)
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+LAB=$BUILD/agent/lab/sluice-lab
+NAME=${SLUICE_DEMO_NAME:-demo}
 
-if [ "$ACTION" = down ]; then
-  pkill -f -- "--bpffs_root=$ROOT/bpf" 2>/dev/null || true
-  teardown
-  echo "demo removed"
-  exit 0
-fi
-if [ -d "$ROOT" ]; then
-  echo "a demo is already up; remove it with: $0 $BUILD_ARG down" >&2
+if [ -d "/run/sluice-lab/$NAME" ]; then
+  echo "a lab named $NAME is already up; remove it with: $LAB down --name $NAME" >&2
   exit 1
 fi
-trap 'echo "demo failed; cleaning up" >&2; teardown' ERR
+echo "== bringing up lab '$NAME': 2 nodes"
+KCFG=$("$LAB" up --nodes 2 --name "$NAME")
+K() { kubectl --kubeconfig "$KCFG" "$@"; }
+trap 'echo "demo failed; tearing down" >&2; "$LAB" down --name "$NAME"' ERR
 
-setup_node
-# setsid: the agent outlives this script, as a DaemonSet pod outlives kubectl.
-start_agent() {
-  setsid ip netns exec "$NODE" "$AGENT" --pod_cidr=$POD_CIDR --native_device=eth0 \
-    --bpffs_root="$ROOT/bpf" --state_dir="$ROOT/state" --socket="$ROOT/sluice.sock" \
-    --cni_conf_dir="$ROOT/net.d" --cni_bin_dir="$ROOT/bin" --cni_plugin="$CNI" \
-    >>"$ROOT/log/agent.log" 2>&1 </dev/null &
-  wait_for 30 test -f "$ROOT/net.d/05-sluice.conflist" || fail "agent not ready: $(cat "$ROOT/log/agent.log")"
-}
-start_agent
-echo "== node $NODE (10.99.0.2) runs sluice-agent; log: $ROOT/log/agent.log"
-
-A=$(add_pod a); B=$(add_pod b); C=$(add_pod c)
-echo "== pods created through sluice-cni: a=$A b=$B c=$C"
-for p in b c; do setsid ip netns exec "$T-$p" /usr/bin/python3 "$NETEXEC" --port 8080 --name "pod-$p" </dev/null >/dev/null 2>&1 & done
-setsid ip netns exec "$INET" /usr/bin/python3 "$NETEXEC" --port 80 --name internet </dev/null >/dev/null 2>&1 &
-wait_for 10 ip netns exec "$T-b" sh -c "ss -ltn | grep -q ':8080 '"
-wait_for 10 ip netns exec "$T-c" sh -c "ss -ltn | grep -q ':8080 '"
-wait_for 10 ip netns exec "$INET" sh -c "ss -ltn | grep -q ':80 '"
-
-show() { printf '  %-44s -> %s\n' "$1" "$2"; }
-echo "== traffic (each server answers 'hostname' with its name, 'clientip' with who it sees)"
-show "pod a -> pod b   tcp hostname" "$(tcp_request "$T-a" "$B" 8080 hostname)"
-show "pod a -> pod c   udp hostname" "$(udp_request "$T-a" "$C" 8080 hostname)"
-show "pod a -> pod b   tcp clientip" "$(tcp_request "$T-a" "$B" 8080)"
-show "pod a -> internet 198.51.100.10 clientip" "$(tcp_request "$T-a" 198.51.100.10 80)"
-show "node  -> pod c   tcp hostname" "$(tcp_request "$NODE" "$C" 8080 hostname)"
+for n in node1 node2; do
+  echo "   $n: $(K get node $n -o jsonpath='{.status.addresses[0].address}'), pod CIDR $(K get node $n -o jsonpath='{.spec.podCIDR}')"
+done
+echo "== kubectl apply -f examples/"
+K apply --validate=false -f "$SRC/examples/" | sed 's/^/   /'
+K wait --for=condition=Ready pod --all --timeout=60s >/dev/null
+for p in web-1 web-2 client; do
+  echo "   $p on $(K get pod $p -o jsonpath='{.spec.nodeName}') at $(K get pod $p -o jsonpath='{.status.podIP}')"
+done
+ip() { K get pod "$1" -o jsonpath='{.status.podIP}'; }
+show() { printf '   %-46s -> %s\n' "$1" "$2"; }
+echo "== traffic (sluice-lab request sends a line and prints the answer)"
+show "client (node1) -> web-1 (node1) hostname" "$("$LAB" request --name "$NAME" --from default/client --to "$(ip web-1):8080" --data hostname)"
+show "client (node1) -> web-2 (node2) hostname" "$("$LAB" request --name "$NAME" --from default/client --to "$(ip web-2):8080" --data hostname)"
+show "client (node1) -> web-2 (node2) clientip" "$("$LAB" request --name "$NAME" --from default/client --to "$(ip web-2):8080" --data clientip)"
+show "client -> web-2 udp/5353 hostname" "$("$LAB" request --name "$NAME" --from default/client --to "$(ip web-2):5353" --proto udp --data hostname)"
+show "node2 -> web-1 probe" "$("$LAB" probe --name "$NAME" --from node/node2 --to "$(ip web-1):8080")"
+show "client -> web-1 closed port probe" "$("$LAB" probe --name "$NAME" --from default/client --to "$(ip web-1):9999")"
+trap - ERR
 
 cat <<TXT
 
 == look around
-  $SLUICECTL --bpffs_root=$ROOT/bpf endpoints   # pods the datapath delivers to
-  $SLUICECTL --bpffs_root=$ROOT/bpf nat         # masqueraded flows
-  $SLUICECTL --bpffs_root=$ROOT/bpf drops       # drops by reason
-  bpftool map dump pinned $ROOT/bpf/sluice_ep4
-  ip netns exec $NODE tc filter show dev \$(ip -n $NODE -o link | awk -F': ' '/lxc/{print \$2; exit}' | cut -d@ -f1) ingress
-  ip netns exec $T-a ping -c2 $C
-  echo hostname | ip netns exec $T-a socat - TCP:$B:8080
+  kubectl --kubeconfig $KCFG get pods -o wide
+  $LAB status --name $NAME
+  $LAB probe --name $NAME --from default/client --to $(ip web-2):8080
+  $LAB exec --name $NAME client -- ip route
+  ip netns exec $NAME-node1 ip route show proto 181          # routes to the other node's pods
+  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf endpoints
+  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf drops
 
 == tear down
-  $0 $BUILD_ARG down
+  $LAB down --name $NAME
 TXT
-trap - ERR

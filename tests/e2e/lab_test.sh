@@ -102,6 +102,18 @@ expect "request b->a udp hostname" \
   "$(lab request --from default/b --to "$A:8080" --proto udp --data hostname)" a
 got=$(lab request --from default/a --to "$B:8080" --data clientip)
 case $got in "$A":*) log "ok: b sees a's own address ($got)";; *) fail "clientip '$got'";; esac
+# Across nodes: each agent routes the other node's pod CIDR via its InternalIP (from the Node
+# objects it watches), so pods reach each other without NAT.
+ip netns exec "$NAME-node1" ip route show proto 181 | grep -q "^$CIDR2 via" ||
+  fail "node1 has no route to node2's pods: $(ip netns exec "$NAME-node1" ip route)"
+wait_for 20 sh -c "[ \"\$($LAB probe --name $NAME --from default/a --to $C:8080 --timeout 1)\" = CONNECTED ]" ||
+  fail "a (node1) cannot reach c (node2)"
+expect "request a->c across nodes" "$(lab request --from default/a --to "$C:8080" --data hostname)" c
+got=$(lab request --from default/a --to "$C:8080" --data clientip)
+case $got in "$A":*) log "ok: c on node2 sees a's own address ($got)";; *) fail "cross-node clientip '$got'";; esac
+expect "request c->b across nodes" "$(lab request --from default/c --to "$B:8080" --data hostname)" b
+expect "node2 -> pod a on node1" "$(lab probe --from node/node2 --to "$A:8080")" CONNECTED
+
 expect "closed tcp port" "$(lab probe --from default/a --to "$B:8081")" REFUSED
 expect "closed udp port" "$(lab probe --from default/a --to "$B:8081" --proto udp)" REFUSED
 expect "node1 -> pod a" "$(lab probe --from node/node1 --to "$A:8080")" CONNECTED

@@ -1,0 +1,557 @@
+#include "agent/k8s/decode.h"
+
+#include <cstring>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+
+// simdjson's exception API is used inside this file only (it keeps field-by-field decoding
+// readable); Decoder::Run turns every simdjson_error into an absl::Status at the boundary.
+namespace sluice::k8s {
+namespace {
+
+namespace od = simdjson::ondemand;
+using od::json_type;
+
+bool IsNull(od::value& v) { return v.type() == json_type::null; }
+
+std::string Str(od::value v) {
+  if (IsNull(v)) return {};
+  return std::string(std::string_view(v.get_string()));
+}
+
+int32_t Int32(od::value v) {
+  if (IsNull(v)) return 0;
+  int64_t x = v.get_int64();
+  if (x < INT32_MIN || x > INT32_MAX) throw simdjson::simdjson_error(simdjson::NUMBER_OUT_OF_RANGE);
+  return static_cast<int32_t>(x);
+}
+
+bool Bool(od::value v) {
+  if (IsNull(v)) return false;
+  return v.get_bool();
+}
+
+StringMap StrMap(od::value v) {
+  StringMap m;
+  if (IsNull(v)) return m;
+  for (auto field : v.get_object()) {
+    std::string key(std::string_view(field.unescaped_key()));
+    m[std::move(key)] = Str(field.value());
+  }
+  return m;
+}
+
+std::vector<std::string> StrList(od::value v) {
+  std::vector<std::string> out;
+  if (IsNull(v)) return out;
+  for (auto el : v.get_array()) out.push_back(Str(el.value()));
+  return out;
+}
+
+// Calls fn(key, value) for each member of an object value; null is an empty object.
+template <typename Fn>
+void ForFields(od::value v, Fn&& fn) {
+  if (IsNull(v)) return;
+  for (auto field : v.get_object()) {
+    std::string_view key = field.unescaped_key();
+    od::value val = field.value();
+    fn(key, val);
+  }
+}
+
+template <typename Fn>
+void ForFields(od::object o, Fn&& fn) {
+  for (auto field : o) {
+    std::string_view key = field.unescaped_key();
+    od::value val = field.value();
+    fn(key, val);
+  }
+}
+
+// Calls fn(value) for each element of an array value; null is an empty array.
+template <typename Fn>
+void ForElements(od::value v, Fn&& fn) {
+  if (IsNull(v)) return;
+  for (auto el : v.get_array()) {
+    od::value val = el.value();
+    fn(val);
+  }
+}
+
+void DecodeMeta(od::value v, ObjectMeta* m) {
+  ForFields(v, [&](std::string_view key, od::value& val) {
+    if (key == "name") {
+      m->name = Str(val);
+    } else if (key == "namespace") {
+      m->namespace_ = Str(val);
+    } else if (key == "uid") {
+      m->uid = Str(val);
+    } else if (key == "resourceVersion") {
+      m->resource_version = Str(val);
+    } else if (key == "labels") {
+      m->labels = StrMap(val);
+    } else if (key == "annotations") {
+      m->annotations = StrMap(val);
+    } else if (key == "deletionTimestamp") {
+      m->deleting = !IsNull(val);
+    } else if (key == "ownerReferences") {
+      ForElements(val, [&](od::value& ref_v) {
+        OwnerReference ref;
+        ForFields(ref_v, [&](std::string_view k, od::value& x) {
+          if (k == "kind") {
+            ref.kind = Str(x);
+          } else if (k == "name") {
+            ref.name = Str(x);
+          } else if (k == "uid") {
+            ref.uid = Str(x);
+          } else if (k == "controller") {
+            ref.controller = Bool(x);
+          }
+        });
+        if (ref.controller) m->controller_owner = std::move(ref);
+      });
+    }
+  });
+}
+
+// Conditions list [{type, status}] -> whether `type` is "True".
+bool ConditionTrue(od::value v, std::string_view type) {
+  bool result = false;
+  ForElements(v, [&](od::value& cond) {
+    std::string t, s;
+    ForFields(cond, [&](std::string_view k, od::value& x) {
+      if (k == "type") {
+        t = Str(x);
+      } else if (k == "status") {
+        s = Str(x);
+      }
+    });
+    if (t == type) result = s == "True";
+  });
+  return result;
+}
+
+void DecodeServiceSpec(od::value v, Service* s, std::string* cluster_ip) {
+  ForFields(v, [&](std::string_view key, od::value& val) {
+    if (key == "type") {
+      s->type = Str(val);
+    } else if (key == "clusterIP") {
+      *cluster_ip = Str(val);
+    } else if (key == "clusterIPs") {
+      s->cluster_ips = StrList(val);
+    } else if (key == "externalIPs") {
+      s->external_ips = StrList(val);
+    } else if (key == "ports") {
+      ForElements(val, [&](od::value& pv) {
+        ServicePort p;
+        ForFields(pv, [&](std::string_view k, od::value& x) {
+          if (k == "name") {
+            p.name = Str(x);
+          } else if (k == "protocol") {
+            p.protocol = ParseProtocol(Str(x));
+          } else if (k == "port") {
+            p.port = Int32(x);
+          } else if (k == "nodePort") {
+            p.node_port = Int32(x);
+          } else if (k == "targetPort") {
+            json_type t = x.type();
+            if (t == json_type::string) {
+              p.target_port.is_name = true;
+              p.target_port.name = Str(x);
+            } else if (t == json_type::number) {
+              p.target_port.number = Int32(x);
+            }
+          }
+        });
+        s->ports.push_back(std::move(p));
+      });
+    } else if (key == "selector") {
+      s->selector = StrMap(val);
+    } else if (key == "sessionAffinity") {
+      s->session_affinity_client_ip = Str(val) == "ClientIP";
+    } else if (key == "sessionAffinityConfig") {
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        if (k != "clientIP") return;
+        ForFields(x, [&](std::string_view k2, od::value& y) {
+          if (k2 == "timeoutSeconds") s->session_affinity_timeout_seconds = Int32(y);
+        });
+      });
+    } else if (key == "externalTrafficPolicy") {
+      s->external_traffic_policy = Str(val);
+    } else if (key == "internalTrafficPolicy") {
+      s->internal_traffic_policy = Str(val);
+    } else if (key == "healthCheckNodePort") {
+      s->health_check_node_port = Int32(val);
+    } else if (key == "loadBalancerSourceRanges") {
+      for (std::string& r : StrList(val)) {
+        std::string trimmed(absl::StripAsciiWhitespace(r));
+        if (!trimmed.empty()) s->load_balancer_source_ranges.push_back(std::move(trimmed));
+      }
+    }
+  });
+}
+
+void DecodeServiceStatus(od::value v, Service* s) {
+  ForFields(v, [&](std::string_view key, od::value& val) {
+    if (key != "loadBalancer") return;
+    ForFields(val, [&](std::string_view k, od::value& x) {
+      if (k != "ingress") return;
+      ForElements(x, [&](od::value& ing) {
+        std::string ip, mode;
+        ForFields(ing, [&](std::string_view k2, od::value& y) {
+          if (k2 == "ip") {
+            ip = Str(y);
+          } else if (k2 == "ipMode") {
+            mode = Str(y);
+          }
+        });
+        // ipMode Proxy: traffic arrives through the load balancer; never short-circuit the VIP.
+        if (!ip.empty() && (mode.empty() || mode == "VIP")) {
+          s->load_balancer_ingress_ips.push_back(std::move(ip));
+        }
+      });
+    });
+  });
+}
+
+void DecodeObject(od::object root, Service* s) {
+  std::string cluster_ip;
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "metadata") {
+      DecodeMeta(val, &s->meta);
+    } else if (key == "spec") {
+      DecodeServiceSpec(val, s, &cluster_ip);
+    } else if (key == "status") {
+      DecodeServiceStatus(val, s);
+    }
+  });
+  if (cluster_ip == "None") {
+    s->headless = true;
+    s->cluster_ips.clear();
+  } else if (s->cluster_ips.empty() && !cluster_ip.empty()) {
+    s->cluster_ips.push_back(cluster_ip);
+  }
+  if (s->session_affinity_client_ip && s->session_affinity_timeout_seconds == 0) {
+    s->session_affinity_timeout_seconds = 10800;
+  }
+}
+
+void DecodeObject(od::object root, EndpointSlice* es) {
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "metadata") {
+      DecodeMeta(val, &es->meta);
+    } else if (key == "addressType") {
+      es->address_type = Str(val);
+    } else if (key == "endpoints") {
+      ForElements(val, [&](od::value& ev) {
+        Endpoint e;
+        ForFields(ev, [&](std::string_view k, od::value& x) {
+          if (k == "addresses") {
+            e.addresses = StrList(x);
+          } else if (k == "conditions") {
+            ForFields(x, [&](std::string_view c, od::value& y) {
+              if (IsNull(y)) return;  // nil keeps the API default
+              if (c == "ready") {
+                e.ready = Bool(y);
+              } else if (c == "serving") {
+                e.serving = Bool(y);
+              } else if (c == "terminating") {
+                e.terminating = Bool(y);
+              }
+            });
+          } else if (k == "nodeName") {
+            e.node_name = Str(x);
+          } else if (k == "zone") {
+            e.zone = Str(x);
+          } else if (k == "targetRef") {
+            std::string kind, name;
+            ForFields(x, [&](std::string_view r, od::value& y) {
+              if (r == "kind") {
+                kind = Str(y);
+              } else if (r == "name") {
+                name = Str(y);
+              }
+            });
+            if (kind == "Pod") e.target_pod = std::move(name);
+          }
+        });
+        es->endpoints.push_back(std::move(e));
+      });
+    } else if (key == "ports") {
+      ForElements(val, [&](od::value& pv) {
+        EndpointPort p;
+        ForFields(pv, [&](std::string_view k, od::value& x) {
+          if (k == "name") {
+            p.name = Str(x);
+          } else if (k == "protocol") {
+            p.protocol = ParseProtocol(Str(x));
+          } else if (k == "port") {
+            if (!IsNull(x)) p.port = Int32(x);
+          }
+        });
+        es->ports.push_back(std::move(p));
+      });
+    }
+  });
+  auto it = es->meta.labels.find(std::string(kLabelServiceName));
+  if (it != es->meta.labels.end()) es->service_name = it->second;
+}
+
+void DecodeObject(od::object root, Pod* p) {
+  std::string pod_ip;
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "metadata") {
+      DecodeMeta(val, &p->meta);
+    } else if (key == "spec") {
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        if (k == "nodeName") {
+          p->node_name = Str(x);
+        } else if (k == "hostNetwork") {
+          p->host_network = Bool(x);
+        } else if (k == "containers") {
+          ForElements(x, [&](od::value& c) {
+            ForFields(c, [&](std::string_view ck, od::value& y) {
+              if (ck != "ports") return;
+              ForElements(y, [&](od::value& pv) {
+                ContainerPort cp;
+                ForFields(pv, [&](std::string_view pk, od::value& z) {
+                  if (pk == "name") {
+                    cp.name = Str(z);
+                  } else if (pk == "containerPort") {
+                    cp.port = Int32(z);
+                  } else if (pk == "protocol") {
+                    cp.protocol = ParseProtocol(Str(z));
+                  }
+                });
+                p->container_ports.push_back(std::move(cp));
+              });
+            });
+          });
+        }
+      });
+    } else if (key == "status") {
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        if (k == "phase") {
+          p->phase = Str(x);
+        } else if (k == "podIP") {
+          pod_ip = Str(x);
+        } else if (k == "hostIP") {
+          p->host_ip = Str(x);
+        } else if (k == "podIPs") {
+          ForElements(x, [&](od::value& ipv) {
+            ForFields(ipv, [&](std::string_view ik, od::value& y) {
+              if (ik == "ip") p->pod_ips.push_back(Str(y));
+            });
+          });
+        } else if (k == "conditions") {
+          p->ready = ConditionTrue(x, "Ready");
+        }
+      });
+    }
+  });
+  if (p->pod_ips.empty() && !pod_ip.empty()) p->pod_ips.push_back(std::move(pod_ip));
+}
+
+void DecodeObject(od::object root, Namespace* ns) {
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "metadata") DecodeMeta(val, &ns->meta);
+  });
+}
+
+void DecodeObject(od::object root, Node* n) {
+  std::string pod_cidr;
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "metadata") {
+      DecodeMeta(val, &n->meta);
+    } else if (key == "spec") {
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        if (k == "podCIDR") {
+          pod_cidr = Str(x);
+        } else if (k == "podCIDRs") {
+          n->pod_cidrs = StrList(x);
+        }
+      });
+    } else if (key == "status") {
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        if (k == "addresses") {
+          ForElements(x, [&](od::value& av) {
+            std::string type, addr;
+            ForFields(av, [&](std::string_view ak, od::value& y) {
+              if (ak == "type") {
+                type = Str(y);
+              } else if (ak == "address") {
+                addr = Str(y);
+              }
+            });
+            if (type == "InternalIP") n->internal_ips.push_back(std::move(addr));
+          });
+        } else if (k == "conditions") {
+          n->ready = ConditionTrue(x, "Ready");
+        }
+      });
+    }
+  });
+  if (n->pod_cidrs.empty() && !pod_cidr.empty()) n->pod_cidrs.push_back(std::move(pod_cidr));
+}
+
+std::string Minify(std::string_view raw) {
+  std::string out(raw.size(), '\0');
+  size_t len = 0;
+  if (simdjson::minify(raw.data(), raw.size(), out.data(), len) != simdjson::SUCCESS) {
+    throw simdjson::simdjson_error(simdjson::TAPE_ERROR);
+  }
+  out.resize(len);
+  return out;
+}
+
+void DecodeObject(od::object root, NetworkPolicy* np) {
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "metadata") {
+      DecodeMeta(val, &np->meta);
+    } else if (key == "spec") {
+      od::object spec = val.get_object();
+      np->spec_json = Minify(std::string_view(spec.raw_json()));
+    }
+  });
+}
+
+void DecodeObject(od::object root, ApiStatus* st) {
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "code") {
+      st->code = Int32(val);
+    } else if (key == "status") {
+      st->status = Str(val);
+    } else if (key == "reason") {
+      st->reason = Str(val);
+    } else if (key == "message") {
+      st->message = Str(val);
+    } else if (key == "details") {
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        if (k == "retryAfterSeconds") {
+          st->retry_after_seconds = Int32(x);
+        } else if (k == "causes") {
+          ForElements(x, [&](od::value& c) {
+            ForFields(c, [&](std::string_view ck, od::value& y) {
+              if (ck == "reason") st->cause_reasons.push_back(Str(y));
+            });
+          });
+        }
+      });
+    }
+  });
+}
+
+void DecodeObject(od::object root, ListMeta* lm) {
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "resourceVersion") {
+      lm->resource_version = Str(val);
+    } else if (key == "continue") {
+      lm->continue_token = Str(val);
+    } else if (key == "remainingItemCount") {
+      lm->remaining_item_count = IsNull(val) ? -1 : int64_t(val.get_int64());
+    }
+  });
+}
+
+EventType ParseEventType(std::string_view s) {
+  if (s == "ADDED") return EventType::kAdded;
+  if (s == "MODIFIED") return EventType::kModified;
+  if (s == "DELETED") return EventType::kDeleted;
+  if (s == "BOOKMARK") return EventType::kBookmark;
+  if (s == "ERROR") return EventType::kError;
+  return EventType::kUnknown;
+}
+
+void DecodeObject(od::object root, RawEvent* ev) {
+  bool have_object = false;
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key == "type") {
+      ev->type_name = Str(val);
+      ev->type = ParseEventType(ev->type_name);
+    } else if (key == "object") {
+      od::object obj = val.get_object();
+      ev->object_json = std::string(std::string_view(obj.raw_json()));
+      have_object = true;
+    }
+  });
+  if (ev->type_name.empty() || !have_object) {
+    throw simdjson::simdjson_error(simdjson::NO_SUCH_FIELD);
+  }
+}
+
+struct ResourceVersionOnly {
+  std::string rv;
+};
+
+void DecodeObject(od::object root, ResourceVersionOnly* out) {
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key != "metadata") return;
+    ForFields(val, [&](std::string_view k, od::value& x) {
+      if (k == "resourceVersion") out->rv = Str(x);
+    });
+  });
+}
+
+}  // namespace
+
+std::string_view EventTypeName(EventType t) {
+  switch (t) {
+    case EventType::kAdded:
+      return "ADDED";
+    case EventType::kModified:
+      return "MODIFIED";
+    case EventType::kDeleted:
+      return "DELETED";
+    case EventType::kBookmark:
+      return "BOOKMARK";
+    case EventType::kError:
+      return "ERROR";
+    case EventType::kUnknown:
+      break;
+  }
+  return "UNKNOWN";
+}
+
+template <typename Fn>
+absl::Status Decoder::Run(std::string_view json, std::string_view what, Fn&& fn) {
+  padded_.resize(json.size() + simdjson::SIMDJSON_PADDING);
+  std::memcpy(padded_.data(), json.data(), json.size());
+  std::memset(padded_.data() + json.size(), 0, simdjson::SIMDJSON_PADDING);
+  try {
+    od::document doc = parser_.iterate(padded_.data(), json.size(), padded_.size());
+    od::object root = doc.get_object();
+    fn(root);
+  } catch (const simdjson::simdjson_error& e) {
+    return absl::InvalidArgumentError(absl::StrCat("decode ", std::string(what), ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+#define SLUICE_DECODER_DECODE(Type, Name)                                         \
+  absl::Status Decoder::Decode(std::string_view json, Type* out) {                \
+    *out = Type{};                                                                \
+    return Run(json, Name, [&](od::object root) { DecodeObject(root, out); });   \
+  }
+
+SLUICE_DECODER_DECODE(Service, "Service")
+SLUICE_DECODER_DECODE(EndpointSlice, "EndpointSlice")
+SLUICE_DECODER_DECODE(Pod, "Pod")
+SLUICE_DECODER_DECODE(Namespace, "Namespace")
+SLUICE_DECODER_DECODE(Node, "Node")
+SLUICE_DECODER_DECODE(NetworkPolicy, "NetworkPolicy")
+SLUICE_DECODER_DECODE(ApiStatus, "Status")
+SLUICE_DECODER_DECODE(ListMeta, "list metadata")
+SLUICE_DECODER_DECODE(RawEvent, "watch event")
+
+#undef SLUICE_DECODER_DECODE
+
+absl::Status Decoder::DecodeResourceVersion(std::string_view json, std::string* rv) {
+  ResourceVersionOnly out;
+  absl::Status st = Run(json, "object metadata",
+                        [&](od::object root) { DecodeObject(root, &out); });
+  *rv = std::move(out.rv);
+  return st;
+}
+
+}  // namespace sluice::k8s
