@@ -4,6 +4,7 @@
 #include <string>
 
 #include "maps/drop.h"
+#include "maps/lb.h"
 #include "maps/endpoint.h"
 #include "maps/map.h"
 #include "maps/nat.h"
@@ -16,6 +17,9 @@ using NodeConfigMap = Map<__u32, sluice_node_config>;
 using NoMasqMap = Map<sluice_lpm4_key, __u8>;
 using NatMap = Map<sluice_nat4_key, sluice_nat4_entry>;
 using DropMap = PerCpuMap<__u32, sluice_drop_count>;
+using Lb4ServiceMap = Map<sluice_lb4_key, sluice_lb4_service>;
+using Lb4BackendMap = Map<__u32, sluice_lb4_backend>;
+using Lb4RevNatMap = Map<__u32, sluice_lb4_revnat>;
 
 inline std::string PinPath(const std::string& root, const char* map_name) {
   return root + "/" + map_name;

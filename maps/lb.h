@@ -1,0 +1,86 @@
+/* Service load balancing: services (one master entry plus one entry per backend slot), backends
+ * and reverse-NAT targets. (Connection tracking and session affinity get their own headers.) Written by the agent in a
+ * hitless order: backends, then slots, then the master entry last; stale slots and orphan
+ * backends are deleted only after the master no longer points at them. */
+#ifndef SLUICE_MAPS_LB_H
+#define SLUICE_MAPS_LB_H
+
+#include "types.h"
+
+#define SLUICE_MAP_LB4_SVC "sluice_lb4_svc"
+#define SLUICE_MAP_LB4_BACKENDS "sluice_lb4_be"
+#define SLUICE_MAP_LB4_REVNAT "sluice_lb4_rnat"
+#define SLUICE_LB4_SVC_MAX_ENTRIES 1048576
+#define SLUICE_LB4_BACKENDS_MAX_ENTRIES 1048576
+#define SLUICE_LB4_REVNAT_MAX_ENTRIES 262144
+
+/* Where a service address is reached from: a ClusterIP is one frontend; a NodePort is one
+ * frontend per node address; ExternalIPs and LoadBalancer ingress IPs are frontends too. */
+enum sluice_lb_scope {
+	SLUICE_LB_SCOPE_EXTERNAL = 0, /* traffic from outside the node (or any, for ClusterIP) */
+	SLUICE_LB_SCOPE_INTERNAL = 1, /* traffic from this node's pods (internalTrafficPolicy) */
+};
+
+/* Key of sluice_lb4_svc (BPF_MAP_TYPE_HASH). backend_slot 0 is the service's master entry;
+ * slots 1..count name its backends. */
+struct sluice_lb4_key {
+	__be32 addr;         /* frontend address */
+	__be16 dport;        /* frontend port */
+	__u8 proto;          /* IPPROTO_TCP, IPPROTO_UDP, IPPROTO_SCTP */
+	__u8 scope;          /* enum sluice_lb_scope */
+	__u16 backend_slot;  /* 0: master entry */
+	__u16 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_key, 12);
+SLUICE_ASSERT_OFFSET(struct sluice_lb4_key, dport, 4);
+SLUICE_ASSERT_OFFSET(struct sluice_lb4_key, backend_slot, 8);
+
+enum sluice_svc_flags {
+	SLUICE_SVC_F_NODEPORT = 1 << 0,        /* frontend is a node address */
+	SLUICE_SVC_F_EXTERNAL_IP = 1 << 1,     /* spec.externalIPs */
+	SLUICE_SVC_F_LOADBALANCER = 1 << 2,    /* status.loadBalancer.ingress */
+	SLUICE_SVC_F_AFFINITY = 1 << 3,        /* sessionAffinity: ClientIP */
+	SLUICE_SVC_F_ETP_LOCAL = 1 << 4,       /* externalTrafficPolicy: Local */
+	SLUICE_SVC_F_ITP_LOCAL = 1 << 5,       /* internalTrafficPolicy: Local */
+	SLUICE_SVC_F_SOURCE_RANGES = 1 << 6,   /* loadBalancerSourceRanges apply */
+	SLUICE_SVC_F_REJECT = 1 << 7,          /* no usable endpoint: reject (RST / ICMP unreach) */
+};
+
+/* Value of sluice_lb4_svc. In the master entry: count, flags, rev_nat_id, affinity_timeout.
+ * In a slot entry: backend_id. */
+struct sluice_lb4_service {
+	__u32 backend_id;        /* slot entries */
+	__u16 count;             /* master: number of backend slots */
+	__u16 flags;             /* master: enum sluice_svc_flags */
+	__u32 rev_nat_id;        /* master: key of sluice_lb4_rnat for replies */
+	__u32 affinity_timeout;  /* master: seconds, with SLUICE_SVC_F_AFFINITY */
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_service, 16);
+SLUICE_ASSERT_OFFSET(struct sluice_lb4_service, count, 4);
+SLUICE_ASSERT_OFFSET(struct sluice_lb4_service, rev_nat_id, 8);
+
+enum sluice_backend_flags {
+	SLUICE_BE_F_TERMINATING = 1 << 0, /* serving but terminating: only for existing flows,
+					     or when no backend is ready */
+	SLUICE_BE_F_LOCAL = 1 << 1,       /* on this node */
+};
+
+/* sluice_lb4_be (BPF_MAP_TYPE_HASH): backend_id -> backend. Ids are stable for a backend's life
+ * and restored from this map after an agent restart. */
+struct sluice_lb4_backend {
+	__be32 addr;
+	__be16 port;
+	__u8 proto;
+	__u8 flags; /* enum sluice_backend_flags */
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_backend, 8);
+
+/* sluice_lb4_rnat (BPF_MAP_TYPE_HASH): rev_nat_id -> the frontend a reply must appear from. */
+struct sluice_lb4_revnat {
+	__be32 addr;
+	__be16 port;
+	__u16 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_revnat, 8);
+
+#endif
