@@ -75,7 +75,8 @@ class Store {
 
   Ptr Get(std::string_view key) const {
     absl::MutexLock lock(&mu_);
-    auto it = items_.find(key);
+    // Debian's abseil keys take absl::string_view, not std::string_view.
+    auto it = items_.find(absl::string_view(key.data(), key.size()));
     return it == items_.end() ? nullptr : it->second;
   }
   std::vector<Ptr> List() const {

@@ -451,9 +451,17 @@ absl::Status ApiServer::Listen() {
   }
   port_ = port;
   httplib::Server* raw = server.get();
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    server_ = std::move(server);
+    server_thread_ = std::thread([raw] { raw->listen_after_bind(); });
+  }
+  // httplib's stop() is a no-op until the accept loop runs: wait for it, so a GoAway() or Stop()
+  // right after this can never leave a listener behind (or a join that never returns).
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!raw->is_running() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  if (!raw->is_running()) return absl::InternalError("lab apiserver: listener did not start");
   std::lock_guard<std::mutex> lock(mu_);
-  server_ = std::move(server);
-  server_thread_ = std::thread([raw] { raw->listen_after_bind(); });
   down_ = false;
   return absl::OkStatus();
 }
@@ -469,13 +477,18 @@ void ApiServer::Shutdown(bool wait) {
       w->shutdown = true;
       w->stream->Interrupt();
     }
+  }
+  stall_cv_.notify_all();
+  if (server != nullptr) {
+    server->stop();
+    if (thread.joinable()) thread.join();
+  }
+  // "Down" only once the listener is closed: GoAway() returns when connections are refused.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     down_ = true;
   }
   down_cv_.notify_all();
-  stall_cv_.notify_all();
-  if (server == nullptr) return;
-  server->stop();
-  if (thread.joinable()) thread.join();
   (void)wait;
 }
 
