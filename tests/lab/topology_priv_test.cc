@@ -1,6 +1,8 @@
 // The lab's network for real: node namespaces on the underlay bridge reach the control plane's
 // address and each other, bpffs is mounted per node, a second lab gets its own /24, and
 // DestroyTopology leaves no namespace, mount or directory behind.
+#include <sys/stat.h>
+
 #include <unistd.h>
 
 #include <filesystem>
@@ -54,6 +56,18 @@ TEST(TopologyTest, NodesReachTheControlPlaneAndEachOtherAndTeardownLeavesNothing
   // A process left running in a namespace is killed by the teardown.
   auto sleeper = StartProcess({.argv = {"sleep", "600"}, .netns_path = t->netns_path(pod_ns)});
   ASSERT_TRUE(sleeper.ok());
+  // StartProcess returns after fork: wait until the child has entered the namespace, as the
+  // teardown finds processes by their namespace.
+  struct stat ns_st {};
+  ASSERT_EQ(stat(t->netns_path(pod_ns).c_str(), &ns_st), 0);
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  auto in_netns = [&] {
+    struct stat st {};
+    return stat(absl::StrCat("/proc/", *sleeper, "/ns/net").c_str(), &st) == 0 &&
+           st.st_ino == ns_st.st_ino;
+  };
+  while (!in_netns() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_TRUE(in_netns()) << "sleep did not enter " << pod_ns;
 
   ASSERT_TRUE(DestroyTopology(*t).ok());
   EXPECT_TRUE(ReapIfExited(*sleeper).has_value() || StopProcess(*sleeper) == 128 + 9);
