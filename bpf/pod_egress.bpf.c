@@ -1,8 +1,10 @@
 /* TC ingress of a pod's host-side veth: everything a pod sends enters Sluice here.
- * ARP is answered for the gateway, same-node pods are reached with bpf_redirect_peer, and the
+ * ARP is answered for the gateway, services are load balanced (and their replies reverse
+ * translated), same-node pods are reached with bpf_redirect_peer, and the
  * rest (the node itself, other nodes, the outside) continues into the node's stack. */
 #include "lib/arp.h"
 #include "lib/fwd.h"
+#include "lib/lb.h"
 
 SEC("tc")
 int sluice_from_pod(struct __sk_buff *skb)
@@ -10,6 +12,8 @@ int sluice_from_pod(struct __sk_buff *skb)
 	const struct sluice_endpoint *src, *dst;
 	struct ethhdr *eth;
 	struct iphdr *ip;
+	__u8 ttl, proto;
+	int reason;
 
 	eth = SKB_HDR(skb, 0, struct ethhdr);
 	if (!eth)
@@ -28,9 +32,19 @@ int sluice_from_pod(struct __sk_buff *skb)
 	if (!src || src->ifindex != skb->ifindex)
 		return drop(skb, SLUICE_DROP_SPOOFED_SOURCE);
 
+	/* Service NAT rewrites the packet: the header is read again afterwards. */
+	reason = lb4_from_pod(skb, ETH_HLEN_, ip);
+	if (reason)
+		return drop(skb, reason);
+	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
+	if (!ip)
+		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+	ttl = ip->ttl;
+	proto = ip->protocol;
+
 	dst = lookup_ep4(ip->daddr);
 	if (dst)
-		return redirect_to_endpoint(skb, dst, ETH_HLEN_, ip->ttl, ip->protocol);
+		return redirect_to_endpoint(skb, dst, ETH_HLEN_, ttl, proto);
 	return TC_ACT_OK;
 }
 

@@ -50,6 +50,11 @@ class Datapath {
   maps::NatMap& snat() { return snat_; }
   maps::NatMap& rnat() { return rnat_; }
   maps::DropMap& drops() { return drops_; }
+  // Service load balancing: services (master + slots), backends, reverse NAT, conntrack.
+  maps::Lb4ServiceMap& lb4_services() { return lb4_svc_; }
+  maps::Lb4BackendMap& lb4_backends() { return lb4_be_; }
+  maps::Lb4RevNatMap& lb4_revnat() { return lb4_rnat_; }
+  maps::Ct4Map& ct4() { return ct4_; }
 
   // Per-reason drop counts summed over CPUs (reasons with a name only).
   [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
@@ -66,6 +71,10 @@ class Datapath {
   maps::NatMap snat_;
   maps::NatMap rnat_;
   maps::DropMap drops_;
+  maps::Lb4ServiceMap lb4_svc_;
+  maps::Lb4BackendMap lb4_be_;
+  maps::Lb4RevNatMap lb4_rnat_;
+  maps::Ct4Map ct4_;
 };
 
 // Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).

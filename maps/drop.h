@@ -18,6 +18,8 @@ enum sluice_drop_reason {
 	SLUICE_DROP_FRAGMENT = 9,         /* IPv4 fragment that needs masquerade */
 	SLUICE_DROP_NO_NODE_CONFIG = 10,  /* sluice_node not yet written by the agent */
 	SLUICE_DROP_TTL_EXCEEDED = 11,    /* forwarded packet whose TTL ran out */
+	SLUICE_DROP_SERVICE_NO_BACKEND = 12, /* service frontend with no usable backend */
+	SLUICE_DROP_CT_MAP_FULL = 13,     /* a load-balanced flow's state could not be stored */
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
@@ -47,6 +49,8 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_FRAGMENT: return "fragment";
 	case SLUICE_DROP_NO_NODE_CONFIG: return "no_node_config";
 	case SLUICE_DROP_TTL_EXCEEDED: return "ttl_exceeded";
+	case SLUICE_DROP_SERVICE_NO_BACKEND: return "service_no_backend";
+	case SLUICE_DROP_CT_MAP_FULL: return "ct_map_full";
 	default: return (const char *)0;
 	}
 }

@@ -3,6 +3,7 @@
 
 #include <string>
 
+#include "maps/conntrack.h"
 #include "maps/drop.h"
 #include "maps/lb.h"
 #include "maps/endpoint.h"
@@ -20,6 +21,7 @@ using DropMap = PerCpuMap<__u32, sluice_drop_count>;
 using Lb4ServiceMap = Map<sluice_lb4_key, sluice_lb4_service>;
 using Lb4BackendMap = Map<__u32, sluice_lb4_backend>;
 using Lb4RevNatMap = Map<__u32, sluice_lb4_revnat>;
+using Ct4Map = Map<sluice_ct4_key, sluice_ct4_entry>;
 
 inline std::string PinPath(const std::string& root, const char* map_name) {
   return root + "/" + map_name;

@@ -15,7 +15,9 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "maps/conntrack.h"
 #include "maps/drop.h"
+#include "maps/lb.h"
 #include "maps/endpoint.h"
 #include "maps/nat.h"
 #include "maps/node.h"

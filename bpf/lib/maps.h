@@ -47,6 +47,43 @@ struct {
 	__uint(pinning, LIBBPF_PIN_BY_NAME);
 } sluice_rnat4 SEC(".maps");
 
+/* The LB maps are written only by the agent, so they need no preallocation (which would cost
+ * memory for a million entries up front); BPF only looks them up. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, struct sluice_lb4_key);
+	__type(value, struct sluice_lb4_service);
+	__uint(max_entries, SLUICE_LB4_SVC_MAX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_lb4_svc SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct sluice_lb4_backend);
+	__uint(max_entries, SLUICE_LB4_BACKENDS_MAX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_lb4_be SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__type(key, __u32);
+	__type(value, struct sluice_lb4_revnat);
+	__uint(max_entries, SLUICE_LB4_REVNAT_MAX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_lb4_rnat SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct sluice_ct4_key);
+	__type(value, struct sluice_ct4_entry);
+	__uint(max_entries, SLUICE_CT4_MAX_ENTRIES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_ct4 SEC(".maps");
+
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
 	__type(key, __u32);

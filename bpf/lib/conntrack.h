@@ -1,0 +1,80 @@
+/* Connection tracking of load-balanced flows in sluice_ct4: a forward entry keyed by the tuple the
+ * client sends and a reply entry keyed by the tuple the backend answers with. */
+#ifndef SLUICE_BPF_CONNTRACK_H
+#define SLUICE_BPF_CONNTRACK_H
+
+#include "lib/csum.h"
+#include "lib/drop.h"
+
+/* A TCP/UDP packet's tuple as it is on the wire, and where its ports are. */
+struct ct4_pkt {
+	struct sluice_ct4_key key; /* dir is left 0 (forward) */
+	__u32 l4_off;
+	struct l4_csum csum;
+};
+
+/* Loads a TCP or UDP tuple. Returns 0, or -1 for packets without ports: other protocols,
+ * truncated L4 headers and fragments (only the first fragment carries the ports). */
+static __always_inline int ct4_load(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip,
+				    struct ct4_pkt *p)
+{
+	__be16 ports[2];
+
+	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
+		return -1;
+	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+		return -1;
+	p->l4_off = l3_off + ((__u32)ip->ihl << 2);
+	if (bpf_skb_load_bytes(skb, p->l4_off, ports, sizeof(ports)))
+		return -1;
+	__builtin_memset(&p->key, 0, sizeof(p->key));
+	p->key.saddr = ip->saddr;
+	p->key.daddr = ip->daddr;
+	p->key.sport = ports[0];
+	p->key.dport = ports[1];
+	p->key.proto = ip->protocol;
+	return l4_csum_init(&p->csum, ip->protocol, p->l4_off);
+}
+
+/* Finds the entry for key and marks it seen now. */
+static __always_inline struct sluice_ct4_entry *ct4_lookup(const struct sluice_ct4_key *key)
+{
+	struct sluice_ct4_entry *e = bpf_map_lookup_elem(&sluice_ct4, key);
+
+	if (e)
+		e->last_seen_ns = bpf_ktime_get_ns();
+	return e;
+}
+
+/* Records a new flow in both directions: fwd as the client sent it, and the reply tuple the
+ * backend (be_addr:be_port) will answer with. The reply entry goes first so that a forward entry
+ * never exists without it. Returns 0 or a drop reason. */
+static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 be_addr,
+				      __be16 be_port, __u32 backend_id, __u32 rev_nat_id)
+{
+	__u64 now = bpf_ktime_get_ns();
+	struct sluice_ct4_entry e = {
+		.backend_id = backend_id,
+		.rev_nat_id = rev_nat_id,
+		.created_ns = now,
+		.last_seen_ns = now,
+	};
+	struct sluice_ct4_key rev = {
+		.saddr = be_addr,
+		.daddr = fwd->saddr,
+		.sport = be_port,
+		.dport = fwd->sport,
+		.proto = fwd->proto,
+		.dir = SLUICE_CT_DIR_REPLY,
+	};
+
+	if (bpf_map_update_elem(&sluice_ct4, &rev, &e, BPF_ANY))
+		return SLUICE_DROP_CT_MAP_FULL;
+	if (bpf_map_update_elem(&sluice_ct4, fwd, &e, BPF_ANY)) {
+		bpf_map_delete_elem(&sluice_ct4, &rev);
+		return SLUICE_DROP_CT_MAP_FULL;
+	}
+	return 0;
+}
+
+#endif

@@ -1,0 +1,47 @@
+/* Connection tracking of load-balanced flows: each service flow has a forward entry (client ->
+ * frontend) naming the backend it was given, and a reply entry (backend -> client) naming the
+ * frontend the replies must appear from. Written by the datapath; the agent reads and flushes. */
+#ifndef SLUICE_MAPS_CONNTRACK_H
+#define SLUICE_MAPS_CONNTRACK_H
+
+#include "types.h"
+
+#define SLUICE_MAP_CT4 "sluice_ct4"
+#define SLUICE_CT4_MAX_ENTRIES 262144 /* two entries per flow */
+
+enum sluice_ct_dir {
+	SLUICE_CT_DIR_FORWARD = 0, /* client -> frontend, as the client sends it */
+	SLUICE_CT_DIR_REPLY = 1,   /* backend -> client, as the backend sends it */
+};
+
+/* Key of sluice_ct4 (BPF_MAP_TYPE_LRU_HASH): the tuple as it is on the wire where the packet is
+ * looked up (before DNAT for forward entries, before reverse NAT for reply entries). */
+struct sluice_ct4_key {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u8 proto;
+	__u8 dir;   /* enum sluice_ct_dir */
+	__u16 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_ct4_key, 16);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_key, sport, 8);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_key, proto, 12);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_key, dir, 13);
+
+/* Value of sluice_ct4. The same in both directions. */
+struct sluice_ct4_entry {
+	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
+	__u32 rev_nat_id;     /* key of sluice_lb4_rnat for its replies */
+	__u64 created_ns;     /* bpf_ktime_get_ns() at creation */
+	__u64 last_seen_ns;   /* bpf_ktime_get_ns() of the last packet in this direction */
+	__u32 flags;          /* reserved, 0 */
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_ct4_entry, 32);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, rev_nat_id, 4);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, created_ns, 8);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, last_seen_ns, 16);
+
+#endif
