@@ -19,10 +19,14 @@
 #include "agent/cni_install.h"
 #include "agent/endpoint_service.h"
 #include "agent/endpoint_store.h"
+#include "agent/health_check_server.h"
 #include "agent/ipam.h"
 #include "agent/kubernetes.h"
 #include "agent/netlink.h"
 #include "agent/node.h"
+#include "agent/service_reconciler.h"
+#include "agent/service_sync.h"
+#include "loader/cgroup.h"
 #include "loader/datapath.h"
 #include "maps/types.h"
 #include "spdlog/spdlog.h"
@@ -48,6 +52,12 @@ ABSL_FLAG(std::vector<std::string>, non_masquerade_cidrs, {},
           "comma-separated destinations reached without masquerade (the pod CIDR always is)");
 ABSL_FLAG(std::string, nat_port_range, "61000-65535",
           "source ports for masquerade; keep it apart from net.ipv4.ip_local_port_range");
+ABSL_FLAG(std::string, service_cidr, "",
+          "the cluster's ClusterIP range (kube-apiserver --service-cluster-ip-range); addresses "
+          "in it that are no Service's are dropped");
+ABSL_FLAG(bool, kube_proxy_replacement, true,
+          "program Service load balancing (ClusterIP, NodePort, ExternalIP, LoadBalancer) from "
+          "the Kubernetes Services and EndpointSlices, replacing kube-proxy; needs Kubernetes");
 ABSL_FLAG(int, mtu, 0, "pod MTU (default: the native device's MTU)");
 ABSL_FLAG(std::string, bpffs_root, SLUICE_DEFAULT_BPFFS_ROOT, "where maps are pinned");
 ABSL_FLAG(std::string, state_dir, "/var/lib/sluice", "IPAM and endpoint records");
@@ -57,6 +67,12 @@ ABSL_FLAG(std::string, cni_conf_dir, "/etc/cni/net.d", "where 05-sluice.conflist
 ABSL_FLAG(std::string, cni_bin_dir, "/opt/cni/bin", "where the plugin binary goes");
 ABSL_FLAG(std::string, cni_plugin, "", "sluice-cni binary to install (default: next to this one)");
 ABSL_FLAG(std::string, cni_version, "1.0.0", "cniVersion of the installed conflist");
+ABSL_FLAG(bool, socket_lb, true,
+          "socket-level Service load balancing for the node's own (host-network) processes: "
+          "cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs");
+ABSL_FLAG(std::string, cgroup_root, "",
+          "cgroup v2 directory the socket-LB programs attach to (default: the cgroup2 mount in "
+          "/proc/mounts, else one mounted at /run/sluice/cgroupv2)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 namespace sluice::agent {
@@ -119,6 +135,11 @@ int Run() {
     if (!p.ok()) return Fail(p.status(), "--non-masquerade-cidrs");
     node_opts.non_masquerade_cidrs.push_back(*p);
   }
+  if (!absl::GetFlag(FLAGS_service_cidr).empty()) {
+    auto p = IpPrefix::Parse(absl::GetFlag(FLAGS_service_cidr));
+    if (!p.ok()) return Fail(p.status(), "--service_cidr");
+    node_opts.service_cidr = *p;
+  }
   if (auto st = ParsePortRange(absl::GetFlag(FLAGS_nat_port_range), &node_opts.nat_port_min,
                                &node_opts.nat_port_max);
       !st.ok()) {
@@ -142,6 +163,20 @@ int Run() {
   if (!store.ok()) return Fail(store.status(), "open endpoint store");
   auto node = SetUpNode(netlink, **dp, node_opts, (*ipam)->gateway(), /*prune_nomasq=*/!k8s);
   if (!node.ok()) return Fail(node.status(), "set up node");
+  // Host-network clients reach Services through their sockets; links pinned in the bpffs keep
+  // the programs attached across agent restarts (a restart swaps them in place).
+  if (absl::GetFlag(FLAGS_socket_lb)) {
+    std::string cgroup = absl::GetFlag(FLAGS_cgroup_root);
+    if (cgroup.empty()) {
+      auto found = loader::FindOrMountCgroup2("/run/sluice/cgroupv2");
+      if (!found.ok()) return Fail(found.status(), "find the cgroup2 mount for socket LB");
+      cgroup = *found;
+    }
+    if (auto st = (*dp)->AttachSocketLb(cgroup); !st.ok()) return Fail(st, "attach socket LB");
+    spdlog::info("socket LB attached to cgroup {}", cgroup);
+  } else if (auto st = (*dp)->DetachSocketLb(); !st.ok()) {
+    return Fail(st, "detach socket LB");
+  }
 
   int mtu = absl::GetFlag(FLAGS_mtu) > 0 ? absl::GetFlag(FLAGS_mtu)
                                          : static_cast<int>(node->native_mtu);
@@ -173,6 +208,25 @@ int Run() {
     std::vector<IpPrefix> base = node_opts.non_masquerade_cidrs;
     base.push_back(node_opts.pod_cidr);
     peer_routes = std::make_unique<PeerRouteSync>(*k8s, netlink, (*dp)->nomasq(), base);
+  }
+  // Service load balancing follows the Services and EndpointSlices (kube-proxy replacement).
+  // Declared after everything it uses, so it stops first.
+  std::unique_ptr<BpfLbMaps> lb_maps;
+  std::unique_ptr<ServiceReconciler> lb_reconciler;
+  std::unique_ptr<HealthCheckServers> health_checks;
+  std::unique_ptr<ServiceSync> service_sync;
+  if (k8s && absl::GetFlag(FLAGS_kube_proxy_replacement)) {
+    lb_maps = std::make_unique<BpfLbMaps>((*dp)->lb4_services(), (*dp)->lb4_backends(),
+                                          (*dp)->lb4_revnat(), (*dp)->lb4_source_ranges(),
+                                          (*dp)->ct4(), &(*dp)->lb4_affinity());
+    auto reconciler = ServiceReconciler::Create(*lb_maps);
+    if (!reconciler.ok()) return Fail(reconciler.status(), "restore service maps");
+    lb_reconciler = std::move(*reconciler);
+    health_checks = std::make_unique<HealthCheckServers>(node->node_ip.ToString());
+    KubernetesState* kube = k8s.get();
+    service_sync = std::make_unique<ServiceSync>(
+        k8s->services(), k8s->endpoint_slices(), [kube] { return kube->synced(); },
+        *lb_reconciler, health_checks.get(), NodeContext{k8s->node_name(), {node->node_ip}});
   }
   spdlog::info("sluice-agent ready: serving {}", server_opts.socket_path);
 

@@ -88,6 +88,10 @@ absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const Nod
   cfg.flags = options.masquerade ? SLUICE_NODE_F_MASQUERADE : 0;
   cfg.nat_port_min = options.nat_port_min;
   cfg.nat_port_max = options.nat_port_max;
+  if (options.service_cidr.has_value()) {
+    cfg.service_cidr4 = htonl(options.service_cidr->network().v4_host_order());
+    cfg.service_cidr4_len = static_cast<uint8_t>(options.service_cidr->length());
+  }
   if (auto st = dp.node_config().Update(0, cfg); !st.ok()) return st;
 
   // Desired never-masqueraded destinations; entries of an earlier configuration are removed.

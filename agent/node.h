@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,7 @@ struct NodeOptions {
   std::vector<IpPrefix> non_masquerade_cidrs;  // besides the pod CIDR
   uint16_t nat_port_min = 61000;
   uint16_t nat_port_max = 65535;
+  std::optional<IpPrefix> service_cidr;  // ClusterIP range: unallocated addresses are dropped
 };
 
 struct Node {

@@ -10,10 +10,12 @@ SEC("tc")
 int sluice_from_pod(struct __sk_buff *skb)
 {
 	const struct sluice_endpoint *src, *dst;
+	const struct sluice_node_config *cfg;
 	struct ethhdr *eth;
+	struct ct4_pkt p;
 	struct iphdr *ip;
 	__u8 ttl, proto;
-	int reason;
+	int lb;
 
 	eth = SKB_HDR(skb, 0, struct ethhdr);
 	if (!eth)
@@ -32,19 +34,33 @@ int sluice_from_pod(struct __sk_buff *skb)
 	if (!src || src->ifindex != skb->ifindex)
 		return drop(skb, SLUICE_DROP_SPOOFED_SOURCE);
 
-	/* Service NAT rewrites the packet: the header is read again afterwards. */
-	reason = lb4_from_pod(skb, ETH_HLEN_, ip);
-	if (reason)
-		return drop(skb, reason);
+	/* Services: DNAT to a backend, or a backend's reply back from its frontend. A local pod
+	 * is never a frontend, so traffic to one only needs the reply check. The translation
+	 * rewrites the packet, so the header is read again afterwards. */
+	dst = lookup_ep4(ip->daddr);
+	cfg = node_config();
+	lb = LB4_NONE;
+	if (ct4_load(skb, ETH_HLEN_, ip, &p) == 0) {
+		lb = dst ? lb4_rev_nat(skb, ETH_HLEN_, &p) : lb4_from_pod(skb, ETH_HLEN_, &p, cfg);
+		if (lb < 0)
+			return drop(skb, -lb);
+		if (lb == LB4_REJECT)
+			return reject(skb, ETH_HLEN_, ip);
+	}
 	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
 	if (!ip)
 		return drop(skb, SLUICE_DROP_INVALID_PACKET);
 	ttl = ip->ttl;
 	proto = ip->protocol;
 
-	dst = lookup_ep4(ip->daddr);
+	if (lb != LB4_NONE)
+		dst = lookup_ep4(ip->daddr);
 	if (dst)
 		return redirect_to_endpoint(skb, dst, ETH_HLEN_, ttl, proto);
+	/* A reply now comes from a frontend, possibly this node's own address (NodePort), which
+	 * the stack would refuse as a martian source: route it here. */
+	if (lb == LB4_REVNAT)
+		return redirect_by_fib(skb, ETH_HLEN_);
 	return TC_ACT_OK;
 }
 

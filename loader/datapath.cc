@@ -1,6 +1,12 @@
 #include "loader/datapath.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
 #include "loader/bpffs.h"
+#include "loader/cgroup.h"
 
 namespace sluice::loader {
 namespace {
@@ -37,7 +43,18 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
   // Only the pod program balances services; its object defines the LB maps.
   auto* lb = &(*dp->pod_egress_)->maps;
   for (auto st : {Adopt(dp->lb4_svc_, lb->sluice_lb4_svc), Adopt(dp->lb4_be_, lb->sluice_lb4_be),
-                  Adopt(dp->lb4_rnat_, lb->sluice_lb4_rnat), Adopt(dp->ct4_, lb->sluice_ct4)}) {
+                  Adopt(dp->lb4_rnat_, lb->sluice_lb4_rnat), Adopt(dp->ct4_, lb->sluice_ct4),
+                  Adopt(dp->lb4_srcr_, lb->sluice_lb4_srcr),
+                  Adopt(dp->lb4_aff_, lb->sluice_lb4_aff)}) {
+    if (!st.ok()) return st;
+  }
+  // Socket-level LB: shares the LB maps above by name, and owns its own two.
+  auto sock = Skeleton<sluice_sock_lb>::OpenAndLoad(bpffs_root);
+  if (!sock.ok()) return sock.status();
+  dp->sock_lb_ = std::move(*sock);
+  auto* sm = &(*dp->sock_lb_)->maps;
+  for (auto st :
+       {Adopt(dp->sock_cfg_, sm->sluice_sock_cfg), Adopt(dp->sock4_rnat_, sm->sluice_sock4_rnat)}) {
     if (!st.ok()) return st;
   }
   return dp;
@@ -61,6 +78,66 @@ absl::Status Datapath::AttachNative(int ifindex) {
 absl::Status Datapath::DetachNative(int ifindex) {
   if (auto st = DetachTc(ifindex, TcDirection::kIngress); !st.ok()) return st;
   return DetachTc(ifindex, TcDirection::kEgress);
+}
+
+std::string Datapath::LinkPinPath(const char* link_name) const {
+  return absl::StrCat(root_, "/", SLUICE_LINKS_DIR, "/", link_name);
+}
+
+int Datapath::sock_connect4_fd() const {
+  return bpf_program__fd((*sock_lb_)->progs.sluice_connect4);
+}
+int Datapath::sock_sendmsg4_fd() const {
+  return bpf_program__fd((*sock_lb_)->progs.sluice_sendmsg4);
+}
+int Datapath::sock_recvmsg4_fd() const {
+  return bpf_program__fd((*sock_lb_)->progs.sluice_recvmsg4);
+}
+int Datapath::sock_getpeername4_fd() const {
+  return bpf_program__fd((*sock_lb_)->progs.sluice_getpeer4);
+}
+
+absl::Status Datapath::AttachSocketLb(const std::string& cgroup_path) {
+  // The namespace filter is in place before any program can run with it.
+  auto cookie = CurrentNetnsCookie();
+  if (!cookie.ok()) return cookie.status();
+  sluice_sock_config cfg{};
+  cfg.netns_cookie = *cookie;
+  if (auto st = sock_cfg_.Update(0, cfg); !st.ok()) return st;
+
+  std::string dir = absl::StrCat(root_, "/", SLUICE_LINKS_DIR);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return maps::ErrnoStatus(errno, absl::StrCat("mkdir ", dir));
+  }
+  int cg = open(cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (cg < 0) return maps::ErrnoStatus(errno, absl::StrCat("open cgroup ", cgroup_path));
+  auto* p = &(*sock_lb_)->progs;
+  const std::pair<struct bpf_program*, const char*> links[] = {
+      // Reverse translation first: a translated socket never misses its way back.
+      {p->sluice_recvmsg4, SLUICE_LINK_SOCK_RECVMSG4},
+      {p->sluice_getpeer4, SLUICE_LINK_SOCK_GETPEERNAME4},
+      {p->sluice_connect4, SLUICE_LINK_SOCK_CONNECT4},
+      {p->sluice_sendmsg4, SLUICE_LINK_SOCK_SENDMSG4},
+  };
+  absl::Status status;
+  for (const auto& [prog, name] : links) {
+    status = AttachCgroupLink(prog, cg, LinkPinPath(name));
+    if (!status.ok()) {
+      status = absl::Status(
+          status.code(), absl::StrCat("socket LB on cgroup ", cgroup_path, ": ", status.message()));
+      break;
+    }
+  }
+  close(cg);
+  return status;
+}
+
+absl::Status Datapath::DetachSocketLb() {
+  for (const char* name : {SLUICE_LINK_SOCK_CONNECT4, SLUICE_LINK_SOCK_SENDMSG4,
+                           SLUICE_LINK_SOCK_RECVMSG4, SLUICE_LINK_SOCK_GETPEERNAME4}) {
+    if (auto st = DetachPinnedLink(LinkPinPath(name)); !st.ok()) return st;
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<DropTotal>> ReadDropTotals(maps::DropMap& drops) {

@@ -13,11 +13,13 @@
 #include "maps/sluice_maps.h"
 #include "sluice_netdev.skel.h"
 #include "sluice_pod_egress.skel.h"
+#include "sluice_sock_lb.skel.h"
 
 namespace sluice::loader {
 
 SLUICE_SKELETON_OPS(sluice_pod_egress);
 SLUICE_SKELETON_OPS(sluice_netdev);
+SLUICE_SKELETON_OPS(sluice_sock_lb);
 
 struct DropTotal {
   unsigned reason;
@@ -43,6 +45,19 @@ class Datapath {
   // Masquerade programs on the native device (egress) and their reverse (ingress).
   [[nodiscard]] absl::Status AttachNative(int ifindex);
   [[nodiscard]] absl::Status DetachNative(int ifindex);
+  // Socket-level load balancing (cgroup connect4/sendmsg4/recvmsg4/getpeername4) for the
+  // sockets of the calling thread's network namespace in the cgroup v2 subtree at `cgroup_path`.
+  // The links are pinned under <bpffs root>/links/: they outlive the agent, a second call (or a
+  // restarted agent) swaps the programs in place, and removing the pins or the bpffs detaches.
+  [[nodiscard]] absl::Status AttachSocketLb(const std::string& cgroup_path);
+  // Unpins socket-LB links of an earlier run (--socket_lb=false); none is not an error.
+  [[nodiscard]] absl::Status DetachSocketLb();
+  // Where AttachSocketLb pins the link of `link_name` (SLUICE_LINK_SOCK_*).
+  std::string LinkPinPath(const char* link_name) const;
+  int sock_connect4_fd() const;
+  int sock_sendmsg4_fd() const;
+  int sock_recvmsg4_fd() const;
+  int sock_getpeername4_fd() const;
 
   maps::EndpointMap& endpoints() { return endpoints_; }
   maps::NodeConfigMap& node_config() { return node_; }
@@ -55,6 +70,11 @@ class Datapath {
   maps::Lb4BackendMap& lb4_backends() { return lb4_be_; }
   maps::Lb4RevNatMap& lb4_revnat() { return lb4_rnat_; }
   maps::Ct4Map& ct4() { return ct4_; }
+  maps::Lb4SourceRangeMap& lb4_source_ranges() { return lb4_srcr_; }
+  maps::Lb4AffinityMap& lb4_affinity() { return lb4_aff_; }
+  // Socket-level LB: the namespace it acts in, and per-socket reverse translation.
+  maps::SockConfigMap& sock_config() { return sock_cfg_; }
+  maps::Sock4RevNatMap& sock4_revnat() { return sock4_rnat_; }
 
   // Per-reason drop counts summed over CPUs (reasons with a name only).
   [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
@@ -65,6 +85,7 @@ class Datapath {
   std::string root_;
   std::unique_ptr<Skeleton<sluice_pod_egress>> pod_egress_;
   std::unique_ptr<Skeleton<sluice_netdev>> netdev_;
+  std::unique_ptr<Skeleton<sluice_sock_lb>> sock_lb_;
   maps::EndpointMap endpoints_;
   maps::NodeConfigMap node_;
   maps::NoMasqMap nomasq_;
@@ -75,6 +96,10 @@ class Datapath {
   maps::Lb4BackendMap lb4_be_;
   maps::Lb4RevNatMap lb4_rnat_;
   maps::Ct4Map ct4_;
+  maps::Lb4SourceRangeMap lb4_srcr_;
+  maps::Lb4AffinityMap lb4_aff_;
+  maps::SockConfigMap sock_cfg_;
+  maps::Sock4RevNatMap sock4_rnat_;
 };
 
 // Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).

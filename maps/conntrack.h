@@ -30,18 +30,29 @@ SLUICE_ASSERT_OFFSET(struct sluice_ct4_key, sport, 8);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_key, proto, 12);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_key, dir, 13);
 
+enum sluice_ct_flags {
+	SLUICE_CT_F_HAIRPIN = 1 << 0, /* client is its own backend: source rewritten to the gateway */
+	SLUICE_CT_F_SNAT = 1 << 1,    /* reserved (NodePort masquerade lives in sluice_snat4) */
+	SLUICE_CT_F_CLOSING = 1 << 2, /* forward entry: a FIN or RST was seen; a new SYN on the
+					 tuple is a new connection and is balanced again */
+};
+
 /* Value of sluice_ct4. The same in both directions. */
 struct sluice_ct4_entry {
 	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
 	__u32 rev_nat_id;     /* key of sluice_lb4_rnat for its replies */
 	__u64 created_ns;     /* bpf_ktime_get_ns() at creation */
 	__u64 last_seen_ns;   /* bpf_ktime_get_ns() of the last packet in this direction */
-	__u32 flags;          /* reserved, 0 */
-	__u32 pad;
+	__be32 backend_addr;  /* the backend itself: a flow keeps it even after the backend is */
+	__be16 backend_port;  /* removed from the service (terminating endpoints, TCP) */
+	__u8 flags;           /* enum sluice_ct_flags */
+	__u8 pad;
 };
 SLUICE_ASSERT_SIZE(struct sluice_ct4_entry, 32);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, rev_nat_id, 4);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, created_ns, 8);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, last_seen_ns, 16);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, backend_addr, 24);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, flags, 30);
 
 #endif

@@ -20,6 +20,10 @@ enum sluice_drop_reason {
 	SLUICE_DROP_TTL_EXCEEDED = 11,    /* forwarded packet whose TTL ran out */
 	SLUICE_DROP_SERVICE_NO_BACKEND = 12, /* service frontend with no usable backend */
 	SLUICE_DROP_CT_MAP_FULL = 13,     /* a load-balanced flow's state could not be stored */
+	SLUICE_DROP_SERVICE_REJECTED = 14, /* no usable endpoint or undefined port: answered with a
+					      TCP RST / ICMP port unreachable instead */
+	SLUICE_DROP_SERVICE_UNKNOWN_IP = 15, /* service-range address that is no Service's */
+	SLUICE_DROP_SOURCE_RANGE = 16,    /* client outside the loadBalancerSourceRanges */
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
@@ -51,6 +55,9 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_TTL_EXCEEDED: return "ttl_exceeded";
 	case SLUICE_DROP_SERVICE_NO_BACKEND: return "service_no_backend";
 	case SLUICE_DROP_CT_MAP_FULL: return "ct_map_full";
+	case SLUICE_DROP_SERVICE_REJECTED: return "service_rejected";
+	case SLUICE_DROP_SERVICE_UNKNOWN_IP: return "service_unknown_ip";
+	case SLUICE_DROP_SOURCE_RANGE: return "source_range";
 	default: return (const char *)0;
 	}
 }

@@ -10,9 +10,13 @@
 #define SLUICE_MAP_LB4_SVC "sluice_lb4_svc"
 #define SLUICE_MAP_LB4_BACKENDS "sluice_lb4_be"
 #define SLUICE_MAP_LB4_REVNAT "sluice_lb4_rnat"
+#define SLUICE_MAP_LB4_SRC_RANGES "sluice_lb4_srcr"
+#define SLUICE_MAP_LB4_AFFINITY "sluice_lb4_aff"
 #define SLUICE_LB4_SVC_MAX_ENTRIES 1048576
 #define SLUICE_LB4_BACKENDS_MAX_ENTRIES 1048576
 #define SLUICE_LB4_REVNAT_MAX_ENTRIES 262144
+#define SLUICE_LB4_SRC_RANGES_MAX_ENTRIES 65536
+#define SLUICE_LB4_AFFINITY_MAX_ENTRIES 65536
 
 /* Where a service address is reached from: a ClusterIP is one frontend; a NodePort is one
  * frontend per node address; ExternalIPs and LoadBalancer ingress IPs are frontends too. */
@@ -82,5 +86,29 @@ struct sluice_lb4_revnat {
 	__u16 pad;
 };
 SLUICE_ASSERT_SIZE(struct sluice_lb4_revnat, 8);
+
+/* Key of sluice_lb4_srcr (BPF_MAP_TYPE_LPM_TRIE, value __u8 1): loadBalancerSourceRanges of a
+ * frontend with SLUICE_SVC_F_SOURCE_RANGES, named by the frontend's rev_nat_id. prefixlen counts
+ * the 32 bits of rev_nat_id plus the range's prefix length. */
+struct sluice_lb4_srcrange_key {
+	__u32 prefixlen;
+	__u32 rev_nat_id;  /* big-endian in the trie: stored with bpf_htonl */
+	__be32 addr;
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_srcrange_key, 12);
+
+/* sluice_lb4_aff (BPF_MAP_TYPE_LRU_HASH): sessionAffinity ClientIP, per client and frontend. */
+struct sluice_lb4_affinity_key {
+	__be32 client_addr;
+	__u32 rev_nat_id;
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_affinity_key, 8);
+
+struct sluice_lb4_affinity {
+	__u64 last_used_ns; /* bpf_ktime_get_ns() of the last new flow that used it */
+	__u32 backend_id;
+	__u32 pad;
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_affinity, 16);
 
 #endif

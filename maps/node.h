@@ -24,8 +24,12 @@ struct sluice_node_config {
 	__u16 nat_port_min;   /* masquerade source-port range, inclusive */
 	__u16 nat_port_max;
 	__u16 pad;
+	__be32 service_cidr4; /* ClusterIP range, network address (0/0: unknown) */
+	__u8 service_cidr4_len;
+	__u8 pad2[3];
 };
-SLUICE_ASSERT_SIZE(struct sluice_node_config, 20);
+SLUICE_ASSERT_SIZE(struct sluice_node_config, 28);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, service_cidr4, 20);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, node_ip4, 0);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, pod_cidr4, 4);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, gateway_ip4, 8);

@@ -240,6 +240,7 @@ std::vector<std::string> AgentCommand(const Topology& t, const LabNode& node,
   for (const std::string& f : {
            absl::StrCat("--native_device=eth0"),
            absl::StrCat("--node_ip=", node.ip),
+           std::string("--service_cidr=10.96.0.0/16"),
            absl::StrCat("--bpffs_root=", node.bpffs()),
            absl::StrCat("--state_dir=", node.state_dir()),
            absl::StrCat("--socket=", node.socket()),

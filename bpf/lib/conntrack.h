@@ -11,7 +11,13 @@ struct ct4_pkt {
 	struct sluice_ct4_key key; /* dir is left 0 (forward) */
 	__u32 l4_off;
 	struct l4_csum csum;
+	__u8 tcp_flags; /* TCP: the flags byte (FIN 0x01, SYN 0x02, RST 0x04, ACK 0x10); else 0 */
 };
+
+#define CT4_TCP_FIN 0x01
+#define CT4_TCP_SYN 0x02
+#define CT4_TCP_RST 0x04
+#define CT4_TCP_ACK 0x10
 
 /* Loads a TCP or UDP tuple. Returns 0, or -1 for packets without ports: other protocols,
  * truncated L4 headers and fragments (only the first fragment carries the ports). */
@@ -33,6 +39,10 @@ static __always_inline int ct4_load(struct __sk_buff *skb, __u32 l3_off, const s
 	p->key.sport = ports[0];
 	p->key.dport = ports[1];
 	p->key.proto = ip->protocol;
+	p->tcp_flags = 0;
+	if (ip->protocol == IPPROTO_TCP &&
+	    bpf_skb_load_bytes(skb, p->l4_off + 13, &p->tcp_flags, sizeof(p->tcp_flags)))
+		return -1;
 	return l4_csum_init(&p->csum, ip->protocol, p->l4_off);
 }
 
@@ -46,11 +56,31 @@ static __always_inline struct sluice_ct4_entry *ct4_lookup(const struct sluice_c
 	return e;
 }
 
+/* Marks the forward entry of client:cport -> frontend:fport closing (seen from its reply path). */
+static __always_inline void ct4_mark_closing(__be32 client, __be32 frontend, __be16 cport,
+					     __be16 fport, __u8 proto)
+{
+	struct sluice_ct4_key fwd = {
+		.saddr = client,
+		.daddr = frontend,
+		.sport = cport,
+		.dport = fport,
+		.proto = proto,
+		.dir = SLUICE_CT_DIR_FORWARD,
+	};
+	struct sluice_ct4_entry *e = bpf_map_lookup_elem(&sluice_ct4, &fwd);
+
+	if (e)
+		e->flags |= SLUICE_CT_F_CLOSING;
+}
+
 /* Records a new flow in both directions: fwd as the client sent it, and the reply tuple the
- * backend (be_addr:be_port) will answer with. The reply entry goes first so that a forward entry
- * never exists without it. Returns 0 or a drop reason. */
+ * backend (be_addr:be_port) will answer with, to reply_daddr (the client, or the address its
+ * source was rewritten to). The reply entry goes first so that a forward entry never exists
+ * without it. Returns 0 or a drop reason. */
 static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 be_addr,
-				      __be16 be_port, __u32 backend_id, __u32 rev_nat_id)
+				      __be16 be_port, __be32 reply_daddr, __u32 backend_id,
+				      __u32 rev_nat_id, __u8 flags)
 {
 	__u64 now = bpf_ktime_get_ns();
 	struct sluice_ct4_entry e = {
@@ -58,10 +88,13 @@ static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 b
 		.rev_nat_id = rev_nat_id,
 		.created_ns = now,
 		.last_seen_ns = now,
+		.backend_addr = be_addr,
+		.backend_port = be_port,
+		.flags = flags,
 	};
 	struct sluice_ct4_key rev = {
 		.saddr = be_addr,
-		.daddr = fwd->saddr,
+		.daddr = reply_daddr,
 		.sport = be_port,
 		.dport = fwd->sport,
 		.proto = fwd->proto,

@@ -1,17 +1,33 @@
-/* Service load balancing of pod traffic: DNAT of packets to a service frontend onto one of its
- * backends (sluice_lb4_svc / sluice_lb4_be), and reverse NAT of the backends' replies. */
+/* Service load balancing: DNAT of packets to a service frontend onto one of its backends
+ * (sluice_lb4_svc / sluice_lb4_be), conntrack so a flow keeps its backend, reverse NAT of the
+ * backends' replies, session affinity, source ranges, hairpin, and rejection of services
+ * without endpoints. Shared by the pod program (ClusterIP and every other frontend a pod can
+ * reach) and the native device's program (NodePort, ExternalIPs, LoadBalancer IPs). */
 #ifndef SLUICE_BPF_LB_H
 #define SLUICE_BPF_LB_H
 
 #include "lib/conntrack.h"
+#include "lib/nat.h"
+#include "lib/reject.h"
+
+#define NSEC_PER_SEC 1000000000ull
+
+enum lb4_result {
+	LB4_NONE = 0,   /* not a service packet: continue unchanged */
+	LB4_DNAT = 1,   /* sent on to a backend (headers rewritten) */
+	LB4_REVNAT = 2, /* a backend's reply, rewritten to come from the frontend */
+	LB4_REJECT = 3, /* answer with a RST / ICMP port unreachable */
+	/* negative: minus a drop reason */
+};
 
 static __always_inline const struct sluice_lb4_backend *lb4_backend(__u32 backend_id)
 {
 	return bpf_map_lookup_elem(&sluice_lb4_be, &backend_id);
 }
 
-/* A reply from a backend to a balanced flow leaves from the frontend. Returns 1 when
- * translated, 0 when the packet is no such reply, or minus a drop reason. */
+/* A reply from a backend to a balanced flow leaves from the frontend; a hairpinned flow's reply
+ * also goes back to the client's own address. Returns LB4_REVNAT, LB4_NONE when the packet is no
+ * such reply, or minus a drop reason. */
 static __always_inline int lb4_rev_nat(struct __sk_buff *skb, __u32 l3_off,
 				       const struct ct4_pkt *p)
 {
@@ -20,103 +36,203 @@ static __always_inline int lb4_rev_nat(struct __sk_buff *skb, __u32 l3_off,
 	struct sluice_ct4_entry *ct;
 	__be32 addr;
 	__be16 port;
+	__u8 flags;
 
 	key.dir = SLUICE_CT_DIR_REPLY;
 	ct = ct4_lookup(&key);
 	if (!ct)
-		return 0;
+		return LB4_NONE;
+	flags = ct->flags;
 	rnat = bpf_map_lookup_elem(&sluice_lb4_rnat, &ct->rev_nat_id);
 	if (!rnat)
-		return 0;
+		return LB4_NONE;
 	addr = rnat->addr;
 	port = rnat->port;
+	if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
+		ct4_mark_closing(flags & SLUICE_CT_F_HAIRPIN ? p->key.saddr : p->key.daddr, addr,
+				 p->key.dport, port, p->key.proto);
 	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, addr,
 			     &p->csum) ||
 	    rewrite_l4_port(skb, p->l4_off, p->key.sport, port, &p->csum))
 		return -SLUICE_DROP_CSUM_ERROR;
-	return 1;
+	/* Hairpin: the backend is the client; it answered the gateway the source was rewritten to. */
+	if ((flags & SLUICE_CT_F_HAIRPIN) &&
+	    rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+			     p->key.saddr, &p->csum))
+		return -SLUICE_DROP_CSUM_ERROR;
+	return LB4_REVNAT;
 }
 
-/* Picks the backend of a new flow to the service whose master entry is svc. Returns 0 or a drop
- * reason. */
-static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
-				      const struct sluice_lb4_service *svc, __u32 *backend_id,
-				      const struct sluice_lb4_backend **be)
+/* A forward entry a new SYN must not follow: its connection ended (FIN/RST seen), or its
+ * backend is gone from the service's backends. (Other packets of a flow whose backend is gone keep
+ * going there: that is how a terminating endpoint finishes its connections.) */
+static __always_inline int lb4_ct_stale(const struct sluice_ct4_entry *ct)
 {
+	const struct sluice_lb4_backend *be;
+
+	if (ct->flags & SLUICE_CT_F_CLOSING)
+		return 1;
+	be = lb4_backend(ct->backend_id);
+	return !be || be->addr != ct->backend_addr || be->port != ct->backend_port;
+}
+
+/* The frontend a packet is addressed to. A miss on an address inside the service range is
+ * decided here too: a ClusterIP in use but not on this port/protocol (its wildcard entry
+ * {addr, 0, 0}) is rejected, an address no Service has is dropped. */
+static __always_inline int lb4_frontend(const struct ct4_pkt *p,
+					const struct sluice_node_config *cfg,
+					struct sluice_lb4_key *key,
+					const struct sluice_lb4_service **svc)
+{
+	__builtin_memset(key, 0, sizeof(*key));
+	key->addr = p->key.daddr;
+	key->dport = p->key.dport;
+	key->proto = p->key.proto;
+	key->scope = SLUICE_LB_SCOPE_EXTERNAL;
+	*svc = bpf_map_lookup_elem(&sluice_lb4_svc, key);
+	if (*svc)
+		return LB4_DNAT;
+	if (!cfg || !cfg->service_cidr4_len ||
+	    !ip4_in_prefix(p->key.daddr, cfg->service_cidr4, cfg->service_cidr4_len))
+		return LB4_NONE;
+	key->dport = 0;
+	key->proto = 0;
+	if (bpf_map_lookup_elem(&sluice_lb4_svc, key))
+		return LB4_REJECT;
+	return -SLUICE_DROP_SERVICE_UNKNOWN_IP;
+}
+
+/* loadBalancerSourceRanges: admitted when the frontend has none or one contains the client. */
+static __always_inline int lb4_source_allowed(const struct sluice_lb4_service *svc,
+					      __be32 client)
+{
+	struct sluice_lb4_srcrange_key key = {
+		.prefixlen = 64,
+		.rev_nat_id = bpf_htonl(svc->rev_nat_id),
+		.addr = client,
+	};
+
+	if (!(svc->flags & SLUICE_SVC_F_SOURCE_RANGES))
+		return 1;
+	return bpf_map_lookup_elem(&sluice_lb4_srcr, &key) != NULL;
+}
+
+/* Picks the backend of a new flow from `client` to the frontend whose master is svc: the
+ * client's affinity when it has a live one, else a random slot. Returns 0 or a drop reason. */
+static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
+				      const struct sluice_lb4_service *svc, __be32 client,
+				      __u32 *backend_id, const struct sluice_lb4_backend **be)
+{
+	struct sluice_lb4_affinity_key akey = { .client_addr = client, .rev_nat_id = svc->rev_nat_id };
+	struct sluice_lb4_affinity aff = {};
 	struct sluice_lb4_key key = *master_key;
 	const struct sluice_lb4_service *slot;
+	struct sluice_lb4_affinity *found;
+	__u64 now = bpf_ktime_get_ns();
 	__u16 count = svc->count;
 
 	if (count == 0)
 		return SLUICE_DROP_SERVICE_NO_BACKEND;
+	if (svc->flags & SLUICE_SVC_F_AFFINITY) {
+		found = bpf_map_lookup_elem(&sluice_lb4_aff, &akey);
+		if (found && now - found->last_used_ns < svc->affinity_timeout * NSEC_PER_SEC) {
+			*backend_id = found->backend_id;
+			*be = lb4_backend(*backend_id);
+			if (*be) {
+				found->last_used_ns = now;
+				return 0;
+			}
+		}
+	}
 	key.backend_slot = 1 + bpf_get_prandom_u32() % count;
 	slot = bpf_map_lookup_elem(&sluice_lb4_svc, &key);
 	if (!slot)
 		return SLUICE_DROP_SERVICE_NO_BACKEND;
 	*backend_id = slot->backend_id;
 	*be = lb4_backend(*backend_id);
-	return *be ? 0 : SLUICE_DROP_SERVICE_NO_BACKEND;
+	if (!*be)
+		return SLUICE_DROP_SERVICE_NO_BACKEND;
+	if (svc->flags & SLUICE_SVC_F_AFFINITY) {
+		aff.last_used_ns = now;
+		aff.backend_id = *backend_id;
+		bpf_map_update_elem(&sluice_lb4_aff, &akey, &aff, BPF_ANY);
+	}
+	return 0;
 }
 
-/* DNATs a packet to a service frontend onto its flow's backend. Existing flows keep their backend
- * as long as it exists, whatever happened to the slots since. Returns 0 (translated, or not for
- * a service) or a drop reason. */
-static __always_inline int lb4_dnat(struct __sk_buff *skb, __u32 l3_off, const struct ct4_pkt *p)
+/* DNATs a packet to the frontend `key` (master `svc`) onto its flow's backend. Existing flows
+ * keep their backend, whatever happened to the service since. A client that is its own backend
+ * (hairpin, only from pods: hairpin_src is the pods' gateway, else 0) gets its source rewritten
+ * to hairpin_src, which the pod answers through Sluice again. Returns LB4_DNAT, LB4_REJECT or
+ * minus a drop reason. */
+static __always_inline int lb4_dnat(struct __sk_buff *skb, __u32 l3_off, const struct ct4_pkt *p,
+				    const struct sluice_lb4_key *key,
+				    const struct sluice_lb4_service *svc, __be32 hairpin_src)
 {
-	struct sluice_lb4_key key = {
-		.addr = p->key.daddr,
-		.dport = p->key.dport,
-		.proto = p->key.proto,
-		.scope = SLUICE_LB_SCOPE_EXTERNAL,
-	};
 	const struct sluice_lb4_backend *be = NULL;
-	const struct sluice_lb4_service *svc;
 	struct sluice_ct4_entry *ct;
 	__u32 backend_id = 0;
 	__be32 addr;
 	__be16 port;
+	__u8 flags;
 	int reason;
 
-	svc = bpf_map_lookup_elem(&sluice_lb4_svc, &key);
-	if (!svc)
-		return 0;
+	if (!lb4_source_allowed(svc, p->key.saddr))
+		return -SLUICE_DROP_SOURCE_RANGE;
 	ct = ct4_lookup(&p->key);
-	if (ct)
-		be = lb4_backend(ct->backend_id);
-	if (!be) {
-		reason = lb4_select(&key, svc, &backend_id, &be);
-		if (reason)
-			return reason;
-		if (!be)
-			return SLUICE_DROP_SERVICE_NO_BACKEND;
-		reason = ct4_create(&p->key, be->addr, be->port, backend_id, svc->rev_nat_id);
-		if (reason)
-			return reason;
+	if (ct && p->key.proto == IPPROTO_TCP) {
+		if ((p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) == CT4_TCP_SYN &&
+		    lb4_ct_stale(ct))
+			ct = NULL; /* a new connection reusing the tuple of one that ended */
+		else if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
+			ct->flags |= SLUICE_CT_F_CLOSING;
 	}
-	addr = be->addr;
-	port = be->port;
+	if (ct) {
+		addr = ct->backend_addr;
+		port = ct->backend_port;
+		flags = ct->flags;
+	} else {
+		if (svc->flags & SLUICE_SVC_F_REJECT)
+			return LB4_REJECT;
+		reason = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
+		if (reason)
+			return -reason;
+		addr = be->addr;
+		port = be->port;
+		flags = hairpin_src && addr == p->key.saddr ? SLUICE_CT_F_HAIRPIN : 0;
+		reason = ct4_create(&p->key, addr, port,
+				    flags & SLUICE_CT_F_HAIRPIN ? hairpin_src : p->key.saddr,
+				    backend_id, svc->rev_nat_id, flags);
+		if (reason)
+			return -reason;
+	}
 	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr, addr,
 			     &p->csum) ||
 	    rewrite_l4_port(skb, p->l4_off + 2, p->key.dport, port, &p->csum))
-		return SLUICE_DROP_CSUM_ERROR;
-	return 0;
+		return -SLUICE_DROP_CSUM_ERROR;
+	if ((flags & SLUICE_CT_F_HAIRPIN) &&
+	    rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, hairpin_src,
+			     &p->csum))
+		return -SLUICE_DROP_CSUM_ERROR;
+	return LB4_DNAT;
 }
 
-/* Service translation of a packet a pod sends: reverse NAT when it is a backend's reply, DNAT when
- * it goes to a frontend. Returns 0 to go on with the (possibly rewritten) packet, or a drop
- * reason. */
+/* Service translation of a TCP/UDP packet a pod sends: DNAT when it goes to a frontend, reverse
+ * NAT when it is a backend's reply. */
 static __always_inline int lb4_from_pod(struct __sk_buff *skb, __u32 l3_off,
-					const struct iphdr *ip)
+					const struct ct4_pkt *p,
+					const struct sluice_node_config *cfg)
 {
-	struct ct4_pkt p;
+	const struct sluice_lb4_service *svc;
+	struct sluice_lb4_key key;
 	int ret;
 
-	if (ct4_load(skb, l3_off, ip, &p))
-		return 0;
-	ret = lb4_rev_nat(skb, l3_off, &p);
-	if (ret)
-		return ret < 0 ? -ret : 0;
-	return lb4_dnat(skb, l3_off, &p);
+	ret = lb4_frontend(p, cfg, &key, &svc);
+	if (ret == LB4_DNAT)
+		return lb4_dnat(skb, l3_off, p, &key, svc, cfg ? cfg->gateway_ip4 : 0);
+	if (ret != LB4_NONE)
+		return ret;
+	return lb4_rev_nat(skb, l3_off, p);
 }
 
 #endif

@@ -77,6 +77,23 @@ struct {
 } sluice_lb4_rnat SEC(".maps");
 
 struct {
+	__uint(type, BPF_MAP_TYPE_LPM_TRIE);
+	__type(key, struct sluice_lb4_srcrange_key);
+	__type(value, __u8);
+	__uint(max_entries, SLUICE_LB4_SRC_RANGES_MAX_ENTRIES);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_lb4_srcr SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__type(key, struct sluice_lb4_affinity_key);
+	__type(value, struct sluice_lb4_affinity);
+	__uint(max_entries, SLUICE_LB4_AFFINITY_MAX_ENTRIES);
+	__uint(pinning, LIBBPF_PIN_BY_NAME);
+} sluice_lb4_aff SEC(".maps");
+
+struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
 	__type(key, struct sluice_ct4_key);
 	__type(value, struct sluice_ct4_entry);

@@ -2,7 +2,10 @@
 // backend, conntrack keeping flows on their backend, and reverse NAT of the backends' replies.
 // Services are programmed through the production maps/ API in the agent's hitless order.
 #include <arpa/inet.h>
+#include <sched.h>
+#include <time.h>
 
+#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -19,6 +22,10 @@ const Mac kClientHostMac = ParseMac("02:aa:00:00:0a:02");
 constexpr const char* kClient = "10.244.0.10";
 constexpr const char* kClusterIp = "10.96.0.10";
 constexpr const char* kRejectIp = "10.96.0.20";
+constexpr const char* kNoLocalIp = "10.96.0.30";  // backends exist, none usable from here
+constexpr const char* kGateway = "10.244.0.1";
+constexpr const char* kNodeIp = "192.168.50.10";
+constexpr const char* kExternal = "198.51.100.7";
 // test_run only receives on lo (ifindex 1), and a pod may only send from its own interface, so
 // every pod that sends in these tests lives on ifindex 1.
 constexpr int kIfindex = 1;
@@ -54,6 +61,19 @@ class LbTest : public DatapathTest {
     SetService(kClusterIp, 80, IPPROTO_TCP, 1, kTcpBackends);
     SetService(kClusterIp, 53, IPPROTO_UDP, 2, kUdpBackends);
     SetService(kRejectIp, 80, IPPROTO_TCP, 3, {}, SLUICE_SVC_F_REJECT);
+    SetService(kRejectIp, 53, IPPROTO_UDP, 4, {}, SLUICE_SVC_F_REJECT);
+    SetService(kNoLocalIp, 80, IPPROTO_TCP, 5, {});
+    sluice_node_config cfg{};
+    cfg.node_ip4 = Ip4(kNodeIp);
+    cfg.pod_cidr4 = Ip4("10.244.0.0");
+    cfg.pod_cidr4_len = 24;
+    cfg.gateway_ip4 = Ip4(kGateway);
+    cfg.flags = SLUICE_NODE_F_MASQUERADE;
+    cfg.nat_port_min = 61000;
+    cfg.nat_port_max = 65535;
+    cfg.service_cidr4 = Ip4("10.96.0.0");
+    cfg.service_cidr4_len = 16;
+    ASSERT_TRUE(dp_->node_config().Update(0, cfg).ok());
   }
 
   void AddEndpoint(const std::string& ip, const Mac& mac, const Mac& host_mac, uint32_t id) {
@@ -79,7 +99,8 @@ class LbTest : public DatapathTest {
 
   // Backends, then slots, then the master entry, as the agent writes them.
   void SetService(const std::string& addr, uint16_t port, uint8_t proto, uint32_t rev_nat_id,
-                  const std::vector<BackendSpec>& backends, uint16_t flags = 0) {
+                  const std::vector<BackendSpec>& backends, uint16_t flags = 0,
+                  uint32_t affinity_timeout = 0) {
     for (const auto& b : backends) {
       sluice_lb4_backend be{};
       be.addr = Ip4(b.addr);
@@ -101,7 +122,20 @@ class LbTest : public DatapathTest {
     master.count = backends.size();
     master.flags = flags;
     master.rev_nat_id = rev_nat_id;
+    master.affinity_timeout = affinity_timeout;
     ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(addr, port, proto, 0), master).ok());
+    // A ClusterIP in use: other ports on it are rejected (the agent's wildcard entry).
+    if (addr.rfind("10.96.", 0) == 0) {
+      sluice_lb4_service wildcard{};
+      wildcard.flags = SLUICE_SVC_F_REJECT;
+      ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(addr, 0, 0, 0), wildcard).ok());
+    }
+  }
+
+  static uint64_t NowNs() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return uint64_t(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
   }
 
   RunResult FromPod(const Bytes& in) { return Run(dp_->from_pod_fd(), in, kIfindex); }
@@ -286,32 +320,461 @@ TEST_F(LbTest, UdpToClusterIpIsDnatedAndItsReplyReverseTranslated) {
   }
 }
 
-// Choice: a port the ClusterIP does not define is not a frontend; the packet continues into the
-// stack unchanged (where the node's routing decides, as for any other address).
-TEST_F(LbTest, PortNotDefinedOnTheClusterIpPassesUntouched) {
-  for (auto in : {Packet::Eth(kClientMac, kClientHostMac)
-                      .IPv4(kClient, kClusterIp)
-                      .TCP(40010, 443)
-                      .Build(),
-                  Packet::Eth(kClientMac, kClientHostMac)
-                      .IPv4(kClient, kClusterIp)
-                      .UDP(40010, 80)  // TCP-only port
-                      .Build()}) {
-    auto r = FromPod(in);
-    EXPECT_EQ(r.verdict, kTcOk);
-    EXPECT_EQ(r.out, in) << Describe(r.out);
-  }
+// kube-proxy: a port a ClusterIP does not define is rejected like a service without endpoints.
+TEST_F(LbTest, PortNotDefinedOnTheClusterIpIsRejected) {
+  auto tcp = FromPod(Packet::Eth(kClientMac, kClientHostMac)
+                         .IPv4(kClient, kClusterIp)
+                         .TCP(40010, 443)
+                         .Build());
+  ASSERT_EQ(tcp.verdict, kTcRedirect) << Describe(tcp.out);
+  auto d = Decode(tcp.out);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->proto, IPPROTO_TCP);
+  EXPECT_EQ(d->tcp_flags & 0x04, 0x04) << "RST";
+  EXPECT_EQ(d->ip_src, Ip4(kClusterIp));
+  EXPECT_EQ(d->sport, 443);
+
+  auto udp = FromPod(Packet::Eth(kClientMac, kClientHostMac)
+                         .IPv4(kClient, kClusterIp)
+                         .UDP(40010, 80)  // TCP-only port
+                         .Build());
+  ASSERT_EQ(udp.verdict, kTcRedirect) << Describe(udp.out);
+  auto du = Decode(udp.out);
+  ASSERT_TRUE(du);
+  EXPECT_EQ(du->proto, IPPROTO_ICMP);
+  EXPECT_EQ(du->icmp_type, 3);
+  EXPECT_EQ(du->icmp_code, 3);
   auto n = dp_->ct4().Count();
   ASSERT_TRUE(n.ok());
   EXPECT_EQ(*n, 0u);
 }
 
-TEST_F(LbTest, ServiceWithoutBackendsIsDroppedWithReason) {
-  auto in = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kRejectIp).TCP(40020, 80).Build();
+TEST_F(LbTest, ServiceWithoutEndpointsRejectsTcpWithRstAck) {
+  auto before = Drops(SLUICE_DROP_SERVICE_REJECTED);
+  auto in = Packet::Eth(kClientMac, kClientHostMac)
+                .IPv4(kClient, kRejectIp)
+                .TCP(40020, 80)
+                .Payload("GET /")
+                .Build();
+  auto r = FromPod(in);
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d) << Describe(r.out);
+  EXPECT_EQ(d->eth_src, kClientHostMac);
+  EXPECT_EQ(d->eth_dst, kClientMac);
+  EXPECT_EQ(d->ip_src, Ip4(kRejectIp));
+  EXPECT_EQ(d->ip_dst, Ip4(kClient));
+  EXPECT_EQ(d->sport, 80);
+  EXPECT_EQ(d->dport, 40020);
+  EXPECT_EQ(d->tcp_flags, 0x14) << "RST|ACK";
+  EXPECT_EQ(d->tcp_seq, 0u);
+  EXPECT_EQ(d->tcp_ack, 1000u + 5 + 1) << "acknowledges the SYN and its payload";
+  EXPECT_TRUE(d->ip_csum_ok) << Describe(r.out);
+  EXPECT_TRUE(d->l4_csum_ok) << Describe(r.out);
+  EXPECT_EQ(d->payload, "");
+  EXPECT_EQ(r.out.size(), 14u + 20 + 20);
+  EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_REJECTED), before + 1);
+  EXPECT_STREQ(sluice_drop_reason_name(SLUICE_DROP_SERVICE_REJECTED), "service_rejected");
+
+  // A RST is never answered.
+  auto rst = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kRejectIp).TCP(40021, 80, 0x04);
+  EXPECT_EQ(FromPod(rst.Build()).verdict, kTcShot);
+}
+
+TEST_F(LbTest, ServiceWithoutEndpointsRejectsUdpWithPortUnreachable) {
+  auto in = Packet::Eth(kClientMac, kClientHostMac)
+                .IPv4(kClient, kRejectIp)
+                .UDP(5300, 53)
+                .Payload("query-bytes")
+                .Build();
+  auto r = FromPod(in);
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d) << Describe(r.out);
+  EXPECT_EQ(d->eth_dst, kClientMac);
+  EXPECT_EQ(d->proto, IPPROTO_ICMP);
+  EXPECT_EQ(d->ip_src, Ip4(kRejectIp));
+  EXPECT_EQ(d->ip_dst, Ip4(kClient));
+  EXPECT_EQ(d->icmp_type, 3);
+  EXPECT_EQ(d->icmp_code, 3);
+  EXPECT_TRUE(d->ip_csum_ok) << Describe(r.out);
+  EXPECT_TRUE(d->l4_csum_ok) << Describe(r.out);
+  // The ICMP body quotes the original IP header and the UDP header (RFC 792).
+  ASSERT_EQ(r.out.size(), 14u + 20 + 8 + 20 + 8);
+  Bytes quoted(r.out.begin() + 42, r.out.end());
+  Bytes original(in.begin() + 14, in.begin() + 14 + 28);
+  EXPECT_EQ(quoted, original);
+}
+
+TEST_F(LbTest, ServiceWithBackendsNoneUsableHereIsDropped) {
   auto before = Drops(SLUICE_DROP_SERVICE_NO_BACKEND);
+  auto in = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kNoLocalIp).TCP(40020, 80).Build();
   EXPECT_EQ(FromPod(in).verdict, kTcShot);
   EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_NO_BACKEND), before + 1);
   EXPECT_STREQ(sluice_drop_reason_name(SLUICE_DROP_SERVICE_NO_BACKEND), "service_no_backend");
+}
+
+TEST_F(LbTest, UnallocatedServiceAddressIsDropped) {
+  auto before = Drops(SLUICE_DROP_SERVICE_UNKNOWN_IP);
+  auto in = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, "10.96.7.7").TCP(40030, 80).Build();
+  EXPECT_EQ(FromPod(in).verdict, kTcShot);
+  EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_UNKNOWN_IP), before + 1);
+  // Outside the service range nothing is decided here.
+  auto out = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, "10.97.7.7").TCP(40030, 80).Build();
+  auto r = FromPod(out);
+  EXPECT_EQ(r.verdict, kTcOk);
+  EXPECT_EQ(r.out, out);
+}
+
+TEST_F(LbTest, EstablishedFlowKeepsItsBackendAfterTheBackendLeavesTheService) {
+  auto first = FromPod(TcpToService(40040));
+  ASSERT_EQ(first.verdict, kTcRedirect);
+  auto d1 = Decode(first.out);
+  ASSERT_TRUE(d1);
+  uint32_t id = TcpBackendOf(*d1);
+  ASSERT_NE(id, 0u);
+  // The backend is terminating: gone from the slots and from the backend map.
+  std::vector<BackendSpec> rest;
+  for (const auto& b : kTcpBackends) {
+    if (b.id != id) rest.push_back(b);
+  }
+  SetService(kClusterIp, 80, IPPROTO_TCP, 1, rest);
+  ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 80, IPPROTO_TCP, 3)).ok());
+  ASSERT_TRUE(dp_->lb4_backends().Delete(id).ok());
+  auto r = FromPod(TcpToService(40040, kTcpAck));
+  ASSERT_EQ(r.verdict, kTcRedirect);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(TcpBackendOf(*d), id) << Describe(r.out);
+  for (int i = 0; i < 30; ++i) {
+    auto n = Decode(FromPod(TcpToService(41000 + i)).out);
+    ASSERT_TRUE(n);
+    EXPECT_NE(TcpBackendOf(*n), id) << "a new flow never picks the removed backend";
+  }
+}
+
+// A client reusing a port (a new connection on the tuple of one that ended) is balanced again;
+// a retransmitted SYN of a live attempt is not.
+TEST_F(LbTest, NewConnectionOnAReusedTupleIsBalancedAgain) {
+  auto first = Decode(FromPod(TcpToService(40050)).out);
+  ASSERT_TRUE(first);
+  uint32_t id = TcpBackendOf(*first);
+  ASSERT_NE(id, 0u);
+  for (int i = 0; i < 10; ++i) {
+    auto again = Decode(FromPod(TcpToService(40050)).out);  // SYN retransmitted
+    ASSERT_TRUE(again);
+    EXPECT_EQ(TcpBackendOf(*again), id);
+  }
+
+  // The backend is deleted (scaled away) while the entry lingers: a new SYN goes elsewhere.
+  std::vector<BackendSpec> rest;
+  for (const auto& b : kTcpBackends) {
+    if (b.id != id) rest.push_back(b);
+  }
+  SetService(kClusterIp, 80, IPPROTO_TCP, 1, rest);
+  ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 80, IPPROTO_TCP, 3)).ok());
+  ASSERT_TRUE(dp_->lb4_backends().Delete(id).ok());
+  auto moved = Decode(FromPod(TcpToService(40050)).out);
+  ASSERT_TRUE(moved);
+  uint32_t now_id = TcpBackendOf(*moved);
+  EXPECT_NE(now_id, id);
+  EXPECT_NE(now_id, 0u);
+  auto fwd = Ct(kClient, kClusterIp, 40050, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  ASSERT_TRUE(fwd);
+  EXPECT_EQ(fwd->backend_id, now_id);
+
+  // The connection ends (the backend's FIN): the next SYN on the tuple is balanced again, and
+  // with one backend left it lands there.
+  const auto& be = kTcpBackends[now_id - 1];
+  auto fin = Packet::Eth(PodMac(20 + now_id), HostMac(20 + now_id))
+                 .IPv4(be.addr, kClient)
+                 .TCP(8080, 40050, 0x11)  // FIN|ACK
+                 .Build();
+  auto rf = FromPod(fin);
+  ASSERT_EQ(rf.verdict, kTcRedirect);
+  fwd = Ct(kClient, kClusterIp, 40050, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  ASSERT_TRUE(fwd);
+  EXPECT_TRUE(fwd->flags & SLUICE_CT_F_CLOSING);
+  // Only the other remaining backend is left in the service now.
+  std::vector<BackendSpec> last;
+  for (const auto& b : rest) {
+    if (b.id != now_id) last.push_back(b);
+  }
+  ASSERT_EQ(last.size(), 1u);
+  SetService(kClusterIp, 80, IPPROTO_TCP, 1, last);
+  ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 80, IPPROTO_TCP, 2)).ok());
+  // Later packets of the closing connection still reach its backend...
+  auto ack = Decode(FromPod(TcpToService(40050, kTcpAck)).out);
+  ASSERT_TRUE(ack);
+  EXPECT_EQ(TcpBackendOf(*ack), now_id);
+  // ...but a new SYN is a new connection.
+  auto fresh = Decode(FromPod(TcpToService(40050)).out);
+  ASSERT_TRUE(fresh);
+  EXPECT_EQ(TcpBackendOf(*fresh), last[0].id);
+}
+
+TEST_F(LbTest, SessionAffinityPinsNewFlowsOfAClientUntilItExpires) {
+  SetService(kClusterIp, 80, IPPROTO_TCP, 1, kTcpBackends, SLUICE_SVC_F_AFFINITY, 100);
+  sluice_lb4_affinity_key akey{Ip4(kClient), 1};
+  sluice_lb4_affinity aff{};
+  aff.last_used_ns = NowNs();
+  aff.backend_id = 2;
+  ASSERT_TRUE(dp_->lb4_affinity().Update(akey, aff).ok());
+  for (int i = 0; i < 30; ++i) {
+    auto d = Decode(FromPod(TcpToService(42000 + i)).out);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(TcpBackendOf(*d), 2u);
+  }
+  auto live = dp_->lb4_affinity().Lookup(akey);
+  ASSERT_TRUE(live.ok());
+  EXPECT_GE(live->last_used_ns, aff.last_used_ns) << "use refreshes the affinity";
+
+  // Expired (last used longer than the timeout ago): a fresh choice, which then sticks.
+  aff.last_used_ns = NowNs() - 101ull * 1000000000ull;
+  aff.backend_id = 99;  // would not even exist
+  ASSERT_TRUE(dp_->lb4_affinity().Update(akey, aff).ok());
+  auto d = Decode(FromPod(TcpToService(42100)).out);
+  ASSERT_TRUE(d);
+  uint32_t chosen = TcpBackendOf(*d);
+  ASSERT_NE(chosen, 0u);
+  auto fresh = dp_->lb4_affinity().Lookup(akey);
+  ASSERT_TRUE(fresh.ok());
+  EXPECT_EQ(fresh->backend_id, chosen);
+  for (int i = 1; i < 20; ++i) {
+    auto n = Decode(FromPod(TcpToService(42100 + i)).out);
+    ASSERT_TRUE(n);
+    EXPECT_EQ(TcpBackendOf(*n), chosen);
+  }
+  // Without the flag the entry is ignored: flows spread again.
+  SetService(kClusterIp, 80, IPPROTO_TCP, 1, kTcpBackends);
+  std::map<uint32_t, int> hits;
+  for (int i = 0; i < 60; ++i) {
+    auto n = Decode(FromPod(TcpToService(43000 + i)).out);
+    ASSERT_TRUE(n);
+    hits[TcpBackendOf(*n)]++;
+  }
+  EXPECT_GT(hits.size(), 1u);
+}
+
+TEST_F(LbTest, PodReachingItselfThroughItsServiceIsHairpinnedViaTheGateway) {
+  // 10.244.0.21 is backend 1 of the ClusterIP; it connects until it is given itself.
+  const std::string self = "10.244.0.21";
+  int sport = 0;
+  for (int i = 0; i < 200 && sport == 0; ++i) {
+    auto in = Packet::Eth(PodMac(21), HostMac(21))
+                  .IPv4(self, kClusterIp)
+                  .TCP(44000 + i, 80)
+                  .Build();
+    auto r = FromPod(in);
+    ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+    auto d = Decode(r.out);
+    ASSERT_TRUE(d);
+    if (d->ip_dst != Ip4(self)) continue;
+    sport = 44000 + i;
+    EXPECT_EQ(d->ip_src, Ip4(kGateway)) << "the pod must not see its own address as source";
+    EXPECT_EQ(d->dport, 8080);
+    EXPECT_EQ(d->sport, sport);
+    EXPECT_EQ(d->eth_dst, PodMac(21));
+    EXPECT_TRUE(d->ip_csum_ok);
+    EXPECT_TRUE(d->l4_csum_ok);
+  }
+  ASSERT_NE(sport, 0) << "never chose itself in 200 flows";
+  auto reply = Packet::Eth(PodMac(21), HostMac(21))
+                   .IPv4(self, kGateway)
+                   .TCP(8080, sport, kTcpSyn | kTcpAck)
+                   .Build();
+  auto r = FromPod(reply);
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->ip_src, Ip4(kClusterIp));
+  EXPECT_EQ(d->sport, 80);
+  EXPECT_EQ(d->ip_dst, Ip4(self));
+  EXPECT_EQ(d->dport, sport);
+  EXPECT_EQ(d->eth_dst, PodMac(21));
+  EXPECT_TRUE(d->ip_csum_ok);
+  EXPECT_TRUE(d->l4_csum_ok);
+}
+
+TEST_F(LbTest, LoadBalancerSourceRangesAdmitOnlyListedClients) {
+  const char* lb_ip = "203.0.113.50";
+  SetService(lb_ip, 80, IPPROTO_TCP, 6, kTcpBackends,
+             SLUICE_SVC_F_LOADBALANCER | SLUICE_SVC_F_SOURCE_RANGES);
+  auto in = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, lb_ip).TCP(45000, 80).Build();
+  auto before = Drops(SLUICE_DROP_SOURCE_RANGE);
+  EXPECT_EQ(FromPod(in).verdict, kTcShot) << "no range admits the client";
+  EXPECT_EQ(Drops(SLUICE_DROP_SOURCE_RANGE), before + 1);
+
+  sluice_lb4_srcrange_key other{32 + 12, htonl(6), Ip4("172.16.0.0")};
+  ASSERT_TRUE(dp_->lb4_source_ranges().Update(other, 1).ok());
+  EXPECT_EQ(FromPod(in).verdict, kTcShot);
+  sluice_lb4_srcrange_key mine{32 + 24, htonl(6), Ip4("10.244.0.0")};
+  ASSERT_TRUE(dp_->lb4_source_ranges().Update(mine, 1).ok());
+  auto r = FromPod(in);
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d);
+  EXPECT_NE(TcpBackendOf(*d), 0u);
+  // A range of another frontend (rev_nat_id 1) admits nobody here.
+  ASSERT_TRUE(dp_->lb4_source_ranges().Delete(mine).ok());
+  sluice_lb4_srcrange_key wrong_svc{32 + 24, htonl(1), Ip4("10.244.0.0")};
+  ASSERT_TRUE(dp_->lb4_source_ranges().Update(wrong_svc, 1).ok());
+  auto again = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, lb_ip).TCP(45001, 80).Build();
+  EXPECT_EQ(FromPod(again).verdict, kTcShot);
+}
+
+// NodePorts and other external frontends arrive on the native device (sluice_from_net).
+class NodePortTest : public LbTest {
+ protected:
+  void SetUp() override {
+    LbTest::SetUp();
+    if (HasFatalFailure()) return;
+    SetService(kNodeIp, 30080, IPPROTO_TCP, 7, {kTcpBackends[0]}, SLUICE_SVC_F_NODEPORT);
+    SetService(kNodeIp, 30081, IPPROTO_TCP, 8, {kOtherTcpBackends[0]}, SLUICE_SVC_F_NODEPORT);
+    SetService(kNodeIp, 30082, IPPROTO_TCP, 9, {}, SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_REJECT);
+  }
+  RunResult FromNet(const Bytes& in) { return Run(dp_->from_net_fd(), in, kIfindex); }
+  static Bytes External(uint16_t sport, uint16_t dport, uint8_t flags = kTcpSyn) {
+    return Packet::Eth(ParseMac("02:ee:00:00:00:01"), ParseMac("02:ee:00:00:00:02"))
+        .IPv4(kExternal, kNodeIp)
+        .TCP(sport, dport, flags)
+        .Payload("hi")
+        .Build();
+  }
+};
+
+TEST_F(NodePortTest, NodePortToALocalBackendKeepsTheClientAddress) {
+  auto r = FromNet(External(50000, 30080));
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->ip_src, Ip4(kExternal));
+  EXPECT_EQ(d->ip_dst, Ip4("10.244.0.21"));
+  EXPECT_EQ(d->dport, 8080);
+  EXPECT_EQ(d->eth_dst, PodMac(21));
+  EXPECT_TRUE(d->ip_csum_ok);
+  EXPECT_TRUE(d->l4_csum_ok);
+
+  // The pod's reply leaves from the node address and NodePort.
+  auto reply = Packet::Eth(PodMac(21), HostMac(21))
+                   .IPv4("10.244.0.21", kExternal)
+                   .TCP(8080, 50000, kTcpSyn | kTcpAck)
+                   .Build();
+  auto rr = FromPod(reply);
+  auto dr = Decode(rr.out);
+  ASSERT_TRUE(dr);
+  EXPECT_EQ(dr->ip_src, Ip4(kNodeIp)) << Describe(rr.out);
+  EXPECT_EQ(dr->sport, 30080);
+  EXPECT_EQ(dr->ip_dst, Ip4(kExternal));
+  EXPECT_EQ(dr->dport, 50000);
+  EXPECT_TRUE(dr->ip_csum_ok);
+  EXPECT_TRUE(dr->l4_csum_ok);
+}
+
+TEST_F(NodePortTest, NodePortToARemoteBackendIsMasqueradedAndItsReplyRestored) {
+  auto r = FromNet(External(50001, 30081));
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d) << Describe(r.out);
+  EXPECT_EQ(d->ip_src, Ip4(kNodeIp)) << "masqueraded so the reply returns through this node";
+  EXPECT_GE(d->sport, 61000);
+  EXPECT_EQ(d->ip_dst, Ip4("10.244.1.31"));
+  EXPECT_EQ(d->dport, 8080);
+  EXPECT_TRUE(d->ip_csum_ok);
+  EXPECT_TRUE(d->l4_csum_ok);
+  uint16_t nat_port = d->sport;
+
+  // The backend answers the node; the answer goes back to the client from the NodePort.
+  auto reply = Packet::Eth(ParseMac("02:ee:00:00:00:03"), ParseMac("02:ee:00:00:00:02"))
+                   .IPv4("10.244.1.31", kNodeIp)
+                   .TCP(8080, nat_port, kTcpSyn | kTcpAck)
+                   .Build();
+  auto rr = FromNet(reply);
+  auto dr = Decode(rr.out);
+  ASSERT_TRUE(dr);
+  EXPECT_EQ(dr->ip_src, Ip4(kNodeIp)) << Describe(rr.out);
+  EXPECT_EQ(dr->sport, 30081);
+  EXPECT_EQ(dr->ip_dst, Ip4(kExternal));
+  EXPECT_EQ(dr->dport, 50001);
+  EXPECT_TRUE(dr->ip_csum_ok);
+  EXPECT_TRUE(dr->l4_csum_ok);
+
+  // Later packets of the flow reuse the same translation.
+  auto again = Decode(FromNet(External(50001, 30081, kTcpAck)).out);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->sport, nat_port);
+  EXPECT_EQ(again->ip_dst, Ip4("10.244.1.31"));
+}
+
+TEST_F(NodePortTest, NodePortWithoutEndpointsAnswersRst) {
+  auto r = FromNet(External(50002, 30082));
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->tcp_flags, 0x14);
+  EXPECT_EQ(d->ip_src, Ip4(kNodeIp));
+  EXPECT_EQ(d->ip_dst, Ip4(kExternal));
+  EXPECT_EQ(d->eth_dst, ParseMac("02:ee:00:00:00:01"));
+  EXPECT_TRUE(d->l4_csum_ok);
+}
+
+TEST_F(NodePortTest, OtherTrafficToTheNodeIsUntouched) {
+  auto in = External(50003, 22);
+  auto r = FromNet(in);
+  EXPECT_EQ(r.verdict, kTcOk);
+  EXPECT_EQ(r.out, in);
+}
+
+// What the native device does with a packet whose source is now the node (masqueraded NodePort
+// traffic to a remote backend): routed with the kernel's FIB and sent out with the next hop's
+// MAC, never handed to the stack (which would drop it as a martian). Runs in a network namespace
+// of its own with a route and a permanent neighbour for the backend's node.
+TEST_F(NodePortTest, MasqueradedPacketIsRoutedOutWithTheNextHopsMac) {
+  ASSERT_EQ(unshare(CLONE_NEWNET), 0) << "unshare: " << strerror(errno);
+  for (const char* cmd : {
+           "ip link set lo up",
+           "sysctl -qw net.ipv4.ip_forward=1",
+           "ip link add sl-fib0 address 02:fb:00:00:00:01 type veth peer name sl-fib1",
+           "ip addr add 192.168.50.10/24 dev sl-fib0",
+           "ip link set sl-fib0 up",
+           "ip link set sl-fib1 up",
+           "ip neigh replace 192.168.50.20 lladdr 02:fb:00:00:00:20 dev sl-fib0 nud permanent",
+           "ip route add 10.244.1.0/24 via 192.168.50.20",
+       }) {
+    ASSERT_EQ(std::system(cmd), 0) << cmd;
+  }
+  auto r = FromNet(External(50010, 30081));
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->eth_dst, ParseMac("02:fb:00:00:00:20"));
+  EXPECT_EQ(d->eth_src, ParseMac("02:fb:00:00:00:01"));
+  EXPECT_EQ(d->ip_src, Ip4(kNodeIp));
+  EXPECT_EQ(d->ip_dst, Ip4("10.244.1.31"));
+  EXPECT_EQ(d->ttl, 63) << "forwarded like a router";
+  EXPECT_TRUE(d->ip_csum_ok);
+  EXPECT_TRUE(d->l4_csum_ok);
+}
+
+TEST_F(NodePortTest, ReplyFromABackendOnAnotherNodeIsRestoredBeforeReachingTheClientPod) {
+  // The client pod's flow went to a backend on another node (no masquerade between pods).
+  SetService(kClusterIp, 80, IPPROTO_TCP, 1, kOtherTcpBackends);
+  ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 80, IPPROTO_TCP, 3)).ok());
+  auto fwd = Decode(FromPod(TcpToService(46000)).out);
+  ASSERT_TRUE(fwd);
+  uint32_t id = TcpBackendOf(*fwd);
+  ASSERT_THAT(id, ::testing::AnyOf(4u, 5u));
+  auto reply = Packet::Eth(ParseMac("02:ee:00:00:00:03"), ParseMac("02:ee:00:00:00:02"))
+                   .IPv4(kOtherTcpBackends[id - 4].addr, kClient)
+                   .TCP(8080, 46000, kTcpSyn | kTcpAck)
+                   .Build();
+  auto r = FromNet(reply);
+  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+  auto d = Decode(r.out);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->ip_src, Ip4(kClusterIp));
+  EXPECT_EQ(d->sport, 80);
+  EXPECT_EQ(d->eth_dst, kClientMac);
+  EXPECT_TRUE(d->l4_csum_ok);
 }
 
 TEST_F(LbTest, ManyFlowsSpreadOverAllBackends) {

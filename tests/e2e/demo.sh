@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # `make demo`: a two-node lab cluster on this machine (network namespaces running the real
 # sluice-agent, an embedded Kubernetes API), the pods of examples/ applied with kubectl, and
-# traffic between them on one node and across nodes. It stays up for you to look around.
+# traffic between them on one node and across nodes, and the `web` Service balanced in BPF over
+# backends on both nodes (ClusterIP from a pod and from a node, NodePort from outside). It stays
+# up for you to look around.
 set -euo pipefail
 BUILD=$(cd "${1:-build}" && pwd)
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
@@ -35,6 +37,24 @@ show "client (node1) -> web-2 (node2) clientip" "$("$LAB" request --name "$NAME"
 show "client -> web-2 udp/5353 hostname" "$("$LAB" request --name "$NAME" --from default/client --to "$(ip web-2):5353" --proto udp --data hostname)"
 show "node2 -> web-1 probe" "$("$LAB" probe --name "$NAME" --from node/node2 --to "$(ip web-1):8080")"
 show "client -> web-1 closed port probe" "$("$LAB" probe --name "$NAME" --from default/client --to "$(ip web-1):9999")"
+
+CIP=$(K get service web -o jsonpath='{.spec.clusterIP}')
+NODEPORT=$(K get service web -o jsonpath='{.spec.ports[0].nodePort}')
+NODE1_IP=$(K get node node1 -o jsonpath='{.status.addresses[0].address}')
+echo "== Service web: ClusterIP $CIP (80/tcp, 53/udp), NodePort $NODEPORT; backends web-1, web-2"
+spread() {  # spread N FROM TO [PROTO]: who answered N requests
+  for _ in $(seq "$1"); do
+    "$LAB" request --name "$NAME" --from "$2" --to "$3" --proto "${4:-tcp}" --data hostname --timeout 2
+  done | sort | uniq -c | awk '{printf "%s x%s  ", $2, $1}'
+}
+for _ in $(seq 100); do  # the agents program the Service once they have seen its EndpointSlice
+  [ "$("$LAB" request --name "$NAME" --from default/client --to "$CIP:80" --data hostname --timeout 1)" != TIMEOUT ] && break
+  sleep 0.1
+done
+show "client -> $CIP:80, 20 requests" "$(spread 20 default/client "$CIP:80")"
+show "client -> $CIP:53/udp, 20 requests" "$(spread 20 default/client "$CIP:53" udp)"
+show "node2 host process -> $CIP:80, 10 requests" "$(spread 10 node/node2 "$CIP:80")"
+show "external -> node1 $NODE1_IP:$NODEPORT, 20 requests" "$(spread 20 external "$NODE1_IP:$NODEPORT")"
 trap - ERR
 
 cat <<TXT
@@ -47,6 +67,8 @@ cat <<TXT
   ip netns exec $NAME-node1 ip route show proto 181          # routes to the other node's pods
   $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf endpoints
   $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf drops
+  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf services
+  bpftool map dump pinned /run/sluice-lab/$NAME/node1/bpf/sluice_lb4_svc | head -40
 
 == tear down
   $LAB down --name $NAME

@@ -122,6 +122,23 @@ expect "node1 -> node2, closed port" "$(lab probe --from node/node1 --to "$(K ge
 expect "external -> node1, closed port" \
   "$(lab probe --from external --to "$NODE1_IP:9" --timeout 2)" REFUSED
 lab exec a -- ip -4 -o addr show dev eth0 | grep -q " $A/" || fail "exec in pod a"
+
+# Socket LB: each agent attached its cgroup programs through links pinned in its own bpffs (all
+# on the same cgroup; each translates only its node's namespace).
+CG2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+[ -n "$CG2" ] || fail "no cgroup2 mount"
+SOCK_PROGS=""
+for n in node1 node2; do
+  for hook in connect4 sendmsg4 recvmsg4 getpeername4; do
+    prog=$(bpftool link show pinned "$DIR/$n/bpf/links/sluice_sock_$hook" 2>/dev/null |
+      sed -n 's/.* cgroup  *prog \([0-9]*\).*/\1/p')
+    [ -n "$prog" ] || fail "$n: no socket-LB link for $hook"
+    grep -q "^ *$prog " <<<"$(bpftool cgroup tree "$CG2")" ||
+      fail "$n: $hook program $prog not on a cgroup"
+    SOCK_PROGS="$SOCK_PROGS $prog"
+  done
+done
+log "ok: socket-LB links pinned and attached (programs$SOCK_PROGS)"
 lab status | grep -q "default/b .*$B" || fail "status does not list b: $(lab status)"
 
 # Readiness follows the annotation; a pod that is not Ready still runs.
@@ -156,5 +173,10 @@ grep -q " $DIR" /proc/mounts && fail "mounts left: $(grep " $DIR" /proc/mounts)"
 [ ! -e "$DIR" ] || fail "$DIR left"
 pgrep -f -- "--name $NAME( |$)" >/dev/null && fail "processes left: $(pgrep -af -- "--name $NAME")"
 pgrep -f -- "$DIR/" >/dev/null && fail "agents left: $(pgrep -af -- "$DIR/")"
+# Unmounting the nodes' bpffs released their pinned links: no socket-LB program stays attached.
+for prog in $SOCK_PROGS; do
+  wait_for 10 sh -c "! bpftool cgroup tree $CG2 | grep '^ *$prog '" ||
+    fail "socket-LB program $prog still attached after down: $(bpftool cgroup tree "$CG2")"
+done
 log "ok: down left nothing"
 echo "lab_test: PASS"

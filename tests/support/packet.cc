@@ -241,6 +241,9 @@ std::optional<Decoded> Decode(const Bytes& b) {
   if (d.proto == 6 && l4_len >= 20) {
     hdr = (l4[12] >> 4) * 4;
     d.l4_csum = (l4[16] << 8) | l4[17];
+    d.tcp_flags = l4[13];
+    d.tcp_seq = (uint32_t{l4[4]} << 24) | (l4[5] << 16) | (l4[6] << 8) | l4[7];
+    d.tcp_ack = (uint32_t{l4[8]} << 24) | (l4[9] << 16) | (l4[10] << 8) | l4[11];
     d.l4_csum_ok = Fold(SumWords(l4, l4_len, PseudoSum(d.ip_src, d.ip_dst, 6, l4_len))) == 0;
   } else if (d.proto == 17 && l4_len >= 8) {
     hdr = 8;
@@ -251,6 +254,8 @@ std::optional<Decoded> Decode(const Bytes& b) {
     hdr = 8;
     d.l4_csum = (l4[2] << 8) | l4[3];
     d.l4_csum_ok = Fold(SumWords(l4, l4_len)) == 0;
+    d.icmp_type = l4[0];
+    d.icmp_code = l4[1];
     d.sport = (l4[4] << 8) | l4[5];
     d.payload.assign(reinterpret_cast<const char*>(l4 + hdr), l4_len - hdr);
     return d;

@@ -65,6 +65,9 @@ struct Decoded {
   uint16_t sport = 0, dport = 0;  // TCP/UDP ports, ICMP: id in sport
   uint16_t l4_csum = 0;
   bool l4_csum_ok = false;
+  uint8_t tcp_flags = 0;
+  uint32_t tcp_seq = 0, tcp_ack = 0;  // host order
+  uint8_t icmp_type = 0, icmp_code = 0;
   std::string payload;
   // ARP
   uint16_t arp_op = 0;

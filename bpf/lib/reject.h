@@ -1,0 +1,157 @@
+/* Rejecting a connection attempt the way a host without a listener would: a TCP segment is
+ * answered with a RST, anything else (UDP) with an ICMP port unreachable. The packet is turned
+ * into its answer in place and sent back out of the interface it came in on, so a client sees
+ * "connection refused" at once instead of waiting for a timeout. */
+#ifndef SLUICE_BPF_REJECT_H
+#define SLUICE_BPF_REJECT_H
+
+#include "lib/csum.h"
+#include "lib/drop.h"
+
+#define ICMP_DEST_UNREACH 3
+#define ICMP_PORT_UNREACH 3
+#define SLUICE_REJECT_TTL 64
+
+static __always_inline __u16 csum_fold32(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* An IPv4 header of 20 bytes answering `orig` (addresses swapped), with its checksum. */
+static __always_inline void reject_ip4_header(struct iphdr *out, const struct iphdr *orig,
+					      __u8 proto, __u16 tot_len)
+{
+	__builtin_memset(out, 0, sizeof(*out));
+	out->version = 4;
+	out->ihl = 5;
+	out->tot_len = bpf_htons(tot_len);
+	out->frag_off = bpf_htons(0x4000); /* DF */
+	out->ttl = SLUICE_REJECT_TTL;
+	out->protocol = proto;
+	out->saddr = orig->daddr;
+	out->daddr = orig->saddr;
+	out->check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)out, sizeof(*out), 0));
+}
+
+/* Swaps the Ethernet addresses at the start of the packet. */
+static __always_inline int reject_swap_macs(struct __sk_buff *skb)
+{
+	__u8 macs[12], swapped[12];
+
+	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)))
+		return -1;
+	__builtin_memcpy(swapped, macs + 6, 6);
+	__builtin_memcpy(swapped + 6, macs, 6);
+	return bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0);
+}
+
+struct reject_tcp_pseudo {
+	__be32 saddr;
+	__be32 daddr;
+	__u8 zero;
+	__u8 proto;
+	__be16 len;
+	struct tcphdr tcp;
+};
+
+/* RST for a TCP segment (RFC 9293 3.10.7.1): with ACK, seq = its ack; otherwise seq 0 and it
+ * acknowledges everything the segment occupied. Returns 0, or -1 when the packet is left as it
+ * was and must be dropped instead (a RST is never answered; IP options are not handled). */
+static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+{
+	struct reject_tcp_pseudo ph = {};
+	struct tcphdr th;
+	struct iphdr out;
+	__u32 seg_len;
+	__u16 tot_len = bpf_ntohs(ip->tot_len);
+
+	if (ip->ihl != 5)
+		return -1;
+	if (bpf_skb_load_bytes(skb, l3_off + sizeof(struct iphdr), &th, sizeof(th)))
+		return -1;
+	if (th.rst || th.doff < 5 || tot_len < sizeof(struct iphdr) + th.doff * 4)
+		return -1;
+	seg_len = tot_len - sizeof(struct iphdr) - th.doff * 4 + th.syn + th.fin;
+
+	ph.tcp.source = th.dest;
+	ph.tcp.dest = th.source;
+	ph.tcp.doff = 5;
+	ph.tcp.rst = 1;
+	if (th.ack) {
+		ph.tcp.seq = th.ack_seq;
+	} else {
+		ph.tcp.ack = 1;
+		ph.tcp.ack_seq = bpf_htonl(bpf_ntohl(th.seq) + seg_len);
+	}
+	reject_ip4_header(&out, ip, IPPROTO_TCP, sizeof(out) + sizeof(ph.tcp));
+	ph.saddr = out.saddr;
+	ph.daddr = out.daddr;
+	ph.proto = IPPROTO_TCP;
+	ph.len = bpf_htons(sizeof(ph.tcp));
+	ph.tcp.check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0));
+
+	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(ph.tcp), 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
+	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &ph.tcp, sizeof(ph.tcp), 0))
+		return -1;
+	return 0;
+}
+
+/* What an ICMP error quotes: the offending IP header and the first 8 bytes after it. */
+struct reject_icmp_body {
+	struct icmphdr icmp;
+	struct iphdr quoted_ip;
+	__u8 quoted_l4[8];
+};
+
+/* ICMP port unreachable for a UDP datagram: room for a new IP + ICMP header is made in front of
+ * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or -1. */
+static __always_inline int reject_icmp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+{
+	struct reject_icmp_body body = {};
+	struct iphdr out;
+	const __u32 room = sizeof(struct iphdr) + sizeof(struct icmphdr);
+
+	if (ip->ihl != 5)
+		return -1;
+	if (bpf_skb_load_bytes(skb, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
+		return -1;
+	body.icmp.type = ICMP_DEST_UNREACH;
+	body.icmp.code = ICMP_PORT_UNREACH;
+	body.icmp.checksum = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&body, sizeof(body), 0));
+	reject_ip4_header(&out, &body.quoted_ip, IPPROTO_ICMP, sizeof(out) + sizeof(body));
+
+	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_MAC, 0))
+		return -1;
+	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(body), 0))
+		return -1;
+	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
+	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &body, sizeof(body), 0))
+		return -1;
+	return 0;
+}
+
+/* Answers the packet (IPv4 at l3_off, Ethernet before it) in place and sends the answer back out
+ * of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original packet
+ * goes no further. Returns a TC verdict. */
+static __always_inline int reject(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+{
+	struct iphdr hdr = *ip;
+	int ret;
+
+	if (hdr.protocol == IPPROTO_TCP)
+		ret = reject_tcp(skb, l3_off, &hdr);
+	else if (hdr.protocol == IPPROTO_UDP)
+		ret = reject_icmp(skb, l3_off, &hdr);
+	else
+		ret = -1;
+	if (ret || reject_swap_macs(skb))
+		return drop(skb, SLUICE_DROP_SERVICE_REJECTED);
+	drop(skb, SLUICE_DROP_SERVICE_REJECTED);
+	return bpf_redirect(skb->ifindex, 0);
+}
+
+#endif

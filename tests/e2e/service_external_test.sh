@@ -1,0 +1,194 @@
+#!/usr/bin/env bash
+# Services beyond ClusterIP spread, end to end in a 2-node lab with the real agents as the only
+# proxy: a Service without endpoints refuses (TCP RST, UDP ICMP port unreachable), an undefined
+# port on a ClusterIP refuses, NodePort from the external namespace through each node (both
+# backends seen), externalTrafficPolicy Local (client address preserved, a node without a local
+# endpoint drops, health-check NodePort 200/503), an ExternalIP, session affinity, hairpin, only
+# terminating endpoints still serving, and a host process on a node reaching a ClusterIP.
+# Every address used lives in namespaces the lab creates.
+set -euo pipefail
+BUILD=${1:?usage: $0 BUILD_DIR}
+BUILD=$(cd "$BUILD" && pwd)
+LAB=$BUILD/agent/lab/sluice-lab
+NAME=sx$$
+DIR=/run/sluice-lab/$NAME
+
+log() { echo "[$(date +%T)] $*" >&2; }
+fail() {
+  echo "FAIL: $*" >&2
+  for n in node1 node2; do
+    [ -f "$DIR/$n/log/agent.log" ] && { echo "--- $n agent.log" >&2; tail -20 "$DIR/$n/log/agent.log" >&2; }
+  done
+  exit 1
+}
+wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.1
+  done
+}
+cleanup() { "$LAB" down --name "$NAME" >/dev/null 2>&1 || true; }
+trap cleanup EXIT
+lab() { local cmd=$1; shift; "$LAB" "$cmd" --name "$NAME" "$@"; }
+expect() {  # expect WHAT GOT WANT
+  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
+  log "ok: $1 -> $2"
+}
+
+KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
+K() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+node_ip() { K get node "$1" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'; }
+NODE1_IP=$(node_ip node1)
+NODE2_IP=$(node_ip node2)
+EXTERNAL_IP=$(lab status | awk '/^external:/ {print $2}')
+
+K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
+apiVersion: v1
+kind: Pod
+metadata: {name: web-1, labels: {app: web, local: "yes"}}
+spec:
+  nodeName: node1
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: web-2, labels: {app: web}}
+spec:
+  nodeName: node2
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: client}
+spec:
+  nodeName: node1
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 9090}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+  - {name: dns, port: 53, targetPort: 8080, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-local}
+spec:
+  type: LoadBalancer
+  externalTrafficPolicy: Local
+  selector: {local: "yes"}
+  ports:
+  - {port: 80, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web-ext}
+spec:
+  selector: {app: web}
+  externalIPs: [192.0.2.10]
+  ports:
+  - {port: 8000, targetPort: 8080}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty}
+spec:
+  selector: {app: nothing}
+  ports:
+  - {name: tcp, port: 80, targetPort: 8080}
+  - {name: udp, port: 53, targetPort: 8080, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: sticky}
+spec:
+  selector: {app: web}
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: 600}}
+  ports:
+  - {port: 80, targetPort: 8080}
+YAML
+K wait --for=condition=Ready pod/web-1 pod/web-2 pod/client --timeout=60s >/dev/null ||
+  fail "pods not Ready"
+cip() { K get service "$1" -o jsonpath='{.spec.clusterIP}'; }
+WEB=$(cip web); EMPTY=$(cip empty); STICKY=$(cip sticky)
+NODEPORT=$(K get service web -o jsonpath='{.spec.ports[0].nodePort}')
+LOCAL_NODEPORT=$(K get service web-local -o jsonpath='{.spec.ports[0].nodePort}')
+HC_PORT=$(K get service web-local -o jsonpath='{.spec.healthCheckNodePort}')
+log "web=$WEB:80 nodePort=$NODEPORT; web-local nodePort=$LOCAL_NODEPORT hc=$HC_PORT; empty=$EMPTY"
+
+# The agents program the Services once they have seen them: wait until both nodes list every
+# frontend (web: 2 ClusterIP ports + 2 NodePorts; web-local: 1 + 1; web-ext: 1 + the ExternalIP;
+# empty: 2; sticky: 1; kubernetes: 1).
+programmed() {
+  for n in node1 node2; do
+    [ "$("$BUILD/agent/sluicectl" --bpffs_root="$DIR/$n/bpf" services | grep -cE '^[0-9.]+:[0-9]+ ')" -ge 12 ] || return 1
+  done
+}
+wait_for 30 programmed || fail "services not programmed: $("$BUILD/agent/sluicectl" --bpffs_root="$DIR/node1/bpf" services)"
+
+# Every request below must be answered by one of the Service's pods.
+hosts_seen() {  # hosts_seen N FROM TO [PROTO]: distinct hostnames over N requests, fails on error
+  local n=$1 from=$2 to=$3 proto=${4:-tcp} got
+  for _ in $(seq "$n"); do
+    got=$(lab request --from "$from" --to "$to" --proto "$proto" --data hostname --timeout 2)
+    case $got in web-1|web-2) echo "$got";; *) fail "request $from -> $to ($proto): '$got'";; esac
+  done | sort -u | tr '\n' ' '
+}
+
+# No endpoints: refused at once, never a timeout.
+expect "no endpoints, tcp" "$(lab probe --from default/client --to "$EMPTY:80" --timeout 3)" REFUSED
+expect "no endpoints, udp" \
+  "$(lab probe --from default/client --to "$EMPTY:53" --proto udp --timeout 3)" REFUSED
+expect "undefined port on a ClusterIP" \
+  "$(lab probe --from default/client --to "$WEB:81" --timeout 3)" REFUSED
+
+# ClusterIP over UDP, both backends.
+expect "udp ClusterIP, both backends" "$(hosts_seen 30 default/client "$WEB:53" udp)" "web-1 web-2 "
+
+# NodePort from outside the cluster, through each node.
+expect "NodePort via node1" "$(hosts_seen 30 external "$NODE1_IP:$NODEPORT")" "web-1 web-2 "
+expect "NodePort via node2" "$(hosts_seen 30 external "$NODE2_IP:$NODEPORT")" "web-1 web-2 "
+got=$(lab request --from external --to "$NODE1_IP:$LOCAL_NODEPORT" --data clientip)
+case $got in "$EXTERNAL_IP":*) log "ok: ETP Local keeps the client address ($got)";;
+  *) fail "ETP Local clientip '$got', want $EXTERNAL_IP:*";; esac
+expect "ETP Local, node without local endpoints drops" \
+  "$(lab probe --from external --to "$NODE2_IP:$LOCAL_NODEPORT" --timeout 2)" TIMEOUT
+hc() { lab exec node/"$1" -- curl -s -o /dev/null -w '%{http_code}' "http://$2:$HC_PORT/"; }
+expect "health check node1 (1 local endpoint)" "$(hc node1 "$NODE1_IP")" 200
+expect "health check node2 (none)" "$(hc node2 "$NODE2_IP")" 503
+lab exec node/node1 -- curl -s "http://$NODE1_IP:$HC_PORT/" | grep -q '"localEndpoints": *1' ||
+  fail "health check body: $(lab exec node/node1 -- curl -s "http://$NODE1_IP:$HC_PORT/")"
+
+# An ExternalIP, routed to node1 by the client's network.
+ip netns exec "$NAME-external" ip route replace 192.0.2.10/32 via "$NODE1_IP"
+expect "ExternalIP from outside" "$(hosts_seen 20 external 192.0.2.10:8000)" "web-1 web-2 "
+
+# Session affinity: one client, one backend.
+n=$(hosts_seen 20 default/client "$STICKY:80" | wc -w)
+expect "ClientIP affinity: backends seen by one client" "$n" 1
+
+# Hairpin: web-1 reaches itself through its own Service.
+expect "hairpin, web-1 -> its Service" "$(hosts_seen 30 default/web-1 "$WEB:80")" "web-1 web-2 "
+
+# A process on the node (host network) reaches a ClusterIP.
+expect "node1 host process -> ClusterIP" "$(lab probe --from node/node1 --to "$WEB:80")" CONNECTED
+got=$(lab request --from node/node2 --to "$WEB:80" --data hostname)
+case $got in web-1|web-2) log "ok: node2 host process -> ClusterIP answered by $got";;
+  *) fail "node2 -> ClusterIP: '$got'";; esac
+
+# Only terminating endpoints left: they still serve.
+K delete pod web-2 --grace-period=60 --wait=false >/dev/null
+K label pod web-1 app- >/dev/null
+wait_for 20 sh -c "kubectl --kubeconfig $KUBECONFIG_PATH get endpointslices -o yaml | grep -q 'terminating: true'" ||
+  fail "web-2 never terminating"
+expect "only a terminating endpoint left" "$(hosts_seen 10 default/client "$WEB:80")" "web-2 "
+log "PASS"

@@ -1,0 +1,198 @@
+#!/usr/bin/env bash
+# Socket-level load balancing end to end in a 2-node sluice-lab: processes on a node (not in a
+# pod) reach ClusterIP Services through the cgroup programs of their node's agent.
+#   - TCP from node1 reaches backends on both nodes; getpeername() shows the ClusterIP;
+#   - UDP from node2 gets its reply from the ClusterIP:port it sent to;
+#   - a Service without endpoints, and a port the ClusterIP does not define, refuse at once;
+#   - every agent attached once, through links pinned in its own bpffs, all on the cgroup2 root;
+#   - node1's agent stopped: its programs stay and keep translating; restarted: the same links
+#     run the new programs (updated in place, no second attachment);
+#   - `down` leaves no program attached.
+set -euo pipefail
+BUILD=${1:?usage: $0 BUILD_DIR}
+BUILD=$(cd "$BUILD" && pwd)
+LAB=$BUILD/agent/lab/sluice-lab
+NAME=sl$$
+DIR=/run/sluice-lab/$NAME
+WORK=$(mktemp -d /tmp/sluice-socket-lb-test.XXXXXX)
+RESTARTED_AGENT=
+HOOKS="connect4 sendmsg4 recvmsg4 getpeername4"
+
+log() { echo "[$(date +%T)] $*" >&2; }
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$DIR"/node*/log/agent.log "$WORK"/agent-restarted.log; do
+    [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }
+  done
+  exit 1
+}
+wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
+  local deadline=$((SECONDS + $1)); shift
+  until "$@" >/dev/null 2>&1; do
+    [ $SECONDS -lt $deadline ] || return 1
+    sleep 0.1
+  done
+}
+stop_restarted_agent() {
+  if [ -n "$RESTARTED_AGENT" ]; then
+    kill -TERM "$RESTARTED_AGENT" 2>/dev/null && wait "$RESTARTED_AGENT" 2>/dev/null
+    RESTARTED_AGENT=
+  fi
+  return 0
+}
+cleanup() {
+  "$LAB" down --name "$NAME" >/dev/null 2>&1 || true
+  stop_restarted_agent
+  rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+lab() { local cmd=$1; shift; "$LAB" "$cmd" --name "$NAME" "$@"; }
+expect() {  # expect WHAT GOT WANT
+  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
+  log "ok: $1 -> $2"
+}
+CG2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
+[ -n "$CG2" ] || fail "no cgroup2 mount"
+cgroup_progs() { bpftool cgroup tree "$CG2"; }
+# link_prog NODE HOOK: the program id in NODE's pinned link for HOOK.
+link_prog() {
+  bpftool link show pinned "$DIR/$1/bpf/links/sluice_sock_$2" 2>/dev/null |
+    sed -n 's/.* cgroup  *prog \([0-9]*\).*/\1/p'
+}
+link_id() {
+  bpftool link show pinned "$DIR/$1/bpf/links/sluice_sock_$2" 2>/dev/null | sed -n 's/^\([0-9]*\): .*/\1/p'
+}
+
+KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
+K() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+log "lab $NAME up"
+
+K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
+apiVersion: v1
+kind: Pod
+metadata: {name: a, labels: {app: web}}
+spec:
+  nodeName: node1
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: c, labels: {app: web}}
+spec:
+  nodeName: node2
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080, protocol: TCP}
+  - {name: dns, port: 53, targetPort: 8080, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: empty}
+spec:
+  selector: {app: nothing}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+YAML
+K wait --for=condition=Ready pod/a pod/c --timeout=60s >/dev/null ||
+  fail "pods not Ready: $(K get pods -o yaml)"
+WEB=$(K get svc web -o jsonpath='{.spec.clusterIP}')
+EMPTY=$(K get svc empty -o jsonpath='{.spec.clusterIP}')
+[ -n "$WEB" ] && [ -n "$EMPTY" ] || fail "no ClusterIPs"
+log "web=$WEB empty=$EMPTY"
+
+# Each agent attached its four programs once, through links pinned in its own bpffs.
+for n in node1 node2; do
+  for hook in $HOOKS; do
+    prog=$(link_prog "$n" "$hook")
+    [ -n "$prog" ] || fail "$n: no socket-LB link for $hook"
+    grep -q "^ *$prog " <<<"$(cgroup_progs)" || fail "$n: $hook program $prog not on $CG2"
+  done
+done
+log "ok: both agents' socket-LB links pinned and attached to $CG2"
+
+# The agents program the Services once they have listed everything.
+wait_for 30 sh -c "[ \"\$($LAB request --name $NAME --from node/node1 --to $WEB:80 --data hostname --timeout 1)\" = a ] ||
+                   [ \"\$($LAB request --name $NAME --from node/node1 --to $WEB:80 --data hostname --timeout 1)\" = c ]" ||
+  fail "node1 cannot reach web at $WEB:80"
+seen=$(for _ in $(seq 20); do lab request --from node/node1 --to "$WEB:80" --data hostname; done |
+  sort -u | tr '\n' ' ')
+expect "20 TCP requests node1 -> web reach" "$seen" "a c "
+peer=$(lab exec node/node1 -- python3 -c "
+import socket
+s = socket.create_connection(('$WEB', 80), timeout=5)
+print('%s:%d' % s.getpeername())")
+expect "getpeername() on node1" "$peer" "$WEB:80"
+got=$(lab exec node/node2 -- python3 -c "
+import socket
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+u.settimeout(5)
+u.sendto(b'hostname', ('$WEB', 53))
+data, src = u.recvfrom(100)
+print('%s %s:%d' % (data.decode().strip(), src[0], src[1]))")
+case $got in
+  "a $WEB:53" | "c $WEB:53") log "ok: UDP node2 -> web answered from the ClusterIP ($got)" ;;
+  *) fail "UDP node2 -> web: got '$got'" ;;
+esac
+expect "node1 -> Service without endpoints" \
+  "$(lab probe --from node/node1 --to "$EMPTY:80" --timeout 2)" REFUSED
+expect "node1 -> port web does not define" \
+  "$(lab probe --from node/node1 --to "$WEB:81" --timeout 2)" REFUSED
+
+# Stop node1's agent: the pinned links keep its programs attached and translating.
+OLD_PROGS=""
+for hook in $HOOKS; do OLD_PROGS="$OLD_PROGS $(link_prog node1 "$hook")"; done
+OLD_LINK=$(link_id node1 connect4)
+AGENT_PID=$(python3 -c 'import json,sys; print([n["agentPid"] for n in json.load(open(sys.argv[1]))["nodes"] if n["name"] == "node1"][0])' "$DIR/status.json")
+NODE1_NETNS=$(python3 -c 'import json,sys; print([n["netns"] for n in json.load(open(sys.argv[1]))["nodes"] if n["name"] == "node1"][0])' "$DIR/status.json")
+mapfile -d '' AGENT_ARGV <"/proc/$AGENT_PID/cmdline"
+kill -TERM "$AGENT_PID"
+wait_for 20 sh -c "! kill -0 $AGENT_PID" || fail "agent did not stop"
+for prog in $OLD_PROGS; do
+  grep -q "^ *$prog " <<<"$(cgroup_progs)" || fail "program $prog detached with the agent"
+done
+got=$(lab request --from node/node1 --to "$WEB:80" --data hostname)
+case $got in a | c) log "ok: node1 -> web while its agent is down ($got)" ;;
+  *) fail "node1 -> web while its agent is down: '$got'" ;; esac
+
+# Restart it (same command line, now ours to stop): the same links, new programs, one each.
+ip netns exec "$NODE1_NETNS" "${AGENT_ARGV[@]}" >"$WORK/agent-restarted.log" 2>&1 &
+RESTARTED_AGENT=$!
+wait_for 60 grep -q "socket LB attached" "$WORK/agent-restarted.log" ||
+  fail "restarted agent did not attach socket LB"
+expect "node1's connect4 link after the restart" "$(link_id node1 connect4)" "$OLD_LINK"
+NEW_PROGS=""
+for hook in $HOOKS; do NEW_PROGS="$NEW_PROGS $(link_prog node1 "$hook")"; done
+[ "$NEW_PROGS" != "$OLD_PROGS" ] || fail "the restarted agent's programs are not in the links"
+tree=$(cgroup_progs)
+for prog in $OLD_PROGS; do
+  grep -q "^ *$prog " <<<"$tree" && fail "old program $prog still attached after the restart"
+done
+for prog in $NEW_PROGS; do
+  grep -q "^ *$prog " <<<"$tree" || fail "new program $prog not attached"
+done
+log "ok: restarted agent swapped its programs in place ($OLD_PROGS ->$NEW_PROGS)"
+wait_for 30 sh -c "$LAB request --name $NAME --from node/node1 --to $WEB:80 --data hostname --timeout 1 | grep -qx '[ac]'" ||
+  fail "node1 -> web after the restart"
+
+# down: every node's bpffs goes, and with it every link.
+ALL_PROGS="$NEW_PROGS"
+for hook in $HOOKS; do ALL_PROGS="$ALL_PROGS $(link_prog node2 "$hook")"; done
+"$LAB" down --name "$NAME" || fail "down"
+stop_restarted_agent
+trap - EXIT
+rm -rf "$WORK"
+for prog in $ALL_PROGS; do
+  wait_for 10 sh -c "! bpftool cgroup tree $CG2 | grep '^ *$prog '" ||
+    fail "program $prog still attached after down: $(cgroup_progs)"
+done
+log "ok: down left no socket-LB program attached"
+echo "socket_lb_test: PASS"
