@@ -3,8 +3,16 @@
 #   1. per-packet cost of the pod egress BPF program vs an empty TC program (BPF_PROG_TEST_RUN);
 #   2. CNI ADD/DEL latency of sluice-cni vs the reference bridge + host-local plugins;
 #   3. initial sync (time, peak RSS) of the agent's Kubernetes client for 10k Services / 100k
-#      endpoints vs whole-DOM parses of the same unpaginated lists (k8s_sync_bench).
-# Needs root, a built tree (`cmake --build BUILD`) and containernetworking-plugins.
+#      endpoints vs whole-DOM parses of the same unpaginated lists (k8s_sync_bench);
+#   4. per-packet cost of Service load balancing (first packet / established) at 1, 1k, 10k and
+#      100k Services vs an empty TC program (lb_packet_bench);
+#   5. new connections/s and connect latency through a ClusterIP at 1, 1k, 5k, 10k Services:
+#      Sluice vs kube-proxy's iptables (legacy, nft) and nftables layouts vs one DNAT rule
+#      (service_conn_bench.sh);
+#   6. time to program 10k Services x 10 endpoints (maps vs iptables-restore / nft -f) and the BPF
+#      maps' memlock (service_program_bench.sh).
+# Needs root, a built tree (`cmake --build BUILD`), containernetworking-plugins, iptables and
+# nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
 set -euo pipefail
 BUILD=${1:?usage: $0 BUILD_DIR}
@@ -15,15 +23,45 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BIN=$BUILD/bench/pod_egress_bench
 [ -x "$BIN" ] || { echo "bench/run.sh: $BIN missing: cmake --build $BUILD first" >&2; exit 1; }
 
+want() { [ -z "${SLUICE_BENCH_ONLY:-}" ] || [[ " $SLUICE_BENCH_ONLY " == *" $1 "* ]]; }
+
+if want 1; then
 echo "#### 1. pod egress program: ns per packet, BPF_PROG_TEST_RUN ($(uname -r), $(nproc) CPUs)"
 "$BIN" "$@"
+fi
 
+if want 2; then
 echo
 echo "#### 2. CNI ADD/DEL latency"
 "$HERE/cni_latency.sh" "$BUILD"
+fi
 
+if want 3; then
 echo
 echo "#### 3. Kubernetes initial sync: 10k Services / 100k endpoints vs whole-DOM parse"
 SYNC=$BUILD/bench/k8s_sync_bench
 [ -x "$SYNC" ] || { echo "bench/run.sh: $SYNC missing: cmake --build $BUILD --target k8s_sync_bench" >&2; exit 1; }
 "$SYNC"
+fi
+
+for b in lb_packet_bench conn_load sluice_lb_setup; do
+  [ -x "$BUILD/bench/$b" ] || { echo "bench/run.sh: $BUILD/bench/$b missing: cmake --build $BUILD --target $b" >&2; exit 1; }
+done
+
+if want 4; then
+echo
+echo "#### 4. Service LB per packet: 1 / 1k / 10k / 100k Services, BPF_PROG_TEST_RUN"
+"$BUILD/bench/lb_packet_bench"
+fi
+
+if want 5; then
+echo
+echo "#### 5. New connections through a ClusterIP: Sluice vs kube-proxy iptables / nftables"
+"$HERE/service_conn_bench.sh" "$BUILD"
+fi
+
+if want 6; then
+echo
+echo "#### 6. Programming 10k Services x 10 endpoints, and BPF map memory"
+"$HERE/service_program_bench.sh" "$BUILD"
+fi
