@@ -1,13 +1,28 @@
 #include "agent/lab/kubelet.h"
 
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <climits>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "agent/lab/process.h"
 #include "spdlog/spdlog.h"
+
+extern char** environ;
 
 namespace sluice::lab {
 namespace {
@@ -36,6 +51,142 @@ bool WantsReady(const json& pod) {
 bool Terminating(const json& pod) { return !Str(pod, {"metadata", "deletionTimestamp"}).empty(); }
 
 std::string Now() { return ObjectStore::FormatTimestamp(absl::Now()); }
+
+absl::Status ErrnoError(int err, const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(err)));
+}
+
+// How long a pod's netexec servers may take to bind their ports before the start counts as failed.
+constexpr absl::Duration kServingTimeout = absl::Seconds(10);
+
+// The socket a pod's netexec servers report "READY=1" to once their ports are bound (the
+// sd_notify protocol, $NOTIFY_SOCKET), with SO_PASSCRED so each message names its sender.
+class NotifySocket {
+ public:
+  static absl::StatusOr<std::unique_ptr<NotifySocket>> Bind(const std::string& path) {
+    std::unique_ptr<NotifySocket> s(new NotifySocket(path));
+    sockaddr_un addr = {};
+    addr.sun_family = AF_UNIX;
+    if (path.size() >= sizeof(addr.sun_path)) {
+      return absl::InvalidArgumentError(absl::StrCat("notify socket path too long: ", path));
+    }
+    memcpy(addr.sun_path, path.data(), path.size());
+    s->fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (s->fd_ < 0) return ErrnoError(errno, "socket unix");
+    int one = 1;
+    if (setsockopt(s->fd_, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) != 0) {
+      return ErrnoError(errno, "SO_PASSCRED");
+    }
+    unlink(path.c_str());  // left by a controlplane that died mid-start
+    if (bind(s->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      return ErrnoError(errno, absl::StrCat("bind ", path));
+    }
+    s->bound_ = true;
+    return s;
+  }
+  ~NotifySocket() {
+    if (fd_ >= 0) close(fd_);
+    if (bound_) unlink(path_.c_str());
+  }
+  NotifySocket(const NotifySocket&) = delete;
+  NotifySocket& operator=(const NotifySocket&) = delete;
+
+  const std::string& path() const { return path_; }
+
+  // Waits for READY=1 from every server in `pending` (pid -> port). A server that exits first is
+  // reaped, and its pid in `pids` set to -1, and fails the wait, as does the deadline.
+  absl::Status AwaitReady(std::map<pid_t, int> pending, std::vector<pid_t>& pids,
+                          absl::Time deadline) {
+    std::map<pid_t, int> pidfds;  // pid -> pidfd: readable once the process has exited
+    auto close_pidfds = [&] {
+      for (const auto& [pid, fd] : pidfds) close(fd);
+    };
+    for (const auto& [pid, port] : pending) {
+      // syscall(): the pidfd_open() of glibc 2.36 (bookworm) is declared without extern "C".
+      int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
+      if (fd < 0) {
+        close_pidfds();
+        return ErrnoError(errno, absl::StrCat("pidfd_open netexec ", pid));
+      }
+      pidfds[pid] = fd;
+    }
+    absl::Status status = absl::OkStatus();
+    while (!pending.empty() && status.ok()) {
+      int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+      if (ms <= 0) {
+        status = absl::DeadlineExceededError(
+            absl::StrCat("netexec on port ", pending.begin()->second, " not serving after ",
+                         absl::FormatDuration(kServingTimeout)));
+        break;
+      }
+      std::vector<pollfd> p = {{fd_, POLLIN, 0}};
+      std::vector<pid_t> polled;
+      for (const auto& [pid, port] : pending) {
+        p.push_back({pidfds[pid], POLLIN, 0});
+        polled.push_back(pid);
+      }
+      if (poll(p.data(), p.size(), static_cast<int>(std::min<int64_t>(ms, INT_MAX))) < 0) {
+        if (errno != EINTR) status = ErrnoError(errno, "poll notify socket");
+        continue;
+      }
+      Receive(pending);  // before the exits: a READY=1 sent just before exiting still counts
+      for (size_t i = 0; i < polled.size() && status.ok(); ++i) {
+        if (!p[i + 1].revents || !pending.contains(polled[i])) continue;
+        std::optional<int> code = ReapIfExited(polled[i]);
+        for (pid_t& pid : pids) pid = pid == polled[i] ? -1 : pid;
+        status = absl::UnavailableError(absl::StrCat("netexec on port ", pending[polled[i]],
+                                                     " exited with ", code.value_or(-1),
+                                                     " before serving"));
+      }
+    }
+    close_pidfds();
+    return status;
+  }
+
+ private:
+  explicit NotifySocket(std::string path) : path_(std::move(path)) {}
+
+  // Drains the socket, crossing off the senders of READY=1.
+  void Receive(std::map<pid_t, int>& pending) {
+    while (true) {
+      char buf[256];
+      char control[CMSG_SPACE(sizeof(ucred))] = {};
+      iovec iov = {buf, sizeof(buf)};
+      msghdr msg = {};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      ssize_t n = recvmsg(fd_, &msg, MSG_DONTWAIT);
+      if (n < 0) return;
+      std::optional<pid_t> sender;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_CREDENTIALS) {
+          ucred cred;
+          memcpy(&cred, CMSG_DATA(c), sizeof(cred));
+          sender = cred.pid;
+        }
+      }
+      for (absl::string_view line : absl::StrSplit(absl::string_view(buf, n), '\n')) {
+        if (sender && line == "READY=1") pending.erase(*sender);
+      }
+    }
+  }
+
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+};
+
+// Our environment with NOTIFY_SOCKET pointing at `path`.
+std::vector<std::string> EnvWithNotifySocket(const std::string& path) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    if (!absl::StartsWith(*e, "NOTIFY_SOCKET=")) env.push_back(*e);
+  }
+  env.push_back("NOTIFY_SOCKET=" + path);
+  return env;
+}
 
 }  // namespace
 
@@ -341,16 +492,31 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
       }
     }
   }
+  // The pod's IP and Ready condition are reported once every server has bound its ports, so no
+  // Service sends a connection to a port nobody listens on yet.
+  std::string notify_dir = topology_.dir + "/notify";
+  std::filesystem::create_directories(notify_dir);
+  auto notify = NotifySocket::Bind(absl::StrCat(notify_dir, "/", pod.uid));
+  if (!notify.ok()) return undo(notify.status());
+  std::vector<std::string> netexec_env = EnvWithNotifySocket((*notify)->path());
+  std::map<pid_t, int> starting;  // netexec pid -> port
   for (const auto& [port, protocols] : ports) {
     std::vector<std::string> argv = {options_.netexec_binary, "netexec", "--port",
                                      std::to_string(port),    "--name",  pod.name};
     if (protocols.contains("TCP")) argv.push_back("--tcp");
     if (protocols.contains("UDP")) argv.push_back("--udp");
     if (!protocols.contains("TCP") && !protocols.contains("UDP")) continue;  // SCTP
-    auto pid = StartProcess({.argv = argv, .netns_path = netns_path, .log_path = log});
+    auto pid =
+        StartProcess({.argv = argv, .env = netexec_env, .netns_path = netns_path, .log_path = log});
     if (!pid.ok()) return undo(pid.status());
     pod.pids.push_back(*pid);
+    starting[*pid] = port;
   }
+  if (auto st = (*notify)->AwaitReady(starting, pod.pids, absl::Now() + kServingTimeout);
+      !st.ok()) {
+    return undo(absl::Status(st.code(), absl::StrCat(st.message(), " (see ", log, ")")));
+  }
+  notify->reset();
   for (const auto& c : containers) {
     std::vector<std::string> argv;
     for (const char* field : {"command", "args"}) {

@@ -2,8 +2,10 @@
 // ObjectStore; binds unscheduled pods to the node with the fewest pods; for a pod on a lab node
 // makes its network namespace, calls the node's installed CNI plugin exactly as a container
 // runtime does (CNI_* environment + the conflist's plugin conf on stdin), starts a netexec
-// server per containerPort and the container's `command` in that namespace, and reports the pod
-// Running with its IP and Ready condition (off with annotation lab.sluice.dev/ready: "false").
+// server per containerPort and the container's `command` in that namespace, and, once every
+// netexec server has bound its ports (it says READY=1 on a notify socket, as sd_notify does),
+// reports the pod Running with its IP and Ready condition (off with annotation
+// lab.sluice.dev/ready: "false").
 // A pod keeps running while terminating (deletionTimestamp set) and is torn down — processes
 // killed, CNI DEL, namespace deleted — once it is really gone from the store.
 #ifndef SLUICE_AGENT_LAB_KUBELET_H_

@@ -5,9 +5,12 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstddef>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 
@@ -52,6 +55,30 @@ void WriteAll(int fd, const std::string& data) {
   }
 }
 
+// sd_notify's READY=1 to $NOTIFY_SOCKET (a path, or "@name" for an abstract socket); nothing
+// when it is unset.
+absl::Status NotifyReady() {
+  const char* path = getenv("NOTIFY_SOCKET");
+  if (path == nullptr || *path == '\0') return absl::OkStatus();
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  size_t len = strlen(path);
+  if (len >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("NOTIFY_SOCKET too long: ", path));
+  }
+  memcpy(addr.sun_path, path, len);
+  if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';
+  int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoError(errno, "socket unix");
+  constexpr char kReady[] = "READY=1";
+  ssize_t n = sendto(fd, kReady, sizeof(kReady) - 1, MSG_NOSIGNAL,
+                     reinterpret_cast<sockaddr*>(&addr), offsetof(sockaddr_un, sun_path) + len);
+  int err = errno;
+  close(fd);
+  if (n < 0) return ErrnoError(err, absl::StrCat("notify ", path));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string NetexecAnswer(const std::string& name, const std::string& request,
@@ -88,6 +115,8 @@ absl::StatusOr<std::unique_ptr<NetexecServer>> NetexecServer::Start(const Netexe
       return ErrnoError(errno, absl::StrCat("bind udp port ", options.port));
     }
   }
+  // Bound (and listening) is enough: connections and datagrams queue until the threads run.
+  if (auto st = NotifyReady(); !st.ok()) return st;
   if (s->tcp_fd_ >= 0) s->threads_.emplace_back([p = s.get()] { p->ServeTcp(); });
   if (s->udp_fd_ >= 0) s->threads_.emplace_back([p = s.get()] { p->ServeUdp(); });
   return s;

@@ -1,7 +1,9 @@
 // The lab's test server, in the manner of agnhost netexec: on one port, over TCP and/or UDP, a
 // request "hostname" is answered with the pod's name, "clientip" with the client's "IP:PORT" as
 // this server sees it, and anything else is echoed back. UDP replies leave from the address the
-// request was sent to (IP_PKTINFO), as clients on multi-address hosts expect.
+// request was sent to (IP_PKTINFO), as clients on multi-address hosts expect. Once its ports are
+// bound it says "READY=1" to the datagram socket named by $NOTIFY_SOCKET, if set (the sd_notify
+// protocol): that is how the lab kubelet knows a pod serves before it reports it Ready.
 #ifndef SLUICE_AGENT_LAB_NETEXEC_H_
 #define SLUICE_AGENT_LAB_NETEXEC_H_
 
@@ -29,7 +31,7 @@ std::string NetexecAnswer(const std::string& name, const std::string& request,
 
 class NetexecServer {
  public:
-  // Binds 0.0.0.0:port (TCP and/or UDP) and serves on background threads.
+  // Binds 0.0.0.0:port (TCP and/or UDP), notifies $NOTIFY_SOCKET, serves on background threads.
   static absl::StatusOr<std::unique_ptr<NetexecServer>> Start(const NetexecOptions& options);
   ~NetexecServer();
   NetexecServer(const NetexecServer&) = delete;

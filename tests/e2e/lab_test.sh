@@ -5,33 +5,14 @@
 # and then goes through CNI DEL, and `down` leaves no namespace, mount, process or file behind.
 # Every address used lives in namespaces the lab creates.
 set -euo pipefail
-BUILD=${1:?usage: $0 BUILD_DIR}
-BUILD=$(cd "$BUILD" && pwd)
-LAB=$BUILD/agent/lab/sluice-lab
 NAME=lt$$
-DIR=/run/sluice-lab/$NAME
-
-log() { echo "[$(date +%T)] $*" >&2; }
-fail() {
-  echo "FAIL: $*" >&2
-  [ -f "$DIR/controlplane.log" ] && tail -30 "$DIR/controlplane.log" >&2
-  exit 1
-}
-wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.1
-  done
-}
-cleanup() { "$LAB" down --name "$NAME" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-
-lab() { local cmd=$1; shift; "$LAB" "$cmd" --name "$NAME" "$@"; }
+source "$(dirname "$0")/lablib.sh"
+# fail shows the end of the control plane's log (kubelet, CNI calls), not the agents'.
+fail_logs() { if [ -f "$DIR/controlplane.log" ]; then echo "$DIR/controlplane.log"; fi; }
+LOG_TAIL=30
 
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
 [ -f "$KUBECONFIG_PATH" ] || fail "up printed '$KUBECONFIG_PATH', not a kubeconfig"
-K() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 log "lab $NAME up: $KUBECONFIG_PATH"
 
 K get nodes -o name | sort | tr '\n' ' ' | grep -q "node/node1 node/node2" || fail "nodes: $(K get nodes)"
@@ -91,10 +72,6 @@ in_cidr "$A" "$CIDR1" && in_cidr "$B" "$CIDR1" && in_cidr "$C" "$CIDR2" || fail 
 [ "$(K get pod a -o jsonpath='{.status.hostIP}')" = "$NODE1_IP" ] || fail "a's hostIP"
 [ -n "$(K get pod unscheduled -o jsonpath='{.spec.nodeName}')" ] || fail "unscheduled pod not bound"
 
-expect() {  # expect WHAT GOT WANT
-  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
-  log "ok: $1 -> $2"
-}
 expect "probe a->b tcp" "$(lab probe --from default/a --to "$B:8080")" CONNECTED
 expect "probe a->b udp" "$(lab probe --from default/a --to "$B:8080" --proto udp)" CONNECTED
 expect "request a->b hostname" "$(lab request --from default/a --to "$B:8080" --data hostname)" b

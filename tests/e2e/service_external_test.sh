@@ -3,41 +3,15 @@
 # proxy: a Service without endpoints refuses (TCP RST, UDP ICMP port unreachable), an undefined
 # port on a ClusterIP refuses, NodePort from the external namespace through each node (both
 # backends seen), externalTrafficPolicy Local (client address preserved, a node without a local
-# endpoint drops, health-check NodePort 200/503), an ExternalIP, session affinity, hairpin, only
+# endpoint drops, health-check NodePort 200/503), an ExternalIP, a LoadBalancer ingress IP and its
+# loadBalancerSourceRanges, session affinity, hairpin, only
 # terminating endpoints still serving, and a host process on a node reaching a ClusterIP.
 # Every address used lives in namespaces the lab creates.
 set -euo pipefail
-BUILD=${1:?usage: $0 BUILD_DIR}
-BUILD=$(cd "$BUILD" && pwd)
-LAB=$BUILD/agent/lab/sluice-lab
 NAME=sx$$
-DIR=/run/sluice-lab/$NAME
-
-log() { echo "[$(date +%T)] $*" >&2; }
-fail() {
-  echo "FAIL: $*" >&2
-  for n in node1 node2; do
-    [ -f "$DIR/$n/log/agent.log" ] && { echo "--- $n agent.log" >&2; tail -20 "$DIR/$n/log/agent.log" >&2; }
-  done
-  exit 1
-}
-wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.1
-  done
-}
-cleanup() { "$LAB" down --name "$NAME" >/dev/null 2>&1 || true; }
-trap cleanup EXIT
-lab() { local cmd=$1; shift; "$LAB" "$cmd" --name "$NAME" "$@"; }
-expect() {  # expect WHAT GOT WANT
-  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
-  log "ok: $1 -> $2"
-}
+source "$(dirname "$0")/lablib.sh"
 
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
-K() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 node_ip() { K get node "$1" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'; }
 NODE1_IP=$(node_ip node1)
 NODE2_IP=$(node_ip node2)
@@ -171,6 +145,26 @@ lab exec node/node1 -- curl -s "http://$NODE1_IP:$HC_PORT/" | grep -q '"localEnd
 # An ExternalIP, routed to node1 by the client's network.
 ip netns exec "$NAME-external" ip route replace 192.0.2.10/32 via "$NODE1_IP"
 expect "ExternalIP from outside" "$(hosts_seen 20 external 192.0.2.10:8000)" "web-1 web-2 "
+
+# A LoadBalancer ingress IP (written to the Service's status as a cloud controller would), then
+# loadBalancerSourceRanges that leave the external client out, then ones that admit it.
+K patch service web-local --subresource=status --type=merge \
+  -p '{"status":{"loadBalancer":{"ingress":[{"ip":"192.0.2.20"}]}}}' >/dev/null || fail "patch status"
+ip netns exec "$NAME-external" ip route replace 192.0.2.20/32 via "$NODE1_IP"
+lb_clientip() { lab request --from external --to 192.0.2.20:80 --data clientip --timeout 1; }
+lb_probe_is() { [ "$(lab probe --from external --to 192.0.2.20:80 --timeout 1)" = "$1" ]; }
+lb_keeps_client() { lb_clientip | grep -q "^$EXTERNAL_IP:"; }
+wait_for 20 lb_keeps_client || fail "LoadBalancer IP never served: $(lb_clientip)"
+log "ok: LoadBalancer ingress IP serves, client address kept ($(lb_clientip))"
+K patch service web-local --type=merge -p '{"spec":{"loadBalancerSourceRanges":["10.0.0.0/8"]}}' >/dev/null
+wait_for 20 lb_probe_is TIMEOUT ||
+  fail "a client outside loadBalancerSourceRanges still reaches the LoadBalancer IP"
+log "ok: loadBalancerSourceRanges keep the external client out"
+K patch service web-local --type=merge \
+  -p "{\"spec\":{\"loadBalancerSourceRanges\":[\"10.0.0.0/8\",\"$EXTERNAL_IP/32\"]}}" >/dev/null
+wait_for 20 lb_probe_is CONNECTED ||
+  fail "a client inside loadBalancerSourceRanges cannot reach the LoadBalancer IP"
+log "ok: a range with the client admits it"
 
 # Session affinity: one client, one backend.
 n=$(hosts_seen 20 default/client "$STICKY:80" | wc -w)

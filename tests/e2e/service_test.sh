@@ -10,51 +10,14 @@
 #     restarted agent keeps every id (sluicectl services prints the same maps).
 # REJECT and NodePort checks live in their own script.
 set -euo pipefail
-BUILD=${1:?usage: $0 BUILD_DIR}
-BUILD=$(cd "$BUILD" && pwd)
-LAB=$BUILD/agent/lab/sluice-lab
-SLUICECTL=$BUILD/agent/sluicectl
 NAME=sv$$
-DIR=/run/sluice-lab/$NAME
+source "$(dirname "$0")/lablib.sh"
 WORK=$(mktemp -d /tmp/sluice-service-test.XXXXXX)
-RESTARTED_AGENT=
-
-log() { echo "[$(date +%T)] $*" >&2; }
-fail() {
-  echo "FAIL: $*" >&2
-  local keep=/tmp/service_test-$NAME
-  mkdir -p "$keep"
-  for f in "$DIR"/node*/log/agent.log "$WORK"/agent-restarted.log; do
-    [ -f "$f" ] || continue
-    cp "$f" "$keep/$(basename "$(dirname "$(dirname "$f")")")-$(basename "$f")"
-    echo "--- $f (kept in $keep)" >&2
-    tail -20 "$f" >&2
-  done
-  exit 1
-}
-wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.1
-  done
-}
-cleanup() {
-  for f in scale udp restart; do touch "$WORK/$f.json.stop"; done 2>/dev/null || true
-  # The lab's pods go first (their CNI DEL needs node1's agent), then the agent we started.
-  "$LAB" down --name "$NAME" >/dev/null 2>&1 || true
-  if [ -n "$RESTARTED_AGENT" ]; then
-    kill -TERM "$RESTARTED_AGENT" 2>/dev/null || true
-    wait_for 15 sh -c "! kill -0 $RESTARTED_AGENT" || kill -KILL "$RESTARTED_AGENT" 2>/dev/null
-  fi
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-lab() { local cmd=$1; shift; "$LAB" "$cmd" --name "$NAME" "$@"; }
+KEEP_LOGS=/tmp/service_test-$NAME
+# The clients still running stop before the lab goes.
+before_down() { for f in scale udp restart; do touch "$WORK/$f.json.stop"; done 2>/dev/null || true; }
 
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
-K() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 log "lab $NAME up"
 
 # The client: N connections (or until OUT.stop exists), one "hostname" request each; writes a
@@ -165,14 +128,14 @@ $diag"
   log "ok: $2: $total connections, $failures failed, by backend $(summary "$1" 'dict(d["by_backend"])')"
 }
 
-# backend_yaml POD NODE [APP]: a pod labelled app=APP (web) serving TCP and UDP 8080. It starts
-# not Ready: the lab's kubelet has no readiness probes, so add_backends plays the probe.
+# backend_yaml POD NODE [APP]: a pod labelled app=APP (web) serving TCP and UDP 8080. The lab's
+# kubelet reports it Ready once both are bound, so the Service never sends it a connection early.
 backend_yaml() {
   cat <<YAML
 ---
 apiVersion: v1
 kind: Pod
-metadata: {name: $1, labels: {app: ${3:-web}}, annotations: {lab.sluice.dev/ready: "false"}}
+metadata: {name: $1, labels: {app: ${3:-web}}}
 spec:
   nodeName: $2
   containers:
@@ -210,8 +173,7 @@ WEB=$(K get svc web -o jsonpath='{.spec.clusterIP}')
 DNS=$(K get svc dns -o jsonpath='{.spec.clusterIP}')
 [ -n "$WEB" ] && [ -n "$DNS" ] || fail "no ClusterIPs"
 log "web=$WEB dns=$DNS"
-# add_backends POD:NODE[:APP]...: creates the pods, waits until they answer on TCP and UDP 8080,
-# then marks them Ready (what a readiness probe does), and waits for the Ready condition.
+# add_backends POD:NODE[:APP]...: creates the pods and waits for their Ready condition.
 add_backends() {
   local spec pod node app pods=()
   for spec in "$@"; do
@@ -219,16 +181,6 @@ add_backends() {
     backend_yaml "$pod" "$node" "${app:-web}"
   done | K apply --validate=false -f - >/dev/null || fail "apply backends $*"
   for spec in "$@"; do pods+=("${spec%%:*}"); done
-  for pod in "${pods[@]}"; do
-    wait_for 30 test -n "$(K get pod "$pod" -o jsonpath='{.status.podIP}')" || fail "$pod has no IP"
-    local ip
-    ip=$(K get pod "$pod" -o jsonpath='{.status.podIP}')
-    wait_for 30 sh -c "[ \"\$($LAB probe --name $NAME --from client --to $ip:8080 --timeout 1)\" = CONNECTED ]" ||
-      fail "$pod does not serve TCP"
-    wait_for 30 sh -c "[ \"\$($LAB probe --name $NAME --from client --to $ip:8080 --proto udp --timeout 1)\" = CONNECTED ]" ||
-      fail "$pod does not serve UDP"
-    K annotate pod "$pod" lab.sluice.dev/ready=true --overwrite >/dev/null
-  done
   K wait --for=condition=Ready $(printf 'pod/%s ' "${pods[@]}") --timeout=30s >/dev/null ||
     fail "backends not Ready: $*"
 }

@@ -9,49 +9,11 @@
 #     run the new programs (updated in place, no second attachment);
 #   - `down` leaves no program attached.
 set -euo pipefail
-BUILD=${1:?usage: $0 BUILD_DIR}
-BUILD=$(cd "$BUILD" && pwd)
-LAB=$BUILD/agent/lab/sluice-lab
 NAME=sl$$
-DIR=/run/sluice-lab/$NAME
+source "$(dirname "$0")/lablib.sh"
 WORK=$(mktemp -d /tmp/sluice-socket-lb-test.XXXXXX)
-RESTARTED_AGENT=
 HOOKS="connect4 sendmsg4 recvmsg4 getpeername4"
 
-log() { echo "[$(date +%T)] $*" >&2; }
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$DIR"/node*/log/agent.log "$WORK"/agent-restarted.log; do
-    [ -f "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }
-  done
-  exit 1
-}
-wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
-  local deadline=$((SECONDS + $1)); shift
-  until "$@" >/dev/null 2>&1; do
-    [ $SECONDS -lt $deadline ] || return 1
-    sleep 0.1
-  done
-}
-stop_restarted_agent() {
-  if [ -n "$RESTARTED_AGENT" ]; then
-    kill -TERM "$RESTARTED_AGENT" 2>/dev/null && wait "$RESTARTED_AGENT" 2>/dev/null
-    RESTARTED_AGENT=
-  fi
-  return 0
-}
-cleanup() {
-  "$LAB" down --name "$NAME" >/dev/null 2>&1 || true
-  stop_restarted_agent
-  rm -rf "$WORK"
-}
-trap cleanup EXIT
-
-lab() { local cmd=$1; shift; "$LAB" "$cmd" --name "$NAME" "$@"; }
-expect() {  # expect WHAT GOT WANT
-  [ "$2" = "$3" ] || fail "$1: got '$2', want '$3'"
-  log "ok: $1 -> $2"
-}
 CG2=$(awk '$3 == "cgroup2" { print $2; exit }' /proc/mounts)
 [ -n "$CG2" ] || fail "no cgroup2 mount"
 cgroup_progs() { bpftool cgroup tree "$CG2"; }
@@ -65,7 +27,6 @@ link_id() {
 }
 
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
-K() { kubectl --kubeconfig "$KUBECONFIG_PATH" "$@"; }
 log "lab $NAME up"
 
 K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
