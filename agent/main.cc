@@ -225,7 +225,9 @@ int Run() {
     health_checks = std::make_unique<HealthCheckServers>(node->node_ip.ToString());
     KubernetesState* kube = k8s.get();
     service_sync = std::make_unique<ServiceSync>(
-        k8s->services(), k8s->endpoint_slices(), [kube] { return kube->synced(); },
+        k8s->services(), k8s->endpoint_slices(),
+        // Services depend on these two kinds only: no need to wait for Pods and Nodes.
+        [kube] { return kube->services().HasSynced() && kube->endpoint_slices().HasSynced(); },
         *lb_reconciler, health_checks.get(), NodeContext{k8s->node_name(), {node->node_ip}});
   }
   spdlog::info("sluice-agent ready: serving {}", server_opts.socket_path);

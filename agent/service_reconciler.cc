@@ -643,6 +643,11 @@ std::vector<std::string> ServiceReconciler::BlockedServices() const {
   return std::vector<std::string>(blocked_.begin(), blocked_.end());
 }
 
+uint64_t ServiceReconciler::FrontendsRemoved() const {
+  absl::MutexLock l(&mu_);
+  return stats_.frontends_removed;
+}
+
 ServiceReconcilerStats ServiceReconciler::stats() const {
   absl::MutexLock l(&mu_);
   ServiceReconcilerStats s = stats_;

@@ -135,7 +135,10 @@ class ServiceReconciler {
   // Services with a frontend skipped at their last apply because another Service held its key:
   // worth applying again once some frontend is removed.
   std::vector<std::string> BlockedServices() const;
+  // Counters and sizes; walks every frontend (for tests and debug logs, not per change).
   ServiceReconcilerStats stats() const;
+  // stats().frontends_removed without the walk.
+  uint64_t FrontendsRemoved() const;
 
  private:
   // (addr in network order, port in host order, proto, scope).

@@ -109,14 +109,19 @@ void ServiceSync::Run() {
     absl::flat_hash_set<std::string> batch;
     uint64_t gen = 0;
     bool first = false;
+    // Asked outside sh->mu: the gate has a lock of its own.
+    const bool synced_before = synced_();
     {
       absl::MutexLock l(&sh->mu);
-      auto ready = [sh]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sh->mu) {
-        return sh->stop || (!sh->retry && !sh->dirty.empty());
+      auto ready = [sh, synced_before]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(sh->mu) {
+        return sh->stop || (synced_before && !sh->retry && !sh->dirty.empty());
       };
       // Wakes on a change or stop; the timeout notices the first full sync (and ends back-off).
+      // Changes seen before the sync do not wake it: they wait for the sync, checked every 10 ms.
       sh->mu.AwaitWithTimeout(absl::Condition(&ready),
-                              sh->retry ? absl::Seconds(1) : absl::Milliseconds(100));
+                              !synced_before ? absl::Milliseconds(10)
+                              : sh->retry    ? absl::Seconds(1)
+                                             : absl::Milliseconds(100));
       if (sh->stop) return;
       sh->retry = false;
       // Before every watch has listed, a Service may be seen without its EndpointSlices: apply
@@ -134,7 +139,7 @@ void ServiceSync::Run() {
       batch.swap(sh->dirty);
       gen = sh->seen;
     }
-    const uint64_t removed_before = reconciler_.stats().frontends_removed;
+    const uint64_t removed_before = reconciler_.FrontendsRemoved();
     absl::Time start = absl::Now();
     std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> changes;
     changes.reserve(batch.size());
@@ -148,16 +153,19 @@ void ServiceSync::Run() {
       }
     }
     absl::Duration took = absl::Now() - start;
-    ServiceReconcilerStats stats = reconciler_.stats();
-    spdlog::debug(
-        "services: applied {} in {:.3f} ms (translate {:.3f} ms); {} frontends, {} backends, "
-        "{} writes, {} deletes, {} UDP flows flushed",
-        changes.size(), absl::ToDoubleMilliseconds(took), absl::ToDoubleMilliseconds(translated),
-        stats.frontends, stats.backends, stats.map_updates, stats.map_deletes, stats.ct_flushed);
+    if (spdlog::should_log(spdlog::level::debug)) {
+      ServiceReconcilerStats stats = reconciler_.stats();
+      spdlog::debug(
+          "services: applied {} in {:.3f} ms (translate {:.3f} ms); {} frontends, {} backends, "
+          "{} writes, {} deletes, {} UDP flows flushed",
+          changes.size(), absl::ToDoubleMilliseconds(took), absl::ToDoubleMilliseconds(translated),
+          stats.frontends, stats.backends, stats.map_updates, stats.map_deletes, stats.ct_flushed);
+    }
+    const uint64_t removed_after = reconciler_.FrontendsRemoved();
     absl::MutexLock l(&sh->mu);
     sh->applies += changes.size();
     // A removed frontend may free a key another Service was refused: let that one try again.
-    if (stats.frontends_removed != removed_before) {
+    if (removed_after != removed_before) {
       for (const std::string& s : reconciler_.BlockedServices()) {
         if (!batch.contains(s)) sh->MarkDirty(s);
       }

@@ -10,7 +10,10 @@
 #      Sluice vs kube-proxy's iptables (legacy, nft) and nftables layouts vs one DNAT rule
 #      (service_conn_bench.sh);
 #   6. time to program 10k Services x 10 endpoints (maps vs iptables-restore / nft -f) and the BPF
-#      maps' memlock (service_program_bench.sh).
+#      maps' memlock (service_program_bench.sh);
+#   7. the agent's Service stack (lab apiserver over HTTPS -> KubernetesState -> ServiceSync ->
+#      ServiceReconciler -> BPF maps) at 10k Services x 10 endpoints: initial sync time, RSS, and
+#      the latency of single EndpointSlice changes at 100/s (service_churn_bench).
 # Needs root, a built tree (`cmake --build BUILD`), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -64,4 +67,12 @@ if want 6; then
 echo
 echo "#### 6. Programming 10k Services x 10 endpoints, and BPF map memory"
 "$HERE/service_program_bench.sh" "$BUILD"
+fi
+
+if want 7; then
+echo
+echo "#### 7. Agent Service stack: initial sync, RSS, single-change latency at 10k Services x 10 endpoints"
+CHURN=$BUILD/bench/service_churn_bench
+[ -x "$CHURN" ] || { echo "bench/run.sh: $CHURN missing: cmake --build $BUILD --target service_churn_bench" >&2; exit 1; }
+"$CHURN"
 fi

@@ -437,6 +437,9 @@ absl::Status ApiServer::Listen() {
   if (!server->is_valid()) return absl::InternalError("TLS server setup failed");
   int threads = options_.worker_threads;
   server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  // Like kube-apiserver: small writes (watch events, a PUT's answer) go out at once, not after
+  // Nagle's delay.
+  server->set_tcp_nodelay(true);
   server->set_keep_alive_max_count(1000);
   server->set_keep_alive_timeout(2);
   server->set_read_timeout(10);
