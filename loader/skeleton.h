@@ -2,7 +2,9 @@
 // pinned by name (and reused when a pin from an earlier run exists).
 #pragma once
 
+#include <bpf/bpf.h>
 #include <bpf/libbpf.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
@@ -14,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "maps/map.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::loader {
 
@@ -52,12 +55,43 @@ class Skeleton {
     if (configure) {
       if (auto st = configure(raw); !st.ok()) return st;
     }
+    DropIncompatiblePins(raw->obj);
     if (int err = SkeletonOps<Skel>::Load(raw); err != 0) {
       return maps::ErrnoStatus(-err, absl::StrCat("load BPF object ", SkeletonOps<Skel>::kName,
                                                   " (pins under ", pin_root,
                                                   "; libbpf logs the verifier output)"));
     }
     return skel;
+  }
+
+  // A pin left by an agent whose map layout differs (an upgrade that changed the ABI) cannot be
+  // reused, and libbpf would refuse to load: such a pin is removed, with a warning, so this load
+  // creates the map afresh (its old contents are lost; everything else keeps its state).
+  static void DropIncompatiblePins(struct bpf_object* obj) {
+    struct bpf_map* map;
+    bpf_object__for_each_map(map, obj) {
+      const char* path = bpf_map__pin_path(map);
+      if (path == nullptr) continue;
+      int fd = bpf_obj_get(path);
+      if (fd < 0) continue;
+      struct bpf_map_info info = {};
+      __u32 len = sizeof(info);
+      int rc = bpf_obj_get_info_by_fd(fd, &info, &len);
+      close(fd);
+      if (rc != 0) continue;
+      if (info.type == bpf_map__type(map) && info.key_size == bpf_map__key_size(map) &&
+          info.value_size == bpf_map__value_size(map) &&
+          info.max_entries == bpf_map__max_entries(map) &&
+          info.map_flags == bpf_map__map_flags(map)) {
+        continue;
+      }
+      spdlog::warn(
+          "map {}: the pinned map's layout differs from this build's (key {} -> {}, value {} -> "
+          "{}, max {} -> {}): replacing it, its contents are lost",
+          path, info.key_size, bpf_map__key_size(map), info.value_size,
+          bpf_map__value_size(map), info.max_entries, bpf_map__max_entries(map));
+      unlink(path);
+    }
   }
 
   Skeleton(const Skeleton&) = delete;

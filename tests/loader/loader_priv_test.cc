@@ -1,7 +1,9 @@
 // The loader against the real kernel: bpffs mounting, pinning and reuse of maps across loads
 // (an agent restart), and TC attachment that is idempotent and replaces programs in place.
+#include <bpf/bpf.h>
 #include <net/if.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -81,6 +83,38 @@ TEST(Datapath, ReloadReusesPinnedMapsWithTheirContents) {
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->endpoint_id, 99u);
   EXPECT_EQ(got->ifindex, 7u);
+}
+
+// An upgrade that changed a map's layout: the old pin is replaced (its contents lost) instead of
+// failing the load; maps whose layout is unchanged keep their contents.
+TEST(Datapath, PinWithAnOlderLayoutIsReplacedAndTheOthersKept) {
+  ScratchBpffs fs;
+  sluice_ep4_key key{0x0a0af40a};
+  sluice_endpoint ep{};
+  ep.endpoint_id = 42;
+  {
+    auto first = loader::Datapath::Load(fs.path());
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE((*first)->endpoints().Update(key, ep).ok());
+  }
+  // sluice_node as an older agent made it: a 20-byte value.
+  const std::string node_pin = maps::PinPath(fs.path(), SLUICE_MAP_NODE);
+  ASSERT_EQ(unlink(node_pin.c_str()), 0);
+  int old = bpf_map_create(BPF_MAP_TYPE_ARRAY, "sluice_node", 4, 20, 1, nullptr);
+  ASSERT_GE(old, 0) << strerror(errno);
+  ASSERT_EQ(bpf_obj_pin(old, node_pin.c_str()), 0) << strerror(errno);
+  close(old);
+
+  auto second = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(second.ok()) << second.status();
+  sluice_node_config cfg{};
+  cfg.service_cidr4_len = 16;
+  EXPECT_TRUE((*second)->node_config().Update(0, cfg).ok()) << "the new layout is in place";
+  auto reopened = maps::NodeConfigMap::Open(node_pin);
+  EXPECT_TRUE(reopened.ok()) << reopened.status();
+  auto got = (*second)->endpoints().Lookup(key);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->endpoint_id, 42u);
 }
 
 TEST(Tc, AttachingTwiceLeavesOneFilterRunningTheProgram) {
