@@ -30,12 +30,7 @@ constexpr const char* kExternal = "198.51.100.7";
 // every pod that sends in these tests lives on ifindex 1.
 constexpr int kIfindex = 1;
 
-struct BackendSpec {
-  uint32_t id;
-  const char* addr;
-  uint16_t port;
-  uint8_t proto;
-};
+using BackendSpec = LbBackendSpec;
 // 1-3: same-node pods serving TCP 8080; 4-5: pods on another node; 11-12: UDP 5353.
 const std::vector<BackendSpec> kTcpBackends = {
     {1, "10.244.0.21", 8080, IPPROTO_TCP},
@@ -88,42 +83,15 @@ class LbTest : public DatapathTest {
 
   static sluice_lb4_key SvcKey(const std::string& addr, uint16_t port, uint8_t proto,
                                uint16_t slot) {
-    sluice_lb4_key k{};
-    k.addr = Ip4(addr);
-    k.dport = htons(port);
-    k.proto = proto;
-    k.scope = SLUICE_LB_SCOPE_EXTERNAL;
-    k.backend_slot = slot;
-    return k;
+    return LbKey(addr, port, proto, slot);
   }
 
-  // Backends, then slots, then the master entry, as the agent writes them.
   void SetService(const std::string& addr, uint16_t port, uint8_t proto, uint32_t rev_nat_id,
                   const std::vector<BackendSpec>& backends, uint16_t flags = 0,
                   uint32_t affinity_timeout = 0) {
-    for (const auto& b : backends) {
-      sluice_lb4_backend be{};
-      be.addr = Ip4(b.addr);
-      be.port = htons(b.port);
-      be.proto = b.proto;
-      ASSERT_TRUE(dp_->lb4_backends().Update(b.id, be).ok());
-    }
-    for (size_t i = 0; i < backends.size(); ++i) {
-      sluice_lb4_service slot{};
-      slot.backend_id = backends[i].id;
-      ASSERT_TRUE(
-          dp_->lb4_services().Update(SvcKey(addr, port, proto, i + 1), slot).ok());
-    }
-    sluice_lb4_revnat rnat{};
-    rnat.addr = Ip4(addr);
-    rnat.port = htons(port);
-    ASSERT_TRUE(dp_->lb4_revnat().Update(rev_nat_id, rnat).ok());
-    sluice_lb4_service master{};
-    master.count = backends.size();
-    master.flags = flags;
-    master.rev_nat_id = rev_nat_id;
-    master.affinity_timeout = affinity_timeout;
-    ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(addr, port, proto, 0), master).ok());
+    ASSERT_TRUE(
+        ProgramService(*dp_, addr, port, proto, rev_nat_id, backends, flags, affinity_timeout)
+            .ok());
     // A ClusterIP in use: other ports on it are rejected (the agent's wildcard entry).
     if (addr.rfind("10.96.", 0) == 0) {
       sluice_lb4_service wildcard{};

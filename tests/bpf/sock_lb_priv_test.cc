@@ -307,41 +307,17 @@ class SockLbTest : public DatapathTest {
 
   static sluice_lb4_key SvcKey(const std::string& addr, uint16_t port, uint8_t proto,
                                uint16_t slot) {
-    sluice_lb4_key k{};
-    k.addr = Ip4(addr);
-    k.dport = htons(port);
-    k.proto = proto;
-    k.scope = SLUICE_LB_SCOPE_EXTERNAL;
-    k.backend_slot = slot;
-    return k;
+    return LbKey(addr, port, proto, slot);
   }
 
   // Backends (all on 127.0.0.1 in the node namespace), then slots, then the master entry.
   void SetService(const std::string& addr, uint16_t port, uint8_t proto, uint32_t rev_nat_id,
                   const std::vector<BackendSpec>& backends, uint16_t flags = 0,
                   uint32_t affinity_timeout = 0) {
-    for (const auto& b : backends) {
-      sluice_lb4_backend be{};
-      be.addr = Ip4("127.0.0.1");
-      be.port = htons(b.port);
-      be.proto = b.proto;
-      ASSERT_TRUE(dp_->lb4_backends().Update(b.id, be).ok());
-    }
-    for (size_t i = 0; i < backends.size(); ++i) {
-      sluice_lb4_service slot{};
-      slot.backend_id = backends[i].id;
-      ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(addr, port, proto, i + 1), slot).ok());
-    }
-    sluice_lb4_revnat rnat{};
-    rnat.addr = Ip4(addr);
-    rnat.port = htons(port);
-    ASSERT_TRUE(dp_->lb4_revnat().Update(rev_nat_id, rnat).ok());
-    sluice_lb4_service master{};
-    master.count = backends.size();
-    master.flags = flags;
-    master.rev_nat_id = rev_nat_id;
-    master.affinity_timeout = affinity_timeout;
-    ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(addr, port, proto, 0), master).ok());
+    std::vector<LbBackendSpec> specs;
+    for (const auto& b : backends) specs.push_back({b.id, "127.0.0.1", b.port, b.proto});
+    ASSERT_TRUE(
+        ProgramService(*dp_, addr, port, proto, rev_nat_id, specs, flags, affinity_timeout).ok());
   }
 
   Client InNode(std::function<void(ClientResult&)> body) {

@@ -1,5 +1,6 @@
 #include "support/fixture.h"
 
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
 #include <sys/mount.h>
@@ -12,6 +13,46 @@
 #include "loader/bpffs.h"
 
 namespace sluice::testing {
+
+sluice_lb4_key LbKey(const std::string& addr, uint16_t port, uint8_t proto, uint16_t slot) {
+  sluice_lb4_key k{};
+  k.addr = Ip4(addr);
+  k.dport = htons(port);
+  k.proto = proto;
+  k.scope = SLUICE_LB_SCOPE_EXTERNAL;
+  k.backend_slot = slot;
+  return k;
+}
+
+absl::Status ProgramService(loader::Datapath& dp, const std::string& addr, uint16_t port,
+                            uint8_t proto, uint32_t rev_nat_id,
+                            const std::vector<LbBackendSpec>& backends, uint16_t flags,
+                            uint32_t affinity_timeout) {
+  for (const auto& b : backends) {
+    sluice_lb4_backend be{};
+    be.addr = Ip4(b.addr);
+    be.port = htons(b.port);
+    be.proto = b.proto;
+    if (auto st = dp.lb4_backends().Update(b.id, be); !st.ok()) return st;
+  }
+  sluice_lb4_revnat rnat{};
+  rnat.addr = Ip4(addr);
+  rnat.port = htons(port);
+  if (auto st = dp.lb4_revnat().Update(rev_nat_id, rnat); !st.ok()) return st;
+  for (size_t i = 0; i < backends.size(); ++i) {
+    sluice_lb4_service slot{};
+    slot.backend_id = backends[i].id;
+    if (auto st = dp.lb4_services().Update(LbKey(addr, port, proto, i + 1), slot); !st.ok()) {
+      return st;
+    }
+  }
+  sluice_lb4_service master{};
+  master.count = backends.size();
+  master.flags = flags;
+  master.rev_nat_id = rev_nat_id;
+  master.affinity_timeout = affinity_timeout;
+  return dp.lb4_services().Update(LbKey(addr, port, proto, 0), master);
+}
 
 ScratchBpffs::ScratchBpffs() {
   static std::atomic<int> seq{0};

@@ -3,6 +3,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "support/packet.h"
 #include "gtest/gtest.h"
@@ -39,6 +40,24 @@ class DatapathTest : public ::testing::Test {
   std::unique_ptr<ScratchBpffs> bpffs_;
   std::unique_ptr<loader::Datapath> dp_;
 };
+
+// One backend of a service programmed by ProgramService.
+struct LbBackendSpec {
+  uint32_t id;
+  std::string addr;
+  uint16_t port;  // host order
+  uint8_t proto;
+};
+
+// The sluice_lb4_svc key of a frontend's slot (0: the master entry).
+sluice_lb4_key LbKey(const std::string& addr, uint16_t port, uint8_t proto, uint16_t slot);
+
+// Writes a service through the production maps/ API in the agent's hitless order: backends, the
+// reverse-NAT entry, slots 1..n, then the master. Slots beyond n are left to the caller.
+[[nodiscard]] absl::Status ProgramService(loader::Datapath& dp, const std::string& addr,
+                                          uint16_t port, uint8_t proto, uint32_t rev_nat_id,
+                                          const std::vector<LbBackendSpec>& backends,
+                                          uint16_t flags = 0, uint32_t affinity_timeout = 0);
 
 // TC verdicts as the kernel's linux/pkt_cls.h numbers them.
 inline constexpr int kTcOk = 0;
