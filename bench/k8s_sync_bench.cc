@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "bench/child_pipe.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "agent/k8s/config.h"
@@ -73,54 +74,10 @@ constexpr char kSlicesPath[] = "/apis/discovery.k8s.io/v1/endpointslices";
   std::_Exit(2);
 }
 
-// ---- pipes -----------------------------------------------------------------------------------
-
-void WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) Die(absl::StrCat("pipe write: ", std::strerror(errno)));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
-}
-
-// Reads exactly n bytes, waiting at most `timeout_s` overall. False on EOF/timeout.
-bool ReadAll(int fd, void* data, size_t n, int timeout_s) {
-  char* p = static_cast<char*>(data);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
-  while (n > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    if (left <= 0) return false;
-    pollfd pfd{fd, POLLIN, 0};
-    int pr = ::poll(&pfd, 1, static_cast<int>(left));
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr <= 0) return false;
-    ssize_t r = ::read(fd, p, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    p += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-void WriteString(int fd, const std::string& s) {
-  uint64_t n = s.size();
-  WriteAll(fd, &n, sizeof n);
-  WriteAll(fd, s.data(), s.size());
-}
-
-std::string ReadString(int fd, int timeout_s) {
-  uint64_t n = 0;
-  if (!ReadAll(fd, &n, sizeof n, timeout_s)) Die("server child: no handshake");
-  std::string s(n, '\0');
-  if (!ReadAll(fd, s.data(), n, timeout_s)) Die("server child: short handshake");
-  return s;
-}
+using sluice::bench::ReadAll;
+using sluice::bench::ReadString;
+using sluice::bench::WriteAll;
+using sluice::bench::WriteString;
 
 // ---- memory ----------------------------------------------------------------------------------
 
