@@ -330,6 +330,21 @@ class SockLbTest : public DatapathTest {
     return ids.ok() ? *ids : std::vector<uint32_t>{};
   }
 
+  // Programs left on the hooks once released links are gone: the kernel frees a link whose last
+  // reference went in a deferred work item, so this polls up to the deadline for none to be left.
+  size_t AttachedAfterRelease() {
+    auto left = [&] {
+      size_t n = 0;
+      for (auto hook : kHooks) n += Attached(hook).size();
+      return n;
+    };
+    auto until = steady_clock::now() + kDeadline;
+    while (left() != 0 && steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    return left();
+  }
+
   static constexpr bpf_attach_type kHooks[] = {BPF_CGROUP_INET4_CONNECT, BPF_CGROUP_UDP4_SENDMSG,
                                                BPF_CGROUP_UDP4_RECVMSG,
                                                BPF_CGROUP_INET4_GETPEERNAME};
@@ -539,16 +554,7 @@ TEST_F(SockLbTest, AttachingToAnotherCgroupMovesTheLinksThere) {
     EXPECT_EQ(ids->size(), 1u) << hook;
   }
   // The old links were unpinned, which releases them (deferred by the kernel).
-  auto until = steady_clock::now() + kDeadline;
-  auto left = [&] {
-    size_t n = 0;
-    for (auto hook : kHooks) n += Attached(hook).size();
-    return n;
-  };
-  while (left() != 0 && steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(left(), 0u);
+  EXPECT_EQ(AttachedAfterRelease(), 0u);
   EXPECT_TRUE(dp_->DetachSocketLb().ok());
   close(other_fd);
   // rmdir succeeds with links still being released: they only pin the cgroup's BPF state.
@@ -566,25 +572,12 @@ TEST_F(SockLbTest, ProgramsStayWithoutTheAgentAndGoWithTheBpffs) {
   // What `sluice-lab down` does: unmount the node's bpffs. The links are released with it
   // (asynchronously, by the kernel's deferred free): wait for that with a deadline.
   bpffs_.reset();
-  auto until = steady_clock::now() + kDeadline;
-  auto attached = [&] {
-    size_t n = 0;
-    for (auto hook : kHooks) n += Attached(hook).size();
-    return n;
-  };
-  while (attached() != 0 && steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  EXPECT_EQ(attached(), 0u);
+  EXPECT_EQ(AttachedAfterRelease(), 0u);
 }
 
 TEST_F(SockLbTest, DetachSocketLbRemovesThePrograms) {
   ASSERT_TRUE(dp_->DetachSocketLb().ok());
-  auto until = steady_clock::now() + kDeadline;
-  while (!Attached(BPF_CGROUP_INET4_CONNECT).empty() && steady_clock::now() < until) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  for (auto hook : kHooks) EXPECT_TRUE(Attached(hook).empty()) << hook;
+  EXPECT_EQ(AttachedAfterRelease(), 0u);
   EXPECT_FALSE(std::filesystem::exists(dp_->LinkPinPath(SLUICE_LINK_SOCK_CONNECT4)));
 }
 
