@@ -46,6 +46,7 @@ test-privileged: build
 	ctest --test-dir $(BUILD) --output-on-failure -L privileged --timeout 900
 
 bench: build
+	cmake --build $(BUILD) --target benchmarks
 	bench/run.sh $(BUILD)
 
 demo: deps build

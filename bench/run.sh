@@ -14,7 +14,7 @@
 #   7. the agent's Service stack (lab apiserver over HTTPS -> KubernetesState -> ServiceSync ->
 #      ServiceReconciler -> BPF maps) at 10k Services x 10 endpoints: initial sync time, RSS, and
 #      the latency of single EndpointSlice changes at 100/s (service_churn_bench).
-# Needs root, a built tree (`cmake --build BUILD`), containernetworking-plugins, iptables and
+# Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
 set -euo pipefail
@@ -24,7 +24,7 @@ BUILD=$(cd "$BUILD" && pwd)
 HERE=$(cd "$(dirname "$0")" && pwd)
 [ "$(id -u)" -eq 0 ] || { echo "bench/run.sh: needs root (BPF, network namespaces)" >&2; exit 1; }
 BIN=$BUILD/bench/pod_egress_bench
-[ -x "$BIN" ] || { echo "bench/run.sh: $BIN missing: cmake --build $BUILD first" >&2; exit 1; }
+[ -x "$BIN" ] || { echo "bench/run.sh: $BIN missing: cmake --build $BUILD --target benchmarks first" >&2; exit 1; }
 
 want() { [ -z "${SLUICE_BENCH_ONLY:-}" ] || [[ " $SLUICE_BENCH_ONLY " == *" $1 "* ]]; }
 

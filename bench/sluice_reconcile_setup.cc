@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "agent/service_reconciler.h"
+#include "agent/service/reconciler.h"
 #include "lb_cluster.h"
 #include "loader/datapath.h"
 

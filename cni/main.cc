@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "agent/api/protocol.h"
+#include "agent/endpoint/api_protocol.h"
 #include "cni/agent_client.h"
 #include "cni/endpoint_protocol.h"
 #include "cni/netconf.h"

@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "agent/api/protocol.h"
+#include "agent/endpoint/api_protocol.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::cni {

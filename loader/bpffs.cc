@@ -28,7 +28,7 @@ absl::Status EnsureBpffs(const std::string& root) {
   if (root.rfind(kConventional, 0) == 0 && std::filesystem::exists(kConventional) &&
       !IsOnBpffs(kConventional)) {
     if (mount("bpffs", kConventional, "bpf", 0, "mode=0700") != 0) {
-      return maps::ErrnoStatus(errno, absl::StrCat("mount bpffs on ", kConventional));
+      return ErrnoStatus(errno, absl::StrCat("mount bpffs on ", kConventional));
     }
     spdlog::info("mounted bpffs on {}", kConventional);
   }
@@ -38,7 +38,7 @@ absl::Status EnsureBpffs(const std::string& root) {
   }
   if (IsOnBpffs(root)) return absl::OkStatus();
   if (mount("bpffs", root.c_str(), "bpf", 0, "mode=0700") != 0) {
-    return maps::ErrnoStatus(errno, absl::StrCat("mount bpffs on ", root));
+    return ErrnoStatus(errno, absl::StrCat("mount bpffs on ", root));
   }
   spdlog::info("mounted bpffs on {}", root);
   return absl::OkStatus();

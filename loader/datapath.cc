@@ -107,10 +107,10 @@ absl::Status Datapath::AttachSocketLb(const std::string& cgroup_path) {
 
   std::string dir = absl::StrCat(root_, "/", SLUICE_LINKS_DIR);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return maps::ErrnoStatus(errno, absl::StrCat("mkdir ", dir));
+    return ErrnoStatus(errno, absl::StrCat("mkdir ", dir));
   }
   int cg = open(cgroup_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (cg < 0) return maps::ErrnoStatus(errno, absl::StrCat("open cgroup ", cgroup_path));
+  if (cg < 0) return ErrnoStatus(errno, absl::StrCat("open cgroup ", cgroup_path));
   auto* p = &(*sock_lb_)->progs;
   const std::pair<struct bpf_program*, const char*> links[] = {
       // Reverse translation first: a translated socket never misses its way back.

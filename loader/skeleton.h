@@ -48,7 +48,7 @@ class Skeleton {
     errno = 0;
     Skel* raw = SkeletonOps<Skel>::Open(&opts);
     if (raw == nullptr) {
-      return maps::ErrnoStatus(errno ? errno : EINVAL,
+      return ErrnoStatus(errno ? errno : EINVAL,
                                absl::StrCat("open BPF object ", SkeletonOps<Skel>::kName));
     }
     std::unique_ptr<Skeleton> skel(new Skeleton(raw));
@@ -57,7 +57,7 @@ class Skeleton {
     }
     DropIncompatiblePins(raw->obj);
     if (int err = SkeletonOps<Skel>::Load(raw); err != 0) {
-      return maps::ErrnoStatus(-err, absl::StrCat("load BPF object ", SkeletonOps<Skel>::kName,
+      return ErrnoStatus(-err, absl::StrCat("load BPF object ", SkeletonOps<Skel>::kName,
                                                   " (pins under ", pin_root,
                                                   "; libbpf logs the verifier output)"));
     }

@@ -34,13 +34,13 @@ absl::Status AttachTc(int ifindex, TcDirection dir, int prog_fd) {
   LIBBPF_OPTS(bpf_tc_hook, hook, .ifindex = ifindex, .attach_point = Point(dir));
   int err = bpf_tc_hook_create(&hook);
   if (err != 0 && err != -EEXIST) {
-    return maps::ErrnoStatus(-err, absl::StrCat("create clsact on ", IfName(ifindex)));
+    return ErrnoStatus(-err, absl::StrCat("create clsact on ", IfName(ifindex)));
   }
   LIBBPF_OPTS(bpf_tc_opts, opts, .prog_fd = prog_fd,
               .flags = BPF_TC_F_REPLACE, .handle = kHandle, .priority = kPriority);
   err = bpf_tc_attach(&hook, &opts);
   if (err != 0) {
-    return maps::ErrnoStatus(-err,
+    return ErrnoStatus(-err,
                              absl::StrCat("attach tc ", Name(dir), " on ", IfName(ifindex)));
   }
   return absl::OkStatus();
@@ -51,7 +51,7 @@ absl::Status DetachTc(int ifindex, TcDirection dir) {
   LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kHandle, .priority = kPriority);
   int err = bpf_tc_detach(&hook, &opts);
   if (err != 0 && err != -ENOENT && err != -ENODEV && err != -EINVAL) {
-    return maps::ErrnoStatus(-err,
+    return ErrnoStatus(-err,
                              absl::StrCat("detach tc ", Name(dir), " on ", IfName(ifindex)));
   }
   return absl::OkStatus();
@@ -62,7 +62,7 @@ absl::StatusOr<uint32_t> AttachedTcProgram(int ifindex, TcDirection dir) {
   LIBBPF_OPTS(bpf_tc_opts, opts, .handle = kHandle, .priority = kPriority);
   int err = bpf_tc_query(&hook, &opts);
   if (err != 0) {
-    return maps::ErrnoStatus(-err, absl::StrCat("query tc ", Name(dir), " on ", IfName(ifindex)));
+    return ErrnoStatus(-err, absl::StrCat("query tc ", Name(dir), " on ", IfName(ifindex)));
   }
   return opts.prog_id;
 }
@@ -71,7 +71,7 @@ absl::StatusOr<uint32_t> ProgramId(int prog_fd) {
   bpf_prog_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(prog_fd, &info, &len) != 0) {
-    return maps::ErrnoStatus(errno, "program info");
+    return ErrnoStatus(errno, "program info");
   }
   return info.id;
 }

@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
+#include "agent/base/errno.h"
 
 namespace sluice::maps {
 
@@ -47,21 +48,6 @@ class MapFd {
  private:
   int fd_ = -1;
 };
-
-inline absl::Status ErrnoStatus(int err, absl::string_view what) {
-  std::string msg = absl::StrCat(what, ": ", std::strerror(err));
-  switch (err) {
-    case ENOENT: return absl::NotFoundError(msg);
-    case EEXIST: return absl::AlreadyExistsError(msg);
-    case E2BIG:
-    case ENOSPC:
-    case ENOMEM: return absl::ResourceExhaustedError(msg);
-    case EPERM:
-    case EACCES: return absl::PermissionDeniedError(msg);
-    case EINVAL: return absl::InvalidArgumentError(msg);
-    default: return absl::InternalError(msg);
-  }
-}
 
 // Opens the map pinned at `path` and checks that its key and value sizes match the ABI.
 inline absl::StatusOr<MapFd> OpenPinned(const std::string& path, size_t key_size,

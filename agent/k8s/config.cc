@@ -240,13 +240,13 @@ absl::StatusOr<ClientConfig> LoadClientConfig(const ConfigOptions& opts) {
 }
 
 TokenSource::TokenSource(std::string static_token, std::string token_file, absl::Duration refresh,
-                         Clock* clock)
+                         const Clock* clock)
     : static_token_(std::move(static_token)),
       token_file_(std::move(token_file)),
       refresh_(refresh),
       clock_(clock) {}
 
-std::unique_ptr<TokenSource> TokenSource::FromConfig(const ClientConfig& cfg, Clock* clock) {
+std::unique_ptr<TokenSource> TokenSource::FromConfig(const ClientConfig& cfg, const Clock* clock) {
   return std::make_unique<TokenSource>(cfg.token, cfg.token_file, cfg.token_refresh, clock);
 }
 
@@ -278,15 +278,6 @@ bool TokenSource::Invalidate() {
 uint64_t TokenSource::file_reads() const {
   absl::MutexLock lock(&mu_);
   return reads_;
-}
-
-RandomFn DefaultRandom() {
-  auto gen = std::make_shared<std::mt19937_64>(std::random_device{}());
-  auto mu = std::make_shared<absl::Mutex>();
-  return [gen, mu]() {
-    absl::MutexLock lock(mu.get());
-    return std::uniform_real_distribution<double>(0.0, 1.0)(*gen);
-  };
 }
 
 }  // namespace sluice::k8s

@@ -12,7 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "agent/k8s/clock.h"
+#include "agent/base/clock.h"
 
 namespace sluice::k8s {
 
@@ -68,9 +68,9 @@ std::string JoinHostPort(const std::string& host, const std::string& port);
 class TokenSource {
  public:
   TokenSource(std::string static_token, std::string token_file, absl::Duration refresh,
-              Clock* clock = RealClock::Get());
+              const Clock* clock = RealClock::Get());
   static std::unique_ptr<TokenSource> FromConfig(const ClientConfig& cfg,
-                                                 Clock* clock = RealClock::Get());
+                                                 const Clock* clock = RealClock::Get());
 
   // The token to send ("" = none). A failed re-read keeps the last good token.
   std::string Token();
@@ -82,7 +82,7 @@ class TokenSource {
   const std::string static_token_;
   const std::string token_file_;
   const absl::Duration refresh_;
-  Clock* const clock_;
+  const Clock* const clock_;
   mutable absl::Mutex mu_;
   std::string cached_ ABSL_GUARDED_BY(mu_);
   absl::Time read_at_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();

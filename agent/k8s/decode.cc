@@ -4,6 +4,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "simdjson.h"
 
 // simdjson's exception API is used inside this file only (it keeps field-by-field decoding
 // readable); Decoder::Run turns every simdjson_error into an absl::Status at the boundary.
@@ -513,13 +514,22 @@ std::string_view EventTypeName(EventType t) {
   return "UNKNOWN";
 }
 
+struct Decoder::Parser {
+  od::parser parser;
+  std::string padded;
+};
+
+Decoder::Decoder() : parser_(std::make_unique<Parser>()) {}
+Decoder::~Decoder() = default;
+
 template <typename Fn>
 absl::Status Decoder::Run(std::string_view json, std::string_view what, Fn&& fn) {
-  padded_.resize(json.size() + simdjson::SIMDJSON_PADDING);
-  std::memcpy(padded_.data(), json.data(), json.size());
-  std::memset(padded_.data() + json.size(), 0, simdjson::SIMDJSON_PADDING);
+  std::string& padded = parser_->padded;
+  padded.resize(json.size() + simdjson::SIMDJSON_PADDING);
+  std::memcpy(padded.data(), json.data(), json.size());
+  std::memset(padded.data() + json.size(), 0, simdjson::SIMDJSON_PADDING);
   try {
-    od::document doc = parser_.iterate(padded_.data(), json.size(), padded_.size());
+    od::document doc = parser_->parser.iterate(padded.data(), json.size(), padded.size());
     od::object root = doc.get_object();
     fn(root);
   } catch (const simdjson::simdjson_error& e) {

@@ -4,12 +4,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 
 #include "absl/status/status.h"
 #include "agent/k8s/model.h"
-#include "simdjson.h"
 
 namespace sluice::k8s {
 
@@ -35,6 +35,11 @@ struct RawEvent {
 // Every Decode* fully replaces *out; on error *out is unspecified and the status says what failed.
 class Decoder {
  public:
+  Decoder();
+  ~Decoder();
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
+
   absl::Status Decode(std::string_view json, Service* out);
   absl::Status Decode(std::string_view json, EndpointSlice* out);
   absl::Status Decode(std::string_view json, Pod* out);
@@ -49,11 +54,14 @@ class Decoder {
   absl::Status DecodeResourceVersion(std::string_view json, std::string* rv);
 
  private:
+  // simdjson's parser and the padded copy of the input: kept out of this header, which half of
+  // the agent includes, because simdjson.h alone costs seconds per translation unit.
+  struct Parser;
+
   template <typename Fn>
   absl::Status Run(std::string_view json, std::string_view what, Fn&& fn);
 
-  simdjson::ondemand::parser parser_;
-  std::string padded_;
+  std::unique_ptr<Parser> parser_;
 };
 
 struct ListDecodeStats {

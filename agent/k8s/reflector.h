@@ -17,7 +17,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-#include "agent/k8s/clock.h"
+#include "agent/base/clock.h"
 #include "agent/k8s/decode.h"
 #include "agent/k8s/http_client.h"
 #include "agent/k8s/store.h"
@@ -41,13 +41,13 @@ struct BackoffOptions {
 
 class Backoff {
  public:
-  Backoff(BackoffOptions opts, Clock* clock, RandomFn random)
+  Backoff(BackoffOptions opts, const Clock* clock, RandomFn random)
       : opts_(opts), clock_(clock), random_(std::move(random)), base_(opts.initial) {}
   absl::Duration Next();
 
  private:
   const BackoffOptions opts_;
-  Clock* const clock_;
+  const Clock* const clock_;
   const RandomFn random_;
   absl::Duration base_;
   absl::Time last_ = absl::InfinitePast();
@@ -68,7 +68,7 @@ struct ReflectorOptions {
   // Watch ERROR events with code 500 are retried by re-watching for this long, then relist.
   absl::Duration max_internal_error_retry = absl::Seconds(30);
   BackoffOptions backoff;
-  Clock* clock = nullptr;  // null = RealClock
+  const Clock* clock = nullptr;  // null = RealClock
   RandomFn random;         // null = DefaultRandom()
 };
 
@@ -167,7 +167,7 @@ class Reflector {
   HttpClient* const http_;
   const std::unique_ptr<ReflectorSink> sink_;
   const ReflectorOptions opts_;
-  Clock* const clock_;
+  const Clock* const clock_;
   const RandomFn random_;
   Backoff backoff_;
   Decoder decoder_;  // reflector thread only

@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "agent/lab/clock.h"
+#include "agent/base/clock.h"
 #include "agent/lab/controllers.h"
 #include "agent/lab/kubeconfig.h"
 #include "agent/lab/object_store.h"

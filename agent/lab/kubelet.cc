@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/errno.h"
 #include "agent/lab/process.h"
 #include "spdlog/spdlog.h"
 
@@ -52,10 +53,6 @@ bool Terminating(const json& pod) { return !Str(pod, {"metadata", "deletionTimes
 
 std::string Now() { return ObjectStore::FormatTimestamp(absl::Now()); }
 
-absl::Status ErrnoError(int err, const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(err)));
-}
-
 // How long a pod's netexec servers may take to bind their ports before the start counts as failed.
 constexpr absl::Duration kServingTimeout = absl::Seconds(10);
 
@@ -72,14 +69,14 @@ class NotifySocket {
     }
     memcpy(addr.sun_path, path.data(), path.size());
     s->fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s->fd_ < 0) return ErrnoError(errno, "socket unix");
+    if (s->fd_ < 0) return ErrnoStatus(errno, "socket unix");
     int one = 1;
     if (setsockopt(s->fd_, SOL_SOCKET, SO_PASSCRED, &one, sizeof(one)) != 0) {
-      return ErrnoError(errno, "SO_PASSCRED");
+      return ErrnoStatus(errno, "SO_PASSCRED");
     }
     unlink(path.c_str());  // left by a controlplane that died mid-start
     if (bind(s->fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return ErrnoError(errno, absl::StrCat("bind ", path));
+      return ErrnoStatus(errno, absl::StrCat("bind ", path));
     }
     s->bound_ = true;
     return s;
@@ -106,7 +103,7 @@ class NotifySocket {
       int fd = static_cast<int>(syscall(SYS_pidfd_open, pid, 0));
       if (fd < 0) {
         close_pidfds();
-        return ErrnoError(errno, absl::StrCat("pidfd_open netexec ", pid));
+        return ErrnoStatus(errno, absl::StrCat("pidfd_open netexec ", pid));
       }
       pidfds[pid] = fd;
     }
@@ -126,7 +123,7 @@ class NotifySocket {
         polled.push_back(pid);
       }
       if (poll(p.data(), p.size(), static_cast<int>(std::min<int64_t>(ms, INT_MAX))) < 0) {
-        if (errno != EINTR) status = ErrnoError(errno, "poll notify socket");
+        if (errno != EINTR) status = ErrnoStatus(errno, "poll notify socket");
         continue;
       }
       Receive(pending);  // before the exits: a READY=1 sent just before exiting still counts

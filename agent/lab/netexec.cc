@@ -17,13 +17,10 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "agent/base/errno.h"
 
 namespace sluice::lab {
 namespace {
-
-absl::Status ErrnoError(int err, const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(err)));
-}
 
 std::string FormatPeer(const sockaddr_in& sa) {
   char buf[INET_ADDRSTRLEN] = {};
@@ -69,13 +66,13 @@ absl::Status NotifyReady() {
   memcpy(addr.sun_path, path, len);
   if (addr.sun_path[0] == '@') addr.sun_path[0] = '\0';
   int fd = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoError(errno, "socket unix");
+  if (fd < 0) return ErrnoStatus(errno, "socket unix");
   constexpr char kReady[] = "READY=1";
   ssize_t n = sendto(fd, kReady, sizeof(kReady) - 1, MSG_NOSIGNAL,
                      reinterpret_cast<sockaddr*>(&addr), offsetof(sockaddr_un, sun_path) + len);
   int err = errno;
   close(fd);
-  if (n < 0) return ErrnoError(err, absl::StrCat("notify ", path));
+  if (n < 0) return ErrnoStatus(err, absl::StrCat("notify ", path));
   return absl::OkStatus();
 }
 
@@ -91,7 +88,7 @@ std::string NetexecAnswer(const std::string& name, const std::string& request,
 
 absl::StatusOr<std::unique_ptr<NetexecServer>> NetexecServer::Start(const NetexecOptions& options) {
   std::unique_ptr<NetexecServer> s(new NetexecServer(options));
-  if (pipe2(s->stop_pipe_, O_CLOEXEC) != 0) return ErrnoError(errno, "pipe");
+  if (pipe2(s->stop_pipe_, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
   sockaddr_in addr = {};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(options.port);
@@ -99,20 +96,20 @@ absl::StatusOr<std::unique_ptr<NetexecServer>> NetexecServer::Start(const Netexe
   int one = 1;
   if (options.tcp) {
     s->tcp_fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->tcp_fd_ < 0) return ErrnoError(errno, "socket tcp");
+    if (s->tcp_fd_ < 0) return ErrnoStatus(errno, "socket tcp");
     setsockopt(s->tcp_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     if (bind(s->tcp_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return ErrnoError(errno, absl::StrCat("bind tcp port ", options.port));
+      return ErrnoStatus(errno, absl::StrCat("bind tcp port ", options.port));
     }
-    if (listen(s->tcp_fd_, 128) != 0) return ErrnoError(errno, "listen");
+    if (listen(s->tcp_fd_, 128) != 0) return ErrnoStatus(errno, "listen");
   }
   if (options.udp) {
     s->udp_fd_ = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (s->udp_fd_ < 0) return ErrnoError(errno, "socket udp");
+    if (s->udp_fd_ < 0) return ErrnoStatus(errno, "socket udp");
     setsockopt(s->udp_fd_, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     setsockopt(s->udp_fd_, IPPROTO_IP, IP_PKTINFO, &one, sizeof(one));
     if (bind(s->udp_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      return ErrnoError(errno, absl::StrCat("bind udp port ", options.port));
+      return ErrnoStatus(errno, absl::StrCat("bind udp port ", options.port));
     }
   }
   // Bound (and listening) is enough: connections and datagrams queue until the threads run.

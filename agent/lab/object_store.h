@@ -18,7 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "agent/lab/clock.h"
+#include "agent/base/clock.h"
 #include "agent/lab/selectors.h"
 #include "nlohmann/json.hpp"
 

@@ -20,15 +20,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "agent/base/errno.h"
 
 extern char** environ;
 
 namespace sluice::lab {
 namespace {
-
-absl::Status ErrnoError(int err, const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(err)));
-}
 
 std::string ResolveExecutable(const std::string& name) {
   if (name.find('/') != std::string::npos) return name;
@@ -82,7 +79,7 @@ struct ExecImage {
 absl::StatusOr<int> OpenNetns(const std::string& path) {
   if (path.empty()) return -1;
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, absl::StrCat("open netns ", path));
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open netns ", path));
   return fd;
 }
 
@@ -100,12 +97,12 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec, absl::Duration
   auto netns = OpenNetns(spec.netns_path);
   if (!netns.ok()) return netns.status();
   int in[2], out[2], err[2];
-  if (pipe2(in, O_CLOEXEC) != 0) return ErrnoError(errno, "pipe");
+  if (pipe2(in, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
   if (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
-    return ErrnoError(errno, "pipe");
+    return ErrnoStatus(errno, "pipe");
   }
   pid_t pid = fork();
-  if (pid < 0) return ErrnoError(errno, "fork");
+  if (pid < 0) return ErrnoStatus(errno, "fork");
   if (pid == 0) {
     dup2(in[0], 0);
     dup2(out[1], 1);
@@ -193,11 +190,11 @@ absl::StatusOr<pid_t> StartProcess(const ProcessSpec& spec) {
   int log_fd = open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
     if (*netns >= 0) close(*netns);
-    return ErrnoError(errno, absl::StrCat("open ", log));
+    return ErrnoStatus(errno, absl::StrCat("open ", log));
   }
   int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
   pid_t pid = fork();
-  if (pid < 0) return ErrnoError(errno, "fork");
+  if (pid < 0) return ErrnoStatus(errno, "fork");
   if (pid == 0) {
     setsid();
     dup2(null_fd, 0);

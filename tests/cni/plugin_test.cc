@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/api/protocol.h"
+#include "agent/endpoint/api_protocol.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -1,0 +1,417 @@
+#include "agent/endpoint/ipam.h"
+#include "agent/base/files.h"
+
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "nlohmann/json.hpp"
+#include "spdlog/spdlog.h"
+
+namespace sluice::agent {
+namespace {
+
+using nlohmann::json;
+
+constexpr char kCursorFile[] = "last_reserved";
+constexpr char kLockFile[] = "lock";
+
+// Regular entries of `dir` (no "." / ".."); directories only if `want_dirs`.
+absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir, bool want_dirs) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return ErrnoStatus(errno, absl::StrCat("list ", dir));
+  std::vector<std::string> names;
+  errno = 0;
+  while (struct dirent* e = readdir(d)) {
+    absl::string_view name = e->d_name;
+    if (name == "." || name == "..") continue;
+    struct stat st;
+    if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;
+    if (want_dirs ? S_ISDIR(st.st_mode) : S_ISREG(st.st_mode)) names.emplace_back(name);
+  }
+  int err = errno;
+  closedir(d);
+  if (err != 0) return ErrnoStatus(err, absl::StrCat("list ", dir));
+  return names;
+}
+
+json OwnerToJson(const IpamOwner& o) {
+  return json{{"network", o.network}, {"containerID", o.container_id}, {"ifName", o.ifname}};
+}
+
+absl::StatusOr<IpamOwner> OwnerFromJson(absl::string_view text) {
+  json j = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object()) return absl::DataLossError("not a JSON object");
+  auto str = [&](const char* key) -> const std::string* {
+    auto it = j.find(key);
+    return it != j.end() && it->is_string() ? it->get_ptr<const std::string*>() : nullptr;
+  };
+  const std::string* net = str("network");
+  const std::string* cid = str("containerID");
+  const std::string* ifn = str("ifName");
+  if (cid == nullptr || cid->empty() || ifn == nullptr || ifn->empty()) {
+    return absl::DataLossError("containerID or ifName missing");
+  }
+  return IpamOwner{net != nullptr ? *net : "", *cid, *ifn};
+}
+
+absl::Status ValidateOwner(const IpamOwner& o) {
+  if (o.container_id.empty() || o.ifname.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("IPAM owner needs a container id and an interface name, got ", o.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+
+std::string IpamOwner::ToString() const {
+  return absl::StrCat(network, "/", container_id, "/", ifname);
+}
+
+// ---- Ipam ----------------------------------------------------------------------------------
+
+Ipam::Ipam(IpPrefix cidr, std::string dir, int lock_fd)
+    : cidr_(std::move(cidr)), dir_(std::move(dir)), lock_fd_(lock_fd) {
+  size_ = uint64_t{1} << (32 - cidr_.length());
+  capacity_ = size_ - 3;  // network, gateway, broadcast
+  gateway_ = AddressAt(1);
+}
+
+Ipam::~Ipam() { close(lock_fd_); }
+
+absl::StatusOr<std::unique_ptr<Ipam>> Ipam::Open(absl::string_view state_dir,
+                                                 const IpPrefix& pod_cidr) {
+  if (!pod_cidr.network().is_v4()) {
+    return absl::UnimplementedError(
+        absl::StrCat("IPv6 pod CIDR ", pod_cidr.ToString(), " is not supported yet"));
+  }
+  if (pod_cidr.length() < 8 || pod_cidr.length() > 30) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pod CIDR ", pod_cidr.ToString(), " must be between /8 and /30 to hold pods"));
+  }
+  std::string name = pod_cidr.ToString();
+  std::replace(name.begin(), name.end(), '/', '_');
+  const std::string root = absl::StrCat(state_dir, "/ipam");
+  const std::string dir = absl::StrCat(root, "/", name);
+  if (absl::Status st = MakeDirs(dir); !st.ok()) return st;
+
+  const std::string lock_path = absl::StrCat(dir, "/", kLockFile);
+  int lock_fd = open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd < 0) return ErrnoStatus(errno, absl::StrCat("open IPAM lock ", lock_path));
+  if (flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    int err = errno;
+    close(lock_fd);
+    if (err == EWOULDBLOCK) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("IPAM state ", dir, " is in use by another allocator (", lock_path,
+                       " is locked)"));
+    }
+    return ErrnoStatus(err, absl::StrCat("lock ", lock_path));
+  }
+  std::unique_ptr<Ipam> ipam(new Ipam(pod_cidr, dir, lock_fd));
+  if (absl::Status st = ipam->Load(); !st.ok()) return st;
+  {
+    absl::MutexLock l(&ipam->mu_);
+    if (absl::Status st = ipam->LoadForeign(root); !st.ok()) return st;
+    spdlog::info("ipam: {} opened: {} of {} addresses in use, {} foreign, {} unreadable, gateway {}",
+                 pod_cidr.ToString(), ipam->by_offset_.size(), ipam->capacity_,
+                 ipam->foreign_.size(), ipam->unreadable_.size(), ipam->gateway_.ToString());
+  }
+  return ipam;
+}
+
+std::optional<uint64_t> Ipam::OffsetOf(const IpAddress& addr) const {
+  if (!cidr_.Contains(addr)) return std::nullopt;
+  return addr.v4_host_order() - cidr_.network().v4_host_order();
+}
+
+IpAddress Ipam::AddressAt(uint64_t offset) const {
+  return IpAddress::V4(cidr_.network().v4_host_order() + static_cast<uint32_t>(offset));
+}
+
+bool Ipam::Reserved(uint64_t offset) const { return offset <= 1 || offset >= size_ - 1; }
+
+std::string Ipam::PathFor(const IpAddress& addr) const {
+  return absl::StrCat(dir_, "/", addr.ToString());
+}
+
+absl::Status Ipam::Load() {
+  absl::MutexLock l(&mu_);
+  absl::StatusOr<std::vector<std::string>> names = ListDir(dir_, /*want_dirs=*/false);
+  if (!names.ok()) return names.status();
+  for (const std::string& name : *names) {
+    if (name == kLockFile) continue;
+    if (absl::EndsWith(name, kTmpSuffix)) {  // an interrupted cursor write
+      unlink(absl::StrCat(dir_, "/", name).c_str());
+      continue;
+    }
+    if (name == kCursorFile) {
+      absl::StatusOr<std::string> text = ReadSmallFile(absl::StrCat(dir_, "/", name));
+      absl::StatusOr<IpAddress> addr =
+          text.ok() ? IpAddress::Parse(absl::StripAsciiWhitespace(*text)) : text.status();
+      std::optional<uint64_t> off = addr.ok() ? OffsetOf(*addr) : std::nullopt;
+      if (off.has_value() && !Reserved(*off)) {
+        cursor_ = *off;
+      } else {
+        spdlog::warn("ipam: {}: ignoring unusable cursor {}/{}", cidr_.ToString(), dir_, name);
+      }
+      continue;
+    }
+    absl::StatusOr<IpAddress> addr = IpAddress::Parse(name);
+    std::optional<uint64_t> off = addr.ok() ? OffsetOf(*addr) : std::nullopt;
+    if (!off.has_value() || Reserved(*off)) {
+      spdlog::warn("ipam: {}: ignoring {}/{}: not an allocatable address of the CIDR",
+                   cidr_.ToString(), dir_, name);
+      continue;
+    }
+    absl::StatusOr<std::string> text = ReadSmallFile(absl::StrCat(dir_, "/", name));
+    absl::StatusOr<Owner> owner = text.ok() ? OwnerFromJson(*text) : text.status();
+    if (!owner.ok()) {
+      spdlog::error("ipam: {}: holding {} with an unreadable record {}/{}: {}", cidr_.ToString(),
+                    name, dir_, name, std::string(owner.status().message()));
+      unreadable_.insert(*off);
+      continue;
+    }
+    by_offset_.emplace(*off, *std::move(owner));
+  }
+  for (const auto& [off, owner] : by_offset_) {  // ascending: the lowest address wins
+    auto [it, inserted] = by_owner_.emplace(owner, off);
+    if (!inserted) {
+      spdlog::error("ipam: {}: {} holds both {} and {}; the latter is freed by the next GC",
+                    cidr_.ToString(), owner.ToString(), AddressAt(it->second).ToString(),
+                    AddressAt(off).ToString());
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Ipam::LoadForeign(const std::string& ipam_root) {
+  absl::StatusOr<std::vector<std::string>> dirs = ListDir(ipam_root, /*want_dirs=*/true);
+  if (!dirs.ok()) return dirs.status();
+  for (const std::string& sub : *dirs) {
+    const std::string other = absl::StrCat(ipam_root, "/", sub);
+    if (other == dir_) continue;
+    absl::StatusOr<std::vector<std::string>> names = ListDir(other, /*want_dirs=*/false);
+    if (!names.ok()) return names.status();
+    for (const std::string& name : *names) {
+      absl::StatusOr<IpAddress> addr = IpAddress::Parse(name);
+      if (!addr.ok()) continue;  // lock, cursor, tmp files
+      const std::string path = absl::StrCat(other, "/", name);
+      absl::StatusOr<std::string> text = ReadSmallFile(path);
+      absl::StatusOr<Owner> owner = text.ok() ? OwnerFromJson(*text) : text.status();
+      if (!owner.ok()) {
+        spdlog::error("ipam: ignoring unreadable record {} of a previous pod CIDR: {}", path,
+                      std::string(owner.status().message()));
+        continue;
+      }
+      std::optional<uint64_t> off = OffsetOf(*addr);
+      if (off.has_value() && !Reserved(*off) && !by_offset_.contains(*off) &&
+          !unreadable_.contains(*off) && !by_owner_.contains(*owner)) {
+        // Still valid under the new CIDR: move the record into this CIDR's directory.
+        const std::string mine = PathFor(*addr);
+        int fd = open(mine.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+        if (fd >= 0) {
+          absl::Status st = WriteAllAndSync(fd, *text, absl::StrCat("adopt ", path, " as ", mine));
+          close(fd);
+          if (st.ok()) st = SyncDir(dir_);
+          if (st.ok()) {
+            unlink(path.c_str());
+            by_offset_.emplace(*off, *owner);
+            by_owner_.emplace(*owner, *off);
+            spdlog::info("ipam: adopted {} of {} from {}", addr->ToString(), owner->ToString(),
+                         other);
+            continue;
+          }
+          unlink(mine.c_str());
+          spdlog::error("ipam: {}", st.ToString());
+        }
+      }
+      spdlog::warn("ipam: {} holds {} from a previous pod CIDR ({}), outside {}",
+                   owner->ToString(), addr->ToString(), other, cidr_.ToString());
+      foreign_.push_back(ForeignRecord{path, Allocation{*addr, *std::move(owner)}});
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Ipam::PersistCursor(uint64_t offset) {
+  return WriteFileAtomically(dir_, kCursorFile, AddressAt(offset).ToString());
+}
+
+absl::StatusOr<IpAddress> Ipam::Allocate(const Owner& owner) {
+  if (absl::Status st = ValidateOwner(owner); !st.ok()) return st;
+  absl::MutexLock l(&mu_);
+  if (auto it = by_owner_.find(owner); it != by_owner_.end()) return AddressAt(it->second);
+
+  // Next-fit from the cursor, like host-local: a just-released address is reused last.
+  const uint64_t first = 2, last = size_ - 2;
+  uint64_t candidate = cursor_;
+  for (uint64_t tried = 0; tried < capacity_; ++tried) {
+    candidate = (candidate < first || candidate >= last) ? first : candidate + 1;
+    if (by_offset_.contains(candidate) || unreadable_.contains(candidate)) continue;
+    const IpAddress addr = AddressAt(candidate);
+    const std::string path = PathFor(addr);
+    int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0) {
+      if (errno == EEXIST) {  // written behind our back: never hand it out
+        spdlog::error("ipam: {} appeared on disk without an owner we know; holding it", path);
+        unreadable_.insert(candidate);
+        continue;
+      }
+      return ErrnoStatus(errno, absl::StrCat("persist allocation ", addr.ToString(), " in ", dir_));
+    }
+    absl::Status st = WriteAllAndSync(fd, OwnerToJson(owner).dump(),
+                                      absl::StrCat("persist allocation ", addr.ToString(), " in ",
+                                                   dir_));
+    close(fd);
+    if (st.ok()) st = SyncDir(dir_);
+    if (!st.ok()) {
+      unlink(path.c_str());
+      return st;
+    }
+    by_offset_.emplace(candidate, owner);
+    by_owner_.emplace(owner, candidate);
+    cursor_ = candidate;
+    if (absl::Status cst = PersistCursor(candidate); !cst.ok()) {
+      // The allocation itself is durable; a stale cursor only makes reuse come sooner.
+      spdlog::warn("ipam: {}", cst.ToString());
+    }
+    // An ADD retried after a pod CIDR change: the old address is no longer routable.
+    for (auto it = foreign_.begin(); it != foreign_.end();) {
+      if (it->allocation.owner == owner && unlink(it->path.c_str()) == 0) {
+        it = foreign_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    spdlog::debug("ipam: allocated {} to {}", addr.ToString(), owner.ToString());
+    return addr;
+  }
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "pod CIDR ", cidr_.ToString(), " is exhausted: ", by_offset_.size() + unreadable_.size(),
+      " of ", capacity_, " allocatable addresses in use"));
+}
+
+absl::Status Ipam::FreeOffset(uint64_t offset) {
+  const IpAddress addr = AddressAt(offset);
+  const std::string path = PathFor(addr);
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("release ", addr.ToString(), " in ", dir_));
+  }
+  auto it = by_offset_.find(offset);
+  if (it != by_offset_.end()) {
+    auto o = by_owner_.find(it->second);
+    if (o != by_owner_.end() && o->second == offset) by_owner_.erase(o);
+    by_offset_.erase(it);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Ipam::Release(const Owner& owner) {
+  absl::MutexLock l(&mu_);
+  std::vector<uint64_t> offsets;
+  for (const auto& [off, o] : by_offset_) {
+    if (o == owner) offsets.push_back(off);
+  }
+  for (uint64_t off : offsets) {
+    if (absl::Status st = FreeOffset(off); !st.ok()) return st;
+    spdlog::debug("ipam: released {} of {}", AddressAt(off).ToString(), owner.ToString());
+  }
+  for (auto it = foreign_.begin(); it != foreign_.end();) {
+    if (it->allocation.owner != owner) {
+      ++it;
+      continue;
+    }
+    if (unlink(it->path.c_str()) != 0 && errno != ENOENT) {
+      return ErrnoStatus(errno, absl::StrCat("release ", it->path));
+    }
+    it = foreign_.erase(it);
+  }
+  if (!offsets.empty()) (void)SyncDir(dir_);
+  return absl::OkStatus();
+}
+
+std::optional<IpAddress> Ipam::Lookup(const Owner& owner) const {
+  absl::MutexLock l(&mu_);
+  auto it = by_owner_.find(owner);
+  if (it == by_owner_.end()) return std::nullopt;
+  return AddressAt(it->second);
+}
+
+std::vector<IpamAllocation> Ipam::Allocated() const {
+  absl::MutexLock l(&mu_);
+  std::vector<Allocation> out;
+  out.reserve(by_offset_.size());
+  for (const auto& [off, owner] : by_offset_) out.push_back(Allocation{AddressAt(off), owner});
+  return out;
+}
+
+std::vector<IpamAllocation> Ipam::Foreign() const {
+  absl::MutexLock l(&mu_);
+  std::vector<Allocation> out;
+  for (const ForeignRecord& f : foreign_) out.push_back(f.allocation);
+  return out;
+}
+
+std::vector<IpAddress> Ipam::Unreadable() const {
+  absl::MutexLock l(&mu_);
+  std::vector<IpAddress> out;
+  for (uint64_t off : unreadable_) out.push_back(AddressAt(off));
+  return out;
+}
+
+absl::StatusOr<std::vector<IpamAllocation>> Ipam::ReleaseAllExcept(const std::set<Owner>& live) {
+  absl::MutexLock l(&mu_);
+  std::vector<Allocation> freed;
+  absl::Status first_error;
+  std::vector<uint64_t> leaked;
+  for (const auto& [off, owner] : by_offset_) {
+    auto primary = by_owner_.find(owner);
+    bool duplicate = primary != by_owner_.end() && primary->second != off;
+    if (duplicate || !live.contains(owner)) leaked.push_back(off);
+  }
+  for (uint64_t off : leaked) {
+    Allocation a{AddressAt(off), by_offset_.at(off)};
+    if (absl::Status st = FreeOffset(off); !st.ok()) {
+      first_error.Update(st);
+      continue;
+    }
+    spdlog::info("ipam: GC released {} of {}", a.address.ToString(), a.owner.ToString());
+    freed.push_back(std::move(a));
+  }
+  for (auto it = foreign_.begin(); it != foreign_.end();) {
+    if (live.contains(it->allocation.owner)) {
+      ++it;
+      continue;
+    }
+    if (unlink(it->path.c_str()) != 0 && errno != ENOENT) {
+      first_error.Update(ErrnoStatus(errno, absl::StrCat("release ", it->path)));
+      ++it;
+      continue;
+    }
+    spdlog::info("ipam: GC released foreign {} of {}", it->allocation.address.ToString(),
+                 it->allocation.owner.ToString());
+    freed.push_back(it->allocation);
+    it = foreign_.erase(it);
+  }
+  if (!leaked.empty()) (void)SyncDir(dir_);
+  if (!first_error.ok()) return first_error;
+  return freed;
+}
+
+}  // namespace sluice::agent

@@ -1,0 +1,198 @@
+// The agent's kernel-networking boundary: links, addresses, routes, neighbours and sysctls for
+// pod veths and the node's own devices. `Netlink` is the interface the rest of the agent uses
+// (fakes in unit tests); `LibnlNetlink` is the real implementation over libnl-route-3.
+#ifndef SLUICE_AGENT_NETLINK_H_
+#define SLUICE_AGENT_NETLINK_H_
+
+#include <array>
+#include <compare>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "agent/base/net.h"
+
+namespace sluice::agent {
+
+// An address assigned to an interface: unlike IpPrefix (a canonical network), the host bits are
+// kept ("172.31.0.2/24").
+struct InterfaceAddress {
+  IpAddress address;
+  int prefix_len = 32;
+
+  // Parses "10.244.0.7/32"; without "/len" the full length of the family is used.
+  [[nodiscard]] static absl::StatusOr<InterfaceAddress> Parse(absl::string_view text);
+  // `address` with the full length of its family (/32 or /128).
+  static InterfaceAddress Host(const IpAddress& address);
+
+  std::string ToString() const;
+
+  friend bool operator==(const InterfaceAddress&, const InterfaceAddress&) = default;
+};
+
+
+  [[nodiscard]] static absl::StatusOr<MacAddress> Parse(absl::string_view text);  // aa:bb:...
+  std::string ToString() const;                                                   // lowercase
+  bool IsZero() const;
+
+  friend bool operator==(const MacAddress&, const MacAddress&) = default;
+};
+
+struct LinkInfo {
+  std::string name;
+  int ifindex = 0;
+  MacAddress mac;
+  uint32_t mtu = 0;
+  bool up = false;  // IFF_UP (administratively up)
+};
+
+struct PodVethSpec {
+  std::string host_ifname;     // e.g. "lxc1a2b3c4d5e6" (<= 15 bytes), in the caller's netns
+  std::string pod_netns_path;  // e.g. "/var/run/netns/p1" or "/proc/1234/ns/net"
+  std::string pod_ifname;      // e.g. "eth0", created directly in the pod netns
+  uint32_t mtu = 1500;         // applied to both ends
+};
+
+struct PodVeth {
+  int host_ifindex = 0;
+  MacAddress host_mac;
+  int pod_ifindex = 0;
+  MacAddress pod_mac;
+};
+
+struct PodInterfaceConfig {
+  std::string netns_path;
+  std::string ifname;
+  IpAddress address;  // configured as address/32
+  IpAddress gateway;  // reached through a scope-link host route on ifname
+  uint32_t mtu = 1500;
+};
+
+struct RouteInfo {
+  IpPrefix dst;                      // 0.0.0.0/0 for the default route
+  std::optional<IpAddress> gateway;  // unset for a directly connected route
+  int oif = 0;                       // ifindex of the (first) next hop
+  uint8_t scope = 0;                 // RT_SCOPE_*
+  uint32_t table = 0;                // RT_TABLE_*
+  uint8_t protocol = 0;              // RTPROT_*; kSluiceRouteProtocol for Sluice's own
+};
+
+// The rtm_protocol of routes Sluice installs (to other nodes' pod CIDRs), so it can tell its own
+// routes from everyone else's: `ip route show proto 181`.
+inline constexpr uint8_t kSluiceRouteProtocol = 181;
+
+// What a pod interface looks like from inside its netns (for CNI CHECK).
+struct PodInterface {
+  LinkInfo link;
+  std::vector<InterfaceAddress> addresses;  // of every family, in kernel order
+  std::vector<RouteInfo> routes;  // main-table IPv4 routes whose next hop is this interface
+};
+
+// The kernel-networking operations of the agent. Host-side operations act in the network
+// namespace of the calling thread (the agent itself may run inside a node netns); pod-side
+// operations take the path of the pod's netns and never move the calling thread.
+// Errors: NotFound (missing link or netns), AlreadyExists (a name is taken), otherwise the libnl
+// or errno text plus what was being done.
+class Netlink {
+ public:
+  virtual ~Netlink() = default;
+
+  // Creates a veth pair whose peer is created directly inside the pod netns (one RTM_NEWLINK;
+  // never created in the host netns and moved). AlreadyExists if pod_ifname exists in the pod
+  // netns. A stale host_ifname (left by a crash) is deleted and the creation retried once.
+  [[nodiscard]] virtual absl::StatusOr<PodVeth> CreatePodVeth(const PodVethSpec& spec) = 0;
+
+  // Inside the pod netns: MTU, address/32, link up, `gateway/32 dev ifname scope link`,
+  // `default via gateway dev ifname`, IPv6 disabled on ifname. lo is left to the runtime.
+  // Idempotent.
+  [[nodiscard]] virtual absl::Status ConfigurePodInterface(const PodInterfaceConfig& config) = 0;
+
+  // On the host side of a pod veth: link up, `pod_addr/32 dev host_ifname scope link`
+  // (replaced if present), rp_filter=0, forwarding=1, and a permanent neighbour entry
+  // pod_addr -> pod_mac so the node never ARPs for its pods. Idempotent.
+  [[nodiscard]] virtual absl::Status ConfigureHostVeth(const std::string& host_ifname,
+                                                       const IpAddress& pod_addr,
+                                                       const MacAddress& pod_mac) = 0;
+
+  // Deletes a link of the caller's netns; an absent link is OK. Deleting either end of a veth
+  // removes the other end too.
+  [[nodiscard]] virtual absl::Status DeleteLink(const std::string& ifname) = 0;
+
+  // The link `ifname` of the caller's netns, or NotFound.
+  [[nodiscard]] virtual absl::StatusOr<LinkInfo> LinkByName(const std::string& ifname) = 0;
+
+  // Whether `ifname` exists in the netns at `netns_path` (NotFound if the netns does not).
+  [[nodiscard]] virtual absl::StatusOr<bool> LinkExistsInNetns(const std::string& netns_path,
+                                                               const std::string& ifname) = 0;
+
+  // Links of the caller's netns whose name starts with `prefix` (e.g. "lxc" for GC), by ifindex.
+  [[nodiscard]] virtual absl::StatusOr<std::vector<LinkInfo>> ListLinks(
+      absl::string_view prefix) = 0;
+
+  // The link, its addresses and its IPv4 main-table routes, seen from inside the pod netns.
+  [[nodiscard]] virtual absl::StatusOr<PodInterface> GetPodInterface(const std::string& netns_path,
+                                                                     const std::string& ifname) = 0;
+
+  // Ensures a dummy device `name` exists, is up and carries `addr` (e.g. the pods' gateway as
+  // /32). On kernels without CONFIG_DUMMY the device is one end of a veth pair whose idle peer is
+  // HostDevicePeerName(name) (both up), like Cilium's cilium_host/cilium_net. Other addresses on
+  // it are left alone. FailedPrecondition if `name` exists and is neither a dummy nor that pair.
+  // Idempotent.
+  [[nodiscard]] virtual absl::Status EnsureDummyWithAddress(const std::string& name,
+                                                            const InterfaceAddress& addr) = 0;
+
+  // Routes to other nodes' pod CIDRs via their addresses on a shared L2 (direct routing), tagged
+  // kSluiceRouteProtocol. Replace is idempotent; deleting an absent route is OK.
+  [[nodiscard]] virtual absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) = 0;
+  [[nodiscard]] virtual absl::Status DeletePeerRoute(const IpPrefix& dst) = 0;
+  [[nodiscard]] virtual absl::StatusOr<std::vector<RouteInfo>> ListPeerRoutes() = 0;
+
+  // The device of the caller's netns' IPv4 default route (lowest metric, main table), or
+  // NotFound.
+  [[nodiscard]] virtual absl::StatusOr<std::string> DefaultRouteDevice() = 0;
+
+  // The first (primary) IPv4 address of `ifname`, or NotFound.
+  [[nodiscard]] virtual absl::StatusOr<IpAddress> FirstIPv4Address(const std::string& ifname) = 0;
+
+  // Writes a sysctl of the caller's netns; see WriteSysctl in agent/netns.h for `key`.
+  [[nodiscard]] virtual absl::Status SetSysctl(absl::string_view key, absl::string_view value) = 0;
+};
+
+// The idle peer of the veth that stands in for a dummy device on kernels without CONFIG_DUMMY:
+// "sluice_host" -> "sluice_net"; other names get "_net" appended (truncated to fit IFNAMSIZ).
+std::string HostDevicePeerName(absl::string_view name);
+
+// Netlink over libnl-route-3. Stateless and thread-safe: every call opens its own rtnetlink
+// socket in the netns it works in.
+class LibnlNetlink final : public Netlink {
+ public:
+  LibnlNetlink() = default;
+
+  absl::StatusOr<PodVeth> CreatePodVeth(const PodVethSpec& spec) override;
+  absl::Status ConfigurePodInterface(const PodInterfaceConfig& config) override;
+  absl::Status ConfigureHostVeth(const std::string& host_ifname, const IpAddress& pod_addr,
+                                 const MacAddress& pod_mac) override;
+  absl::Status DeleteLink(const std::string& ifname) override;
+  absl::StatusOr<LinkInfo> LinkByName(const std::string& ifname) override;
+  absl::StatusOr<bool> LinkExistsInNetns(const std::string& netns_path,
+                                         const std::string& ifname) override;
+  absl::StatusOr<std::vector<LinkInfo>> ListLinks(absl::string_view prefix) override;
+  absl::StatusOr<PodInterface> GetPodInterface(const std::string& netns_path,
+                                               const std::string& ifname) override;
+  absl::Status EnsureDummyWithAddress(const std::string& name,
+                                      const InterfaceAddress& addr) override;
+  absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) override;
+  absl::Status DeletePeerRoute(const IpPrefix& dst) override;
+  absl::StatusOr<std::vector<RouteInfo>> ListPeerRoutes() override;
+  absl::StatusOr<std::string> DefaultRouteDevice() override;
+  absl::StatusOr<IpAddress> FirstIPv4Address(const std::string& ifname) override;
+  absl::Status SetSysctl(absl::string_view key, absl::string_view value) override;
+};
+
+}  // namespace sluice::agent
+
+#endif  // SLUICE_AGENT_NETLINK_H_

@@ -1,0 +1,83 @@
+#include "agent/routing/peer_route_sync.h"
+
+#include <utility>
+
+#include "agent/routing/node_setup.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::agent {
+
+PeerRouteSync::PeerRouteSync(KubernetesState& k8s, Netlink& netlink, maps::NoMasqMap& nomasq,
+                             std::vector<IpPrefix> base_nomasq)
+    : k8s_(k8s), netlink_(netlink), nomasq_(nomasq), base_nomasq_(std::move(base_nomasq)) {
+  k8s_.nodes().AddListener([this](const k8s::Change<k8s::Node>&) {
+    absl::MutexLock l(&mu_);
+    dirty_ = true;
+  });
+  thread_ = std::thread([this] { Run(); });
+}
+
+PeerRouteSync::~PeerRouteSync() {
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+std::vector<PeerNode> PeerRouteSync::Peers() {
+  std::vector<PeerNode> peers;
+  for (const auto& node : k8s_.nodes().List()) {
+    if (node->meta.name == k8s_.node_name() || node->pod_cidrs.empty() ||
+        node->internal_ips.empty()) {
+      continue;
+    }
+    auto cidr = IpPrefix::Parse(node->pod_cidrs.front());
+    auto ip = IpAddress::Parse(node->internal_ips.front());
+    if (!cidr.ok() || !ip.ok() || !cidr->network().is_v4() || !ip->is_v4()) continue;
+    peers.push_back({node->meta.name, *cidr, *ip});
+  }
+  return peers;
+}
+
+void PeerRouteSync::Run() {
+  bool was_synced = false;
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      // Wake on a Node change, on stop, or to notice the first full sync of every kind.
+      mu_.AwaitWithTimeout(absl::Condition(
+                               +[](PeerRouteSync* s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s->mu_) {
+                                 return s->dirty_ || s->stop_;
+                               },
+                               this),
+                           absl::Milliseconds(200));
+      if (stop_) return;
+      bool synced = k8s_.synced();
+      if (!dirty_ && synced == was_synced) continue;
+      dirty_ = false;
+      was_synced = synced;
+    }
+    if (!k8s_.nodes().HasSynced()) continue;
+    std::vector<PeerNode> peers = Peers();
+    std::vector<IpPrefix> nomasq = base_nomasq_;
+    for (const auto& p : peers) {
+      nomasq.push_back(p.pod_cidr);
+      // Without connection tracking, a pod's reply to another node (e.g. its kubelet probing it)
+      // must keep the pod's address: that node routes pod CIDRs, not masqueraded ports.
+      if (auto host = IpPrefix::Make(p.internal_ip, 32); host.ok()) nomasq.push_back(*host);
+    }
+    // Never-masqueraded first: a new peer's traffic must not be NATed once its route exists.
+    absl::Status st = ReconcileNoMasquerade(nomasq_, nomasq, was_synced);
+    auto changes = st.ok() ? ReconcilePeerRoutes(netlink_, peers, was_synced)
+                           : absl::StatusOr<PeerRouteChanges>(st);
+    if (!changes.ok()) {
+      spdlog::warn("peer routes: {}; retrying in 1s", changes.status().ToString());
+      absl::SleepFor(absl::Seconds(1));
+      absl::MutexLock l(&mu_);
+      dirty_ = true;
+    }
+  }
+}
+
+}  // namespace sluice::agent

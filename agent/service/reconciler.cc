@@ -1,0 +1,662 @@
+#include "agent/service/reconciler.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::agent {
+namespace {
+
+constexpr uint16_t kNotClusterIpFlags =
+    SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_EXTERNAL_IP | SLUICE_SVC_F_LOADBALANCER;
+// Ids stay below this (and wrap, skipping ids in use): keeps them printable as ints.
+constexpr uint32_t kMaxId = 0x7fffffff;
+
+uint32_t AddrBe(const IpAddress& a) { return htonl(a.v4_host_order()); }
+
+sluice_lb4_key MapKey(uint32_t addr_be, uint16_t port, uint8_t proto, uint8_t scope,
+                      uint16_t slot) {
+  sluice_lb4_key k{};
+  k.addr = addr_be;
+  k.dport = htons(port);
+  k.proto = proto;
+  k.scope = scope;
+  k.backend_slot = slot;
+  return k;
+}
+
+bool SameMaster(const sluice_lb4_service& a, const sluice_lb4_service& b) {
+  return a.count == b.count && a.flags == b.flags && a.rev_nat_id == b.rev_nat_id &&
+         a.affinity_timeout == b.affinity_timeout;
+}
+
+bool SameRevNat(const sluice_lb4_revnat& a, const sluice_lb4_revnat& b) {
+  return a.addr == b.addr && a.port == b.port;
+}
+
+sluice_lb4_srcrange_key RangeMapKey(uint32_t rev_nat_id, uint8_t len, uint32_t addr_be) {
+  sluice_lb4_srcrange_key k{};
+  k.prefixlen = 32 + len;
+  k.rev_nat_id = htonl(rev_nat_id);
+  k.addr = addr_be;
+  return k;
+}
+
+sluice_lb4_service WildcardMaster() {
+  sluice_lb4_service v{};
+  v.flags = SLUICE_SVC_F_REJECT;
+  return v;
+}
+
+#define RETURN_IF_ERROR(expr)  \
+  do {                         \
+    absl::Status _st = (expr); \
+    if (!_st.ok()) return _st; \
+  } while (0)
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// BpfLbMaps
+
+absl::Status BpfLbMaps::UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) {
+  return svc_.Update(key, v);
+}
+absl::Status BpfLbMaps::DeleteService(const sluice_lb4_key& key) { return svc_.Delete(key); }
+absl::Status BpfLbMaps::UpdateBackend(uint32_t id, const sluice_lb4_backend& v) {
+  return be_.Update(id, v);
+}
+absl::Status BpfLbMaps::DeleteBackend(uint32_t id) { return be_.Delete(id); }
+absl::Status BpfLbMaps::UpdateRevNat(uint32_t id, const sluice_lb4_revnat& v) {
+  return rnat_.Update(id, v);
+}
+absl::Status BpfLbMaps::DeleteRevNat(uint32_t id) { return rnat_.Delete(id); }
+absl::Status BpfLbMaps::UpdateSourceRange(const sluice_lb4_srcrange_key& key) {
+  return srcr_.Update(key, 1);
+}
+absl::Status BpfLbMaps::DeleteSourceRange(const sluice_lb4_srcrange_key& key) {
+  return srcr_.Delete(key);
+}
+
+absl::StatusOr<size_t> BpfLbMaps::FlushUdpFlows(
+    const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) {
+  // Collect first: deleting while walking with get_next_key restarts the walk.
+  std::vector<sluice_ct4_key> doomed;
+  RETURN_IF_ERROR(ct_.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& e) {
+    if (k.proto == IPPROTO_UDP && flows.contains({e.rev_nat_id, e.backend_id})) doomed.push_back(k);
+  }));
+  size_t n = 0;
+  for (const auto& k : doomed) {
+    RETURN_IF_ERROR(ct_.Delete(k));
+    ++n;
+  }
+  return n;
+}
+
+absl::Status BpfLbMaps::FlushAffinity(
+    const absl::flat_hash_set<uint32_t>& rev_nat_ids,
+    const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) {
+  if (aff_ == nullptr) return absl::OkStatus();
+  std::vector<sluice_lb4_affinity_key> doomed;
+  RETURN_IF_ERROR(
+      aff_->ForEach([&](const sluice_lb4_affinity_key& k, const sluice_lb4_affinity& v) {
+        if (rev_nat_ids.contains(k.rev_nat_id) || backends.contains({k.rev_nat_id, v.backend_id}))
+          doomed.push_back(k);
+      }));
+  for (const auto& k : doomed) RETURN_IF_ERROR(aff_->Delete(k));
+  return absl::OkStatus();
+}
+
+absl::Status BpfLbMaps::ForEachService(
+    const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) {
+  return svc_.ForEach(fn);
+}
+absl::Status BpfLbMaps::ForEachBackend(
+    const std::function<void(uint32_t, const sluice_lb4_backend&)>& fn) {
+  return be_.ForEach([&](const __u32& id, const sluice_lb4_backend& v) { fn(id, v); });
+}
+absl::Status BpfLbMaps::ForEachRevNat(
+    const std::function<void(uint32_t, const sluice_lb4_revnat&)>& fn) {
+  return rnat_.ForEach([&](const __u32& id, const sluice_lb4_revnat& v) { fn(id, v); });
+}
+absl::Status BpfLbMaps::ForEachSourceRange(
+    const std::function<void(const sluice_lb4_srcrange_key&)>& fn) {
+  return srcr_.ForEach([&](const sluice_lb4_srcrange_key& k, const __u8&) { fn(k); });
+}
+
+// ---------------------------------------------------------------------------------------------
+// ServiceReconciler
+
+absl::StatusOr<std::unique_ptr<ServiceReconciler>> ServiceReconciler::Create(LbMaps& maps) {
+  std::unique_ptr<ServiceReconciler> r(new ServiceReconciler(maps));
+  RETURN_IF_ERROR(r->Restore());
+  return r;
+}
+
+absl::Status ServiceReconciler::Count(absl::Status st, bool is_delete) {
+  if (!st.ok()) {
+    ++stats_.errors;
+  } else if (is_delete) {
+    ++stats_.map_deletes;
+  } else {
+    ++stats_.map_updates;
+  }
+  return st;
+}
+
+void ServiceReconciler::SetClusterIpLocked(const FrontendKey& key, Frontend& fe, bool cluster_ip) {
+  if (fe.cluster_ip == cluster_ip) return;
+  uint32_t addr = std::get<0>(key);
+  if (cluster_ip) {
+    ++cluster_ip_refs_[addr];
+  } else if (--cluster_ip_refs_[addr] <= 0) {
+    cluster_ip_refs_.erase(addr);
+  }
+  fe.cluster_ip = cluster_ip;
+  wildcard_dirty_.insert(addr);
+}
+
+absl::Status ServiceReconciler::Restore() {
+  absl::MutexLock l(&mu_);
+  std::map<FrontendKey, std::map<uint16_t, uint32_t>> slots;
+  uint32_t max_rnat = 0, max_be = 0;
+  RETURN_IF_ERROR(maps_.ForEachService([&](const sluice_lb4_key& k, const sluice_lb4_service& v) {
+    FrontendKey fk{k.addr, ntohs(k.dport), k.proto, k.scope};
+    if (k.backend_slot != 0) {
+      slots[fk][k.backend_slot] = v.backend_id;
+      return;
+    }
+    if (k.dport == 0 && k.proto == 0) {
+      wildcards_[k.addr] = true;
+      return;
+    }
+    Frontend& fe = frontends_[fk];
+    fe.master = v;
+    fe.rev_nat_id = v.rev_nat_id;
+  }));
+  for (auto& [fk, fe] : frontends_) {
+    if (fe.rev_nat_id == 0 || !rev_nat_ids_.insert(fe.rev_nat_id).second) {
+      // A master without a usable id of its own: rewritten (with a fresh id) once claimed.
+      spdlog::warn("services: restored frontend with rev_nat_id {} already in use", fe.rev_nat_id);
+      fe.rev_nat_id = 0;
+      fe.master.reset();
+    }
+    max_rnat = std::max(max_rnat, fe.rev_nat_id);
+    SetClusterIpLocked(fk, fe, fe.master && (fe.master->flags & kNotClusterIpFlags) == 0);
+  }
+  for (auto& [fk, by_slot] : slots) {
+    auto it = frontends_.find(fk);
+    if (it == frontends_.end()) {
+      for (const auto& [slot, id] : by_slot) stale_slots_.insert({fk, slot});
+      continue;
+    }
+    Frontend& fe = it->second;
+    fe.slots.assign(by_slot.rbegin()->first, 0);
+    for (const auto& [slot, id] : by_slot) fe.slots[slot - 1] = id;
+  }
+  RETURN_IF_ERROR(maps_.ForEachBackend([&](uint32_t id, const sluice_lb4_backend& v) {
+    BackendKey bk{v.addr, ntohs(v.port), v.proto};
+    backends_[id] = Backend{bk, v.flags, 0, true};
+    backend_ids_.try_emplace(bk, id);
+    max_be = std::max(max_be, id);
+  }));
+  for (auto& [fk, fe] : frontends_) {
+    for (uint32_t id : fe.slots) {
+      if (id == 0 || !backends_.contains(id) || !fe.held.insert(id).second) continue;
+      ++backends_[id].refs;
+    }
+  }
+  absl::flat_hash_map<uint32_t, Frontend*> by_rnat;
+  for (auto& [fk, fe] : frontends_) {
+    if (fe.rev_nat_id != 0) by_rnat[fe.rev_nat_id] = &fe;
+  }
+  RETURN_IF_ERROR(maps_.ForEachRevNat([&](uint32_t id, const sluice_lb4_revnat& v) {
+    max_rnat = std::max(max_rnat, id);
+    auto it = by_rnat.find(id);
+    if (it == by_rnat.end()) {
+      stale_rnat_.insert(id);
+    } else {
+      it->second->rnat = v;
+    }
+  }));
+  RETURN_IF_ERROR(maps_.ForEachSourceRange([&](const sluice_lb4_srcrange_key& k) {
+    uint32_t id = ntohl(k.rev_nat_id);
+    RangeKey rk{id, static_cast<uint8_t>(k.prefixlen - 32), k.addr};
+    auto it = by_rnat.find(id);
+    if (k.prefixlen < 32 || it == by_rnat.end()) {
+      stale_ranges_.insert(rk);
+    } else {
+      it->second->ranges.insert(rk);
+    }
+  }));
+  next_rev_nat_id_ = max_rnat >= kMaxId ? 1 : max_rnat + 1;
+  next_backend_id_ = max_be >= kMaxId ? 1 : max_be + 1;
+  wildcard_dirty_.clear();
+  spdlog::info("services: restored {} frontends, {} backends, {} wildcard masters from the maps",
+               frontends_.size(), backends_.size(), wildcards_.size());
+  return absl::OkStatus();
+}
+
+uint32_t ServiceReconciler::NextRevNatIdLocked() {
+  // Fresh ids are never ones in use, nor (until wrapping) ones used before: a conntrack entry of
+  // a deleted frontend must not name a new one.
+  while (rev_nat_ids_.contains(next_rev_nat_id_) || stale_rnat_.contains(next_rev_nat_id_) ||
+         next_rev_nat_id_ == 0) {
+    next_rev_nat_id_ = next_rev_nat_id_ >= kMaxId ? 1 : next_rev_nat_id_ + 1;
+  }
+  uint32_t id = next_rev_nat_id_;
+  next_rev_nat_id_ = id >= kMaxId ? 1 : id + 1;
+  return id;
+}
+
+uint32_t ServiceReconciler::NextBackendIdLocked() {
+  while (backends_.contains(next_backend_id_) || next_backend_id_ == 0) {
+    next_backend_id_ = next_backend_id_ >= kMaxId ? 1 : next_backend_id_ + 1;
+  }
+  uint32_t id = next_backend_id_;
+  next_backend_id_ = id >= kMaxId ? 1 : id + 1;
+  return id;
+}
+
+absl::StatusOr<uint32_t> ServiceReconciler::AcquireBackendLocked(const LbBackend& b, Frontend& fe) {
+  BackendKey bk{AddrBe(b.addr), b.port, b.proto};
+  uint8_t flags = (b.terminating ? SLUICE_BE_F_TERMINATING : 0) | (b.local ? SLUICE_BE_F_LOCAL : 0);
+  sluice_lb4_backend v{};
+  v.addr = std::get<0>(bk);
+  v.port = htons(b.port);
+  v.proto = b.proto;
+  v.flags = flags;
+  uint32_t id;
+  auto it = backend_ids_.find(bk);
+  if (it != backend_ids_.end()) {
+    id = it->second;
+    Backend& be = backends_[id];
+    if (!be.written || be.flags != flags) {
+      RETURN_IF_ERROR(Count(maps_.UpdateBackend(id, v), false));
+      be.flags = flags;
+      be.written = true;
+    }
+  } else {
+    id = NextBackendIdLocked();
+    RETURN_IF_ERROR(Count(maps_.UpdateBackend(id, v), false));
+    backends_[id] = Backend{bk, flags, 0, true};
+    backend_ids_[bk] = id;
+  }
+  if (fe.held.insert(id).second) {
+    ++backends_[id].refs;
+    orphans_.erase(id);
+  }
+  return id;
+}
+
+void ServiceReconciler::ReleaseBackendLocked(uint32_t id, Frontend& fe) {
+  if (fe.held.erase(id) == 0) return;
+  if (fe.rev_nat_id != 0 && fe.master) flush_udp_.insert({fe.rev_nat_id, id});
+  auto it = backends_.find(id);
+  if (it != backends_.end() && --it->second.refs <= 0) orphans_.insert(id);
+}
+
+absl::Status ServiceReconciler::ProgramFrontendLocked(const FrontendKey& key, Frontend& fe,
+                                                      const LbFrontend& want,
+                                                      const std::vector<uint32_t>& ids) {
+  const auto [addr, port, proto, scope] = key;
+  const uint32_t r = fe.rev_nat_id;
+  // Reverse NAT before any slot can hand out a flow whose replies need it.
+  sluice_lb4_revnat rn{};
+  rn.addr = addr;
+  rn.port = htons(port);
+  if (!fe.rnat || !SameRevNat(*fe.rnat, rn)) {
+    RETURN_IF_ERROR(Count(maps_.UpdateRevNat(r, rn), false));
+    fe.rnat = rn;
+  }
+  std::set<RangeKey> want_ranges;
+  for (const IpPrefix& p : want.source_ranges) {
+    if (!p.network().is_v4()) continue;
+    want_ranges.insert({r, static_cast<uint8_t>(p.length()), AddrBe(p.network())});
+  }
+  for (const RangeKey& rk : want_ranges) {
+    if (fe.ranges.contains(rk)) continue;
+    RETURN_IF_ERROR(Count(
+        maps_.UpdateSourceRange(RangeMapKey(std::get<0>(rk), std::get<1>(rk), std::get<2>(rk))),
+        false));
+    fe.ranges.insert(rk);
+  }
+  // Slots in place, then the master (count last), then what lies beyond the new count.
+  const size_t n = ids.size();
+  for (size_t i = 0; i < n; ++i) {
+    if (i < fe.slots.size() && fe.slots[i] == ids[i]) continue;
+    sluice_lb4_service slot{};
+    slot.backend_id = ids[i];
+    RETURN_IF_ERROR(Count(
+        maps_.UpdateService(MapKey(addr, port, proto, scope, static_cast<uint16_t>(i + 1)), slot),
+        false));
+    if (fe.slots.size() <= i) fe.slots.resize(i + 1, 0);
+    fe.slots[i] = ids[i];
+  }
+  sluice_lb4_service master{};
+  master.count = static_cast<uint16_t>(n);
+  master.flags = want.flags;
+  master.rev_nat_id = r;
+  master.affinity_timeout = want.affinity_timeout;
+  if (!fe.master || !SameMaster(*fe.master, master)) {
+    RETURN_IF_ERROR(Count(maps_.UpdateService(MapKey(addr, port, proto, scope, 0), master), false));
+    fe.master = master;
+  }
+  while (fe.slots.size() > n) {
+    if (fe.slots.back() != 0) {
+      RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, port, proto, scope,
+                                                       static_cast<uint16_t>(fe.slots.size()))),
+                            true));
+    }
+    fe.slots.pop_back();
+  }
+  for (auto it = fe.ranges.begin(); it != fe.ranges.end();) {
+    if (want_ranges.contains(*it)) {
+      ++it;
+      continue;
+    }
+    RETURN_IF_ERROR(Count(
+        maps_.DeleteSourceRange(RangeMapKey(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it))),
+        true));
+    it = fe.ranges.erase(it);
+  }
+  std::set<uint32_t> keep(ids.begin(), ids.end());
+  std::vector<uint32_t> dropped;
+  for (uint32_t id : fe.held) {
+    if (!keep.contains(id)) dropped.push_back(id);
+  }
+  for (uint32_t id : dropped) {
+    if (want.flags & SLUICE_SVC_F_AFFINITY) flush_affinity_backends_.insert({r, id});
+    if (proto == IPPROTO_UDP) {
+      ReleaseBackendLocked(id, fe);
+    } else {
+      fe.held.erase(id);
+      auto it = backends_.find(id);
+      if (it != backends_.end() && --it->second.refs <= 0) orphans_.insert(id);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServiceReconciler::RemoveFrontendLocked(const FrontendKey& key) {
+  auto it = frontends_.find(key);
+  if (it == frontends_.end()) return absl::OkStatus();
+  Frontend& fe = it->second;
+  const auto [addr, port, proto, scope] = key;
+  if (fe.master) {
+    RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, port, proto, scope, 0)), true));
+    if (fe.master->flags & SLUICE_SVC_F_AFFINITY) flush_affinity_.insert(fe.rev_nat_id);
+    fe.master.reset();
+  }
+  while (!fe.slots.empty()) {
+    if (fe.slots.back() != 0) {
+      RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, port, proto, scope,
+                                                       static_cast<uint16_t>(fe.slots.size()))),
+                            true));
+    }
+    fe.slots.pop_back();
+  }
+  if (fe.rnat) {
+    RETURN_IF_ERROR(Count(maps_.DeleteRevNat(fe.rev_nat_id), true));
+    fe.rnat.reset();
+  }
+  for (auto rit = fe.ranges.begin(); rit != fe.ranges.end();) {
+    RETURN_IF_ERROR(Count(maps_.DeleteSourceRange(
+                              RangeMapKey(std::get<0>(*rit), std::get<1>(*rit), std::get<2>(*rit))),
+                          true));
+    rit = fe.ranges.erase(rit);
+  }
+  std::vector<uint32_t> held(fe.held.begin(), fe.held.end());
+  for (uint32_t id : held) {
+    if (proto == IPPROTO_UDP && fe.rev_nat_id != 0) flush_udp_.insert({fe.rev_nat_id, id});
+    fe.held.erase(id);
+    auto bit = backends_.find(id);
+    if (bit != backends_.end() && --bit->second.refs <= 0) orphans_.insert(id);
+  }
+  SetClusterIpLocked(key, fe, false);
+  rev_nat_ids_.erase(fe.rev_nat_id);
+  if (!fe.service.empty()) {
+    auto sit = by_service_.find(fe.service);
+    if (sit != by_service_.end()) {
+      sit->second.erase(key);
+      if (sit->second.empty()) by_service_.erase(sit);
+    }
+  }
+  frontends_.erase(it);
+  ++stats_.frontends_removed;
+  return absl::OkStatus();
+}
+
+absl::Status ServiceReconciler::DeleteOrphanBackendsLocked(bool all) {
+  std::vector<uint32_t> doomed;
+  if (all) {
+    for (const auto& [id, be] : backends_) {
+      if (be.refs <= 0) doomed.push_back(id);
+    }
+  } else {
+    doomed.assign(orphans_.begin(), orphans_.end());
+  }
+  std::sort(doomed.begin(), doomed.end());
+  for (uint32_t id : doomed) {
+    auto it = backends_.find(id);
+    if (it == backends_.end() || it->second.refs > 0) {
+      orphans_.erase(id);
+      continue;
+    }
+    if (it->second.written) RETURN_IF_ERROR(Count(maps_.DeleteBackend(id), true));
+    auto kit = backend_ids_.find(it->second.key);
+    if (kit != backend_ids_.end() && kit->second == id) backend_ids_.erase(kit);
+    backends_.erase(it);
+    orphans_.erase(id);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServiceReconciler::SyncWildcardsLocked(bool prune) {
+  std::set<uint32_t> check;
+  if (prune) {
+    for (const auto& [addr, restored] : wildcards_) check.insert(addr);
+    for (const auto& [addr, n] : cluster_ip_refs_) check.insert(addr);
+  }
+  check.insert(wildcard_dirty_.begin(), wildcard_dirty_.end());
+  for (uint32_t addr : check) {
+    const bool want = cluster_ip_refs_.contains(addr);
+    auto it = wildcards_.find(addr);
+    if (want && it == wildcards_.end()) {
+      RETURN_IF_ERROR(
+          Count(maps_.UpdateService(MapKey(addr, 0, 0, 0, 0), WildcardMaster()), false));
+      wildcards_[addr] = false;
+    } else if (want) {
+      it->second = false;
+    } else if (it != wildcards_.end() && (!it->second || prune)) {
+      RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, 0, 0, 0, 0)), true));
+      wildcards_.erase(it);
+    }
+    wildcard_dirty_.erase(addr);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServiceReconciler::FlushLocked() {
+  if (!flush_udp_.empty()) {
+    absl::StatusOr<size_t> n = maps_.FlushUdpFlows(flush_udp_);
+    if (!n.ok()) {
+      ++stats_.errors;
+      return n.status();
+    }
+    stats_.ct_flushed += *n;
+    flush_udp_.clear();
+  }
+  if (!flush_affinity_.empty() || !flush_affinity_backends_.empty()) {
+    absl::Status st = maps_.FlushAffinity(flush_affinity_, flush_affinity_backends_);
+    if (!st.ok()) {
+      ++stats_.errors;
+      return st;
+    }
+    flush_affinity_.clear();
+    flush_affinity_backends_.clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ServiceReconciler::ApplyOneLocked(
+    const std::string& service, const std::optional<ServiceTranslation>& translation) {
+  // What this Service wants, by map key; a key another Service holds is left to it.
+  std::map<FrontendKey, const LbFrontend*> want;
+  blocked_.erase(service);
+  if (translation) {
+    for (const LbFrontend& f : translation->frontends) {
+      if (!f.addr.is_v4()) continue;
+      FrontendKey fk{AddrBe(f.addr), f.port, f.proto, f.scope};
+      auto it = frontends_.find(fk);
+      if (it != frontends_.end() && !it->second.service.empty() && it->second.service != service) {
+        ++stats_.conflicts;
+        blocked_.insert(service);
+        spdlog::warn("services: {} {}:{} is already {}'s; skipped", service, f.addr.ToString(),
+                     f.port, it->second.service);
+        continue;
+      }
+      want.try_emplace(fk, &f);
+    }
+  }
+  // Claim (or create) the frontends and write their backends first.
+  std::map<FrontendKey, std::vector<uint32_t>> ids;
+  for (const auto& [fk, f] : want) {
+    Frontend& fe = frontends_[fk];
+    if (fe.service.empty()) {
+      fe.service = service;
+      by_service_[service].insert(fk);
+    }
+    if (fe.rev_nat_id == 0) {
+      fe.rev_nat_id = NextRevNatIdLocked();
+      rev_nat_ids_.insert(fe.rev_nat_id);
+    }
+    SetClusterIpLocked(fk, fe, (f->flags & kNotClusterIpFlags) == 0);
+    std::vector<uint32_t>& v = ids[fk];
+    size_t n = std::min<size_t>(f->backends.size(), std::numeric_limits<uint16_t>::max());
+    if (n < f->backends.size()) {
+      spdlog::warn("services: {} {}:{} has {} backends; programming the first {}", service,
+                   f->addr.ToString(), f->port, f->backends.size(), n);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      absl::StatusOr<uint32_t> id = AcquireBackendLocked(f->backends[i], fe);
+      if (!id.ok()) return id.status();
+      v.push_back(*id);
+    }
+  }
+  for (const auto& [fk, f] : want) {
+    RETURN_IF_ERROR(ProgramFrontendLocked(fk, frontends_[fk], *f, ids[fk]));
+  }
+  // Frontends the Service no longer has.
+  if (auto sit = by_service_.find(service); sit != by_service_.end()) {
+    std::vector<FrontendKey> gone;
+    for (const FrontendKey& fk : sit->second) {
+      if (!want.contains(fk)) gone.push_back(fk);
+    }
+    for (const FrontendKey& fk : gone) RETURN_IF_ERROR(RemoveFrontendLocked(fk));
+  }
+  RETURN_IF_ERROR(DeleteOrphanBackendsLocked(/*all=*/false));
+  return SyncWildcardsLocked(/*prune=*/false);
+}
+
+absl::Status ServiceReconciler::Apply(const std::string& service,
+                                      const std::optional<ServiceTranslation>& translation) {
+  absl::MutexLock l(&mu_);
+  absl::Status st = ApplyOneLocked(service, translation);
+  absl::Status flushed = FlushLocked();
+  return st.ok() ? flushed : st;
+}
+
+absl::Status ServiceReconciler::ApplyAll(
+    const std::vector<std::pair<std::string, std::optional<ServiceTranslation>>>& changes) {
+  absl::MutexLock l(&mu_);
+  absl::Status first;
+  for (const auto& [service, translation] : changes) {
+    absl::Status st = ApplyOneLocked(service, translation);
+    if (!st.ok() && first.ok()) {
+      first = absl::Status(st.code(), absl::StrCat(service, ": ", st.message()));
+    }
+  }
+  absl::Status flushed = FlushLocked();
+  return first.ok() ? flushed : first;
+}
+
+absl::Status ServiceReconciler::PruneStale() {
+  absl::MutexLock l(&mu_);
+  std::vector<FrontendKey> unclaimed;
+  for (const auto& [fk, fe] : frontends_) {
+    if (fe.service.empty()) unclaimed.push_back(fk);
+  }
+  for (const FrontendKey& fk : unclaimed) RETURN_IF_ERROR(RemoveFrontendLocked(fk));
+  for (auto it = stale_slots_.begin(); it != stale_slots_.end();) {
+    const auto& [fk, slot] = *it;
+    const auto [addr, port, proto, scope] = fk;
+    RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, port, proto, scope, slot)), true));
+    it = stale_slots_.erase(it);
+  }
+  for (auto it = stale_rnat_.begin(); it != stale_rnat_.end();) {
+    RETURN_IF_ERROR(Count(maps_.DeleteRevNat(*it), true));
+    it = stale_rnat_.erase(it);
+  }
+  for (auto it = stale_ranges_.begin(); it != stale_ranges_.end();) {
+    RETURN_IF_ERROR(Count(
+        maps_.DeleteSourceRange(RangeMapKey(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it))),
+        true));
+    it = stale_ranges_.erase(it);
+  }
+  RETURN_IF_ERROR(DeleteOrphanBackendsLocked(/*all=*/true));
+  RETURN_IF_ERROR(SyncWildcardsLocked(/*prune=*/true));
+  if (!unclaimed.empty()) {
+    spdlog::info("services: pruned {} stale frontends", unclaimed.size());
+  }
+  return FlushLocked();
+}
+
+uint32_t ServiceReconciler::RevNatId(const IpAddress& addr, uint16_t port, uint8_t proto,
+                                     uint8_t scope) const {
+  absl::MutexLock l(&mu_);
+  auto it = frontends_.find(FrontendKey{AddrBe(addr), port, proto, scope});
+  return it == frontends_.end() ? 0 : it->second.rev_nat_id;
+}
+
+uint32_t ServiceReconciler::BackendId(const IpAddress& addr, uint16_t port, uint8_t proto) const {
+  absl::MutexLock l(&mu_);
+  auto it = backend_ids_.find(BackendKey{AddrBe(addr), port, proto});
+  return it == backend_ids_.end() ? 0 : it->second;
+}
+
+std::vector<std::string> ServiceReconciler::Services() const {
+  absl::MutexLock l(&mu_);
+  std::vector<std::string> out;
+  for (const auto& [s, keys] : by_service_) out.push_back(s);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+std::vector<std::string> ServiceReconciler::BlockedServices() const {
+  absl::MutexLock l(&mu_);
+  return std::vector<std::string>(blocked_.begin(), blocked_.end());
+}
+
+uint64_t ServiceReconciler::FrontendsRemoved() const {
+  absl::MutexLock l(&mu_);
+  return stats_.frontends_removed;
+}
+
+ServiceReconcilerStats ServiceReconciler::stats() const {
+  absl::MutexLock l(&mu_);
+  ServiceReconcilerStats s = stats_;
+  s.frontends = 0;
+  for (const auto& [fk, fe] : frontends_) {
+    if (!fe.service.empty()) ++s.frontends;
+  }
+  s.backends = backends_.size();
+  return s;
+}
+
+}  // namespace sluice::agent

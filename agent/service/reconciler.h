@@ -1,0 +1,220 @@
+// Service reconciler: writes the translator's frontends (agent/service_translator.h) into the
+// sluice_lb4_* maps in the hitless order of maps/lb.h, keeps rev_nat and backend ids stable (and
+// restores them from the pinned maps after a restart), flushes the UDP flows of removed backends
+// from sluice_ct4, and keeps one wildcard master per ClusterIP in use. The map writes go through
+// LbMaps so the ordering is unit-tested against a recording fake.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/service/translator.h"
+#include "maps/sluice_maps.h"
+
+namespace sluice::agent {
+
+// The handful of operations the reconciler needs on sluice_lb4_* and sluice_ct4.
+class LbMaps {
+ public:
+  virtual ~LbMaps() = default;
+
+  virtual absl::Status UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) = 0;
+  virtual absl::Status DeleteService(const sluice_lb4_key& key) = 0;
+  virtual absl::Status UpdateBackend(uint32_t id, const sluice_lb4_backend& v) = 0;
+  virtual absl::Status DeleteBackend(uint32_t id) = 0;
+  virtual absl::Status UpdateRevNat(uint32_t id, const sluice_lb4_revnat& v) = 0;
+  virtual absl::Status DeleteRevNat(uint32_t id) = 0;
+  virtual absl::Status UpdateSourceRange(const sluice_lb4_srcrange_key& key) = 0;
+  virtual absl::Status DeleteSourceRange(const sluice_lb4_srcrange_key& key) = 0;
+  // Deletes the UDP conntrack entries (both directions) of flows that were given one of
+  // `flows` = {(rev_nat_id, backend_id)}; returns how many entries went.
+  virtual absl::StatusOr<size_t> FlushUdpFlows(
+      const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) = 0;
+  // Deletes session affinity entries of the frontends `rev_nat_ids`, and those of `backends` =
+  // {(rev_nat_id, backend_id)} (a client must not stick to a backend that left the frontend).
+  virtual absl::Status FlushAffinity(
+      const absl::flat_hash_set<uint32_t>& rev_nat_ids,
+      const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) = 0;
+
+  // Reading what is there (restore after a restart).
+  virtual absl::Status ForEachService(
+      const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) = 0;
+  virtual absl::Status ForEachBackend(
+      const std::function<void(uint32_t, const sluice_lb4_backend&)>& fn) = 0;
+  virtual absl::Status ForEachRevNat(
+      const std::function<void(uint32_t, const sluice_lb4_revnat&)>& fn) = 0;
+  virtual absl::Status ForEachSourceRange(
+      const std::function<void(const sluice_lb4_srcrange_key&)>& fn) = 0;
+};
+
+// LbMaps over the real (pinned) maps. The maps are borrowed and must outlive it.
+class BpfLbMaps : public LbMaps {
+ public:
+  BpfLbMaps(maps::Lb4ServiceMap& svc, maps::Lb4BackendMap& be, maps::Lb4RevNatMap& rnat,
+            maps::Lb4SourceRangeMap& srcr, maps::Ct4Map& ct, maps::Lb4AffinityMap* aff)
+      : svc_(svc), be_(be), rnat_(rnat), srcr_(srcr), ct_(ct), aff_(aff) {}
+
+  absl::Status UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) override;
+  absl::Status DeleteService(const sluice_lb4_key& key) override;
+  absl::Status UpdateBackend(uint32_t id, const sluice_lb4_backend& v) override;
+  absl::Status DeleteBackend(uint32_t id) override;
+  absl::Status UpdateRevNat(uint32_t id, const sluice_lb4_revnat& v) override;
+  absl::Status DeleteRevNat(uint32_t id) override;
+  absl::Status UpdateSourceRange(const sluice_lb4_srcrange_key& key) override;
+  absl::Status DeleteSourceRange(const sluice_lb4_srcrange_key& key) override;
+  absl::StatusOr<size_t> FlushUdpFlows(
+      const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) override;
+  absl::Status FlushAffinity(
+      const absl::flat_hash_set<uint32_t>& rev_nat_ids,
+      const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) override;
+  absl::Status ForEachService(
+      const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) override;
+  absl::Status ForEachBackend(
+      const std::function<void(uint32_t, const sluice_lb4_backend&)>& fn) override;
+  absl::Status ForEachRevNat(
+      const std::function<void(uint32_t, const sluice_lb4_revnat&)>& fn) override;
+  absl::Status ForEachSourceRange(
+      const std::function<void(const sluice_lb4_srcrange_key&)>& fn) override;
+
+ private:
+  maps::Lb4ServiceMap& svc_;
+  maps::Lb4BackendMap& be_;
+  maps::Lb4RevNatMap& rnat_;
+  maps::Lb4SourceRangeMap& srcr_;
+  maps::Ct4Map& ct_;
+  maps::Lb4AffinityMap* aff_;
+};
+
+struct ServiceReconcilerStats {
+  uint64_t map_updates = 0;  // successful map writes (services, backends, rnat, ranges)
+  uint64_t map_deletes = 0;
+  uint64_t ct_flushed = 0;  // UDP conntrack entries deleted
+  uint64_t errors = 0;      // failed map operations
+  uint64_t conflicts = 0;   // frontends skipped: the key is another Service's
+  uint64_t frontends_removed = 0;
+  size_t frontends = 0;  // programmed (owned) frontends
+  size_t backends = 0;
+};
+
+class ServiceReconciler {
+ public:
+  // Restores frontends, ids, backends and source ranges from `maps`: they stay as they are
+  // until a Service claims them (Apply) or PruneStale() removes the unclaimed ones.
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<ServiceReconciler>> Create(LbMaps& maps);
+
+  // Makes the maps hold `translation` for `service` ("namespace/name"); nullopt removes the
+  // Service's frontends. Writes nothing when nothing changed.
+  [[nodiscard]] absl::Status Apply(const std::string& service,
+                                   const std::optional<ServiceTranslation>& translation);
+  // Several Services in one pass (one conntrack flush at the end).
+  [[nodiscard]] absl::Status ApplyAll(
+      const std::vector<std::pair<std::string, std::optional<ServiceTranslation>>>& changes);
+  // Deletes what was restored from the maps and never claimed since, plus entries nothing
+  // refers to (orphan backends, rnat entries, source ranges, slots, wildcard masters). Call once
+  // every watch has synced and every Service has been applied.
+  [[nodiscard]] absl::Status PruneStale();
+
+  // Ids (0 when unknown), for tests and sluicectl-like introspection.
+  uint32_t RevNatId(const IpAddress& addr, uint16_t port, uint8_t proto, uint8_t scope) const;
+  uint32_t BackendId(const IpAddress& addr, uint16_t port, uint8_t proto) const;
+  // Services that own at least one frontend.
+  std::vector<std::string> Services() const;
+  // Services with a frontend skipped at their last apply because another Service held its key:
+  // worth applying again once some frontend is removed.
+  std::vector<std::string> BlockedServices() const;
+  // Counters and sizes; walks every frontend (for tests and debug logs, not per change).
+  ServiceReconcilerStats stats() const;
+  // stats().frontends_removed without the walk.
+  uint64_t FrontendsRemoved() const;
+
+ private:
+  // (addr in network order, port in host order, proto, scope).
+  using FrontendKey = std::tuple<uint32_t, uint16_t, uint8_t, uint8_t>;
+  // (addr in network order, port in host order, proto).
+  using BackendKey = std::tuple<uint32_t, uint16_t, uint8_t>;
+  // (rev_nat_id, prefix length, network address in network order).
+  using RangeKey = std::tuple<uint32_t, uint8_t, uint32_t>;
+
+  struct Frontend {
+    std::string service;  // owner; "" while restored and unclaimed
+    uint32_t rev_nat_id = 0;
+    bool cluster_ip = false;                   // counts toward the address's wildcard master
+    std::optional<sluice_lb4_revnat> rnat;     // as written
+    std::optional<sluice_lb4_service> master;  // as written
+    std::vector<uint32_t> slots;               // slot i+1 as written (0: absent)
+    std::set<RangeKey> ranges;                 // as written
+    std::set<uint32_t> held;                   // backend ids it holds a reference on
+  };
+  struct Backend {
+    BackendKey key;
+    uint8_t flags = 0;
+    int refs = 0;
+    bool written = true;
+  };
+
+  explicit ServiceReconciler(LbMaps& maps) : maps_(maps) {}
+  absl::Status Restore();
+
+  absl::Status ApplyOneLocked(const std::string& service,
+                              const std::optional<ServiceTranslation>& translation)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ProgramFrontendLocked(const FrontendKey& key, Frontend& fe, const LbFrontend& want,
+                                     const std::vector<uint32_t>& backend_ids)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status RemoveFrontendLocked(const FrontendKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::StatusOr<uint32_t> AcquireBackendLocked(const LbBackend& b, Frontend& fe)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReleaseBackendLocked(uint32_t id, Frontend& fe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status DeleteOrphanBackendsLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status SyncWildcardsLocked(bool prune) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t NextRevNatIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t NextBackendIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status Count(absl::Status st, bool is_delete) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetClusterIpLocked(const FrontendKey& key, Frontend& fe, bool cluster_ip)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  LbMaps& maps_;
+  mutable absl::Mutex mu_;
+  std::map<FrontendKey, Frontend> frontends_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::set<FrontendKey>> by_service_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<uint32_t, Backend> backends_ ABSL_GUARDED_BY(mu_);
+  std::map<BackendKey, uint32_t> backend_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint32_t> rev_nat_ids_ ABSL_GUARDED_BY(mu_);  // in use by a frontend
+  // Found at restore and not (yet) explained by a frontend.
+  std::set<uint32_t> stale_rnat_ ABSL_GUARDED_BY(mu_);
+  std::set<RangeKey> stale_ranges_ ABSL_GUARDED_BY(mu_);
+  std::set<std::tuple<FrontendKey, uint16_t>> stale_slots_ ABSL_GUARDED_BY(mu_);
+  // ClusterIP wildcard masters written, by address (network order) -> restored and not claimed
+  // since (kept until PruneStale even when no frontend uses the address).
+  std::map<uint32_t, bool> wildcards_ ABSL_GUARDED_BY(mu_);
+  // ClusterIP frontends per address, and the addresses whose count changed since the last sync.
+  absl::flat_hash_map<uint32_t, int> cluster_ip_refs_ ABSL_GUARDED_BY(mu_);
+  std::set<uint32_t> wildcard_dirty_ ABSL_GUARDED_BY(mu_);
+  // Backends whose last reference went in this pass (deleted at its end); restored backends
+  // nothing refers to wait for PruneStale.
+  std::set<uint32_t> orphans_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> blocked_ ABSL_GUARDED_BY(mu_);
+  // Pending conntrack/affinity flushes.
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> flush_udp_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<uint32_t> flush_affinity_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<std::pair<uint32_t, uint32_t>> flush_affinity_backends_ ABSL_GUARDED_BY(mu_);
+  uint32_t next_rev_nat_id_ ABSL_GUARDED_BY(mu_) = 1;
+  uint32_t next_backend_id_ ABSL_GUARDED_BY(mu_) = 1;
+  ServiceReconcilerStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::agent

@@ -1,0 +1,130 @@
+#include "agent/service/sync.h"
+
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::agent {
+namespace {
+
+std::string SliceServiceKey(const k8s::EndpointSlice& s) {
+  if (s.service_name.empty()) return "";
+  return absl::StrCat(s.meta.namespace_, "/", s.service_name);
+}
+
+}  // namespace
+
+ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::EndpointSlice>& slices,
+                         std::function<bool()> synced, ServiceReconciler& reconciler,
+                         HealthCheckServers* health, NodeContext node)
+    : services_(services),
+      slices_(slices),
+      reconciler_(reconciler),
+      health_(health),
+      node_(std::move(node)) {
+  // Slices listed before the listener is added (a stale key is harmless: Translate skips it).
+  {
+    absl::MutexLock l(&index_->mu);
+    for (const auto& s : slices_.List()) {
+      std::string svc = SliceServiceKey(*s);
+      if (!svc.empty()) index_->by_service[svc].insert(s->meta.Key());
+    }
+  }
+  controller::ControllerOptions options;
+  options.name = "services";
+  options.synced = std::move(synced);
+  // A full pass covers the Services in the store and those the maps still hold (restored from
+  // the pins after a restart; gone from the API while the agent was down).
+  options.all_keys = [this] {
+    std::vector<std::string> keys;
+    for (const auto& s : services_.List()) keys.push_back(s->meta.Key());
+    for (const std::string& s : reconciler_.Services()) keys.push_back(s);
+    return keys;
+  };
+  controller_ = std::make_unique<controller::Controller>(
+      std::move(options), [this](const controller::Batch& b) { return Reconcile(b); });
+
+  services_.AddListener([keys = controller_->keys()](const k8s::Change<k8s::Service>& c) {
+    const auto& obj = c.new_obj ? c.new_obj : c.old_obj;
+    keys->Mark(obj->meta.Key());
+  });
+  slices_.AddListener([keys = controller_->keys(),
+                       index = index_](const k8s::Change<k8s::EndpointSlice>& c) {
+    std::vector<std::string> dirty;
+    {
+      absl::MutexLock l(&index->mu);
+      if (c.old_obj) {
+        std::string svc = SliceServiceKey(*c.old_obj);
+        auto it = index->by_service.find(svc);
+        if (it != index->by_service.end()) {
+          it->second.erase(c.old_obj->meta.Key());
+          if (it->second.empty()) index->by_service.erase(it);
+        }
+        if (!svc.empty()) dirty.push_back(std::move(svc));
+      }
+      if (c.new_obj) {
+        std::string svc = SliceServiceKey(*c.new_obj);
+        if (!svc.empty()) {
+          index->by_service[svc].insert(c.new_obj->meta.Key());
+          dirty.push_back(std::move(svc));
+        }
+      }
+    }
+    for (std::string& svc : dirty) keys->Mark(std::move(svc));
+  });
+}
+
+std::optional<ServiceTranslation> ServiceSync::Translate(const std::string& service) {
+  k8s::Store<k8s::Service>::Ptr svc = services_.Get(service);
+  if (svc == nullptr) return std::nullopt;
+  std::set<std::string> keys;
+  {
+    absl::MutexLock l(&index_->mu);
+    auto it = index_->by_service.find(service);
+    if (it != index_->by_service.end()) keys = it->second;
+  }
+  std::vector<std::shared_ptr<const k8s::EndpointSlice>> slices;
+  for (const std::string& k : keys) {
+    if (auto s = slices_.Get(k); s != nullptr) slices.push_back(std::move(s));
+  }
+  return TranslateService(*svc, slices, node_);
+}
+
+absl::Status ServiceSync::Reconcile(const controller::Batch& batch) {
+  const uint64_t removed_before = reconciler_.FrontendsRemoved();
+  absl::Time start = absl::Now();
+  std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> changes;
+  changes.reserve(batch.keys.size());
+  for (const std::string& key : batch.keys) changes.emplace_back(key, Translate(key));
+  absl::Duration translated = absl::Now() - start;
+  absl::Status st = reconciler_.ApplyAll(changes);
+  if (st.ok() && batch.full) st = reconciler_.PruneStale();
+  if (health_ != nullptr) {
+    for (const auto& [key, t] : changes) {
+      health_->Update(key, t ? t->health_check : std::nullopt);
+    }
+  }
+  absl::Duration took = absl::Now() - start;
+  if (spdlog::should_log(spdlog::level::debug)) {
+    ServiceReconcilerStats stats = reconciler_.stats();
+    spdlog::debug(
+        "services: applied {} in {:.3f} ms (translate {:.3f} ms); {} frontends, {} backends, "
+        "{} writes, {} deletes, {} UDP flows flushed",
+        changes.size(), absl::ToDoubleMilliseconds(took), absl::ToDoubleMilliseconds(translated),
+        stats.frontends, stats.backends, stats.map_updates, stats.map_deletes, stats.ct_flushed);
+  }
+  // A removed frontend may free a key another Service was refused: let that one try again.
+  if (reconciler_.FrontendsRemoved() != removed_before) {
+    for (const std::string& s : reconciler_.BlockedServices()) {
+      if (!batch.keys.contains(s)) controller_->Mark(s);
+    }
+  }
+  if (st.ok() && batch.full) {
+    spdlog::info("services: {} Services programmed after the first full sync", changes.size());
+  }
+  return st;
+}
+
+}  // namespace sluice::agent

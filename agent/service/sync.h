@@ -1,0 +1,63 @@
+// Keeps the Service load balancer maps equal to the Services and EndpointSlices the agent watches:
+// store listeners mark Services dirty (keys "namespace/name"), a controller (agent/controller/)
+// translates and applies them in batches through the ServiceReconciler. Nothing is applied (so
+// nothing is deleted) before every watch has synced; then everything is applied once and stale
+// state restored from the maps is pruned.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/controller/controller.h"
+#include "agent/service/health_check.h"
+#include "agent/k8s/model.h"
+#include "agent/k8s/store.h"
+#include "agent/service/reconciler.h"
+#include "agent/service/translator.h"
+
+namespace sluice::agent {
+
+class ServiceSync {
+ public:
+  // `synced` says whether every watch has completed its first list (KubernetesState::synced).
+  // `health` may be null (no health-check listeners).
+  ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::EndpointSlice>& slices,
+              std::function<bool()> synced, ServiceReconciler& reconciler,
+              HealthCheckServers* health, NodeContext node);
+  ServiceSync(const ServiceSync&) = delete;
+  ServiceSync& operator=(const ServiceSync&) = delete;
+
+  // Waits until every change seen so far has been applied and, once synced, stale state pruned.
+  bool WaitIdle(absl::Duration timeout) { return controller_->WaitIdle(timeout); }
+  bool pruned() const { return controller_->primed(); }
+  uint64_t applies() const { return controller_->reconciled(); }  // Services applied so far
+
+ private:
+  absl::Status Reconcile(const controller::Batch& batch);
+  std::optional<ServiceTranslation> Translate(const std::string& service);
+
+  k8s::Store<k8s::Service>& services_;
+  k8s::Store<k8s::EndpointSlice>& slices_;
+  ServiceReconciler& reconciler_;
+  HealthCheckServers* const health_;
+  const NodeContext node_;
+
+  // EndpointSlice keys by the Service ("namespace/name") they are labelled for. Kept by the
+  // slice listener, which may outlive this object (stores have no RemoveListener): shared.
+  struct SliceIndex {
+    absl::Mutex mu;
+    absl::flat_hash_map<std::string, std::set<std::string>> by_service ABSL_GUARDED_BY(mu);
+  };
+  const std::shared_ptr<SliceIndex> index_ = std::make_shared<SliceIndex>();
+  // Last: its thread calls Reconcile, which uses everything above.
+  std::unique_ptr<controller::Controller> controller_;
+};
+
+}  // namespace sluice::agent

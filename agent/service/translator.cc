@@ -1,0 +1,276 @@
+#include "agent/service/translator.h"
+
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "maps/lb.h"
+
+namespace sluice::agent {
+namespace {
+
+std::optional<uint8_t> IpProto(k8s::Protocol p) {
+  switch (p) {
+    case k8s::Protocol::kTCP:
+      return IPPROTO_TCP;
+    case k8s::Protocol::kUDP:
+      return IPPROTO_UDP;
+    case k8s::Protocol::kSCTP:
+      return IPPROTO_SCTP;
+    case k8s::Protocol::kUnknown:
+      break;
+  }
+  return std::nullopt;
+}
+
+std::optional<IpAddress> ParseV4(const std::string& text) {
+  absl::StatusOr<IpAddress> a = IpAddress::Parse(absl::StripAsciiWhitespace(text));
+  if (!a.ok() || !a->is_v4()) return std::nullopt;
+  return *a;
+}
+
+std::vector<IpAddress> ParseV4List(const std::vector<std::string>& texts) {
+  std::set<IpAddress> out;
+  for (const std::string& t : texts) {
+    if (std::optional<IpAddress> a = ParseV4(t)) out.insert(*a);
+  }
+  return {out.begin(), out.end()};
+}
+
+// loadBalancerSourceRanges: IPv4 CIDRs, parsed sloppily like kube-proxy (host bits are masked off,
+// a bare address is a /32). Other families and garbage are skipped.
+std::vector<IpPrefix> ParseV4SourceRanges(const std::vector<std::string>& texts) {
+  std::set<IpPrefix> out;
+  for (const std::string& raw : texts) {
+    absl::string_view text = absl::StripAsciiWhitespace(raw);
+    if (text.empty()) continue;
+    std::pair<absl::string_view, absl::string_view> parts = absl::StrSplit(text, '/');
+    int length = 32;
+    if (text.find('/') != absl::string_view::npos &&
+        (!absl::SimpleAtoi(parts.second, &length) || length < 0 || length > 32)) {
+      continue;
+    }
+    absl::StatusOr<IpAddress> addr = IpAddress::Parse(parts.first);
+    if (!addr.ok() || !addr->is_v4()) continue;
+    uint32_t mask = length == 0 ? 0 : ~uint32_t{0} << (32 - length);
+    absl::StatusOr<IpPrefix> prefix =
+        IpPrefix::Make(IpAddress::V4(addr->v4_host_order() & mask), length);
+    if (prefix.ok()) out.insert(*prefix);
+  }
+  return {out.begin(), out.end()};
+}
+
+// One endpoint of one service port, after merging its copies across slices.
+struct Candidate {
+  LbBackend backend;  // terminating/local filled in at selection
+  bool ready = false;
+  bool serving = false;
+  bool terminating = false;
+  bool local = false;
+  std::string node_name;
+};
+
+// Better copy of a duplicated endpoint: kube-proxy prefers the local copy; then ready, then
+// serving; node name breaks the remaining tie so the result does not depend on slice order.
+bool BetterCopy(const Candidate& a, const Candidate& b) {
+  return std::make_tuple(a.local, a.ready, a.serving, a.terminating, b.node_name) >
+         std::make_tuple(b.local, b.ready, b.serving, b.terminating, a.node_name);
+}
+
+// The endpoints of `port` across the service's slices, deduplicated by address:port.
+std::vector<Candidate> CollectEndpoints(
+    const k8s::Service& service, const k8s::ServicePort& port, uint8_t proto,
+    const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices, const NodeContext& node) {
+  std::map<std::pair<IpAddress, uint16_t>, Candidate> merged;
+  for (const std::shared_ptr<const k8s::EndpointSlice>& slice : slices) {
+    if (slice == nullptr) continue;
+    if (slice->service_name != service.meta.name ||
+        slice->meta.namespace_ != service.meta.namespace_) {
+      continue;
+    }
+    if (slice->address_type != "IPv4") continue;
+    // The slice port with the service port's name carries the resolved target port for the
+    // endpoints of this slice (a named targetPort may resolve differently per slice).
+    std::optional<uint16_t> target;
+    for (const k8s::EndpointPort& ep : slice->ports) {
+      if (ep.name != port.name || ep.protocol != port.protocol || !ep.port.has_value()) continue;
+      if (*ep.port <= 0 || *ep.port > 65535) continue;
+      target = static_cast<uint16_t>(*ep.port);
+      break;
+    }
+    if (!target.has_value()) continue;
+    for (const k8s::Endpoint& e : slice->endpoints) {
+      if (e.addresses.empty()) continue;
+      std::optional<IpAddress> addr = ParseV4(e.addresses.front());
+      if (!addr.has_value()) continue;
+      Candidate c;
+      c.backend.addr = *addr;
+      c.backend.port = *target;
+      c.backend.proto = proto;
+      c.ready = e.ready;
+      c.serving = e.serving;
+      c.terminating = e.terminating;
+      c.local = !node.node_name.empty() && e.node_name == node.node_name;
+      c.node_name = e.node_name;
+      auto [it, inserted] = merged.try_emplace({*addr, *target}, c);
+      if (!inserted && BetterCopy(c, it->second)) it->second = c;
+    }
+  }
+  std::vector<Candidate> out;
+  out.reserve(merged.size());
+  for (auto& [key, c] : merged) out.push_back(std::move(c));
+  return out;
+}
+
+// kube-proxy's CategorizeEndpoints for one set: ready endpoints; if there is none, the serving
+// and terminating ones (graceful termination). Endpoints that are neither are never used.
+std::vector<LbBackend> Select(const std::vector<Candidate>& candidates, bool local_only) {
+  std::vector<LbBackend> out;
+  for (const Candidate& c : candidates) {
+    if (local_only && !c.local) continue;
+    if (!c.ready) continue;
+    LbBackend b = c.backend;
+    b.terminating = false;
+    b.local = c.local;
+    out.push_back(b);
+  }
+  if (out.empty()) {
+    for (const Candidate& c : candidates) {
+      if (local_only && !c.local) continue;
+      if (c.ready || !c.serving || !c.terminating) continue;
+      LbBackend b = c.backend;
+      b.terminating = true;
+      b.local = c.local;
+      out.push_back(b);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
+
+bool FrontendKeyLess(const LbFrontend& a, const LbFrontend& b) {
+  return std::tie(a.addr, a.port, a.proto, a.scope, a.service, a.port_name, a.flags) <
+         std::tie(b.addr, b.port, b.proto, b.scope, b.service, b.port_name, b.flags);
+}
+
+ServiceTranslation TranslateService(
+    const k8s::Service& service,
+    const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices_of_this_service,
+    const NodeContext& node) {
+  ServiceTranslation out;
+  if (service.headless || service.type == "ExternalName") return out;
+  std::optional<IpAddress> cluster_ip;
+  for (const std::string& ip : service.cluster_ips) {
+    if (ip == "None") return out;
+    cluster_ip = ParseV4(ip);
+    if (cluster_ip.has_value()) break;
+  }
+  if (!cluster_ip.has_value()) return out;
+
+  const std::string key = service.meta.Key();
+  const bool nodeport_type = service.type == "NodePort" || service.type == "LoadBalancer";
+  const bool etp_local = service.external_traffic_policy == "Local";
+  const bool itp_local = service.internal_traffic_policy == "Local";
+
+  uint16_t common_flags = 0;
+  uint32_t affinity_timeout = 0;
+  if (service.session_affinity_client_ip) {
+    common_flags |= SLUICE_SVC_F_AFFINITY;
+    affinity_timeout = service.session_affinity_timeout_seconds > 0
+                           ? static_cast<uint32_t>(service.session_affinity_timeout_seconds)
+                           : kDefaultAffinityTimeoutSeconds;
+  }
+
+  const std::vector<IpAddress> node_addrs = [&] {
+    std::set<IpAddress> s;
+    for (const IpAddress& a : node.node_addresses) {
+      if (a.is_v4()) s.insert(a);
+    }
+    return std::vector<IpAddress>(s.begin(), s.end());
+  }();
+  const std::vector<IpAddress> external_ips = ParseV4List(service.external_ips);
+  const std::vector<IpAddress> lb_ips = ParseV4List(service.load_balancer_ingress_ips);
+  const std::vector<IpPrefix> source_ranges =
+      ParseV4SourceRanges(service.load_balancer_source_ranges);
+
+  std::set<IpAddress> local_ready;  // for the health check
+  for (const k8s::ServicePort& sp : service.ports) {
+    std::optional<uint8_t> proto = IpProto(sp.protocol);
+    if (!proto.has_value() || sp.port <= 0 || sp.port > 65535) continue;
+    std::vector<Candidate> candidates =
+        CollectEndpoints(service, sp, *proto, slices_of_this_service, node);
+    for (const Candidate& c : candidates) {
+      if (c.local && c.ready) local_ready.insert(c.backend.addr);
+    }
+    const std::vector<LbBackend> cluster_set = Select(candidates, /*local_only=*/false);
+    const std::vector<LbBackend> local_set = Select(candidates, /*local_only=*/true);
+
+    auto make = [&](const IpAddress& addr, uint16_t port, uint16_t flags, bool policy_local) {
+      LbFrontend f;
+      f.service = key;
+      f.port_name = sp.name;
+      f.addr = addr;
+      f.port = port;
+      f.proto = *proto;
+      f.scope = SLUICE_LB_SCOPE_EXTERNAL;
+      f.flags = static_cast<uint16_t>(common_flags | flags);
+      f.affinity_timeout = affinity_timeout;
+      f.backends = policy_local ? local_set : cluster_set;
+      // No usable endpoint anywhere: reject. A Local policy that filters out every endpoint
+      // while others exist elsewhere drops instead (kube-proxy: "has no local endpoints").
+      if (f.backends.empty() && cluster_set.empty()) f.flags |= SLUICE_SVC_F_REJECT;
+      out.frontends.push_back(std::move(f));
+    };
+
+    const uint16_t svc_port = static_cast<uint16_t>(sp.port);
+    make(*cluster_ip, svc_port, itp_local ? SLUICE_SVC_F_ITP_LOCAL : 0, itp_local);
+
+    const uint16_t etp_flag = etp_local ? SLUICE_SVC_F_ETP_LOCAL : 0;
+    if (nodeport_type && sp.node_port > 0 && sp.node_port <= 65535) {
+      for (const IpAddress& a : node_addrs) {
+        make(a, static_cast<uint16_t>(sp.node_port), SLUICE_SVC_F_NODEPORT | etp_flag, etp_local);
+      }
+    }
+    for (const IpAddress& a : external_ips) {
+      make(a, svc_port, SLUICE_SVC_F_EXTERNAL_IP | etp_flag, etp_local);
+    }
+    for (const IpAddress& a : lb_ips) {
+      make(a, svc_port, SLUICE_SVC_F_LOADBALANCER | etp_flag, etp_local);
+      if (!source_ranges.empty()) {
+        out.frontends.back().flags |= SLUICE_SVC_F_SOURCE_RANGES;
+        out.frontends.back().source_ranges = source_ranges;
+      }
+    }
+  }
+  std::sort(out.frontends.begin(), out.frontends.end(), FrontendKeyLess);
+  // One map key, one frontend: an address listed twice (an externalIP that is also an LB ingress
+  // IP or a node address) keeps the first in key order, i.e. the lowest flags (kube-proxy matches
+  // externalIPs before LB ingress IPs).
+  out.frontends.erase(
+      std::unique(out.frontends.begin(), out.frontends.end(),
+                  [](const LbFrontend& a, const LbFrontend& b) {
+                    return std::tie(a.addr, a.port, a.proto, a.scope) ==
+                           std::tie(b.addr, b.port, b.proto, b.scope);
+                  }),
+      out.frontends.end());
+
+  if (service.type == "LoadBalancer" && etp_local && service.health_check_node_port > 0 &&
+      service.health_check_node_port <= 65535) {
+    out.health_check = HealthCheck{key, static_cast<uint16_t>(service.health_check_node_port),
+                                   static_cast<int>(local_ready.size())};
+  }
+  return out;
+}
+
+}  // namespace sluice::agent

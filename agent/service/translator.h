@@ -1,0 +1,80 @@
+// Service translation: a Service plus its EndpointSlices, seen from one node, become the load
+// balancer frontends (and their backends) the datapath programs into sluice_lb4_* (maps/lb.h).
+// A pure function in kube-proxy's semantics: no kernel, no I/O, deterministic output (frontends
+// and backends sorted, so backend slots stay stable across recomputations).
+#pragma once
+
+#include <compare>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "agent/endpoint/ipam.h"
+#include "agent/k8s/model.h"
+
+namespace sluice::agent {
+
+// What the translation needs to know about the node it runs on.
+struct NodeContext {
+  std::string node_name;                // endpoints with this nodeName are local
+  std::vector<IpAddress> node_addresses;  // NodePort frontends: one per (IPv4) node address
+};
+
+struct LbBackend {
+  IpAddress addr;
+  uint16_t port = 0;  // host order
+  uint8_t proto = 0;  // IPPROTO_*
+  bool terminating = false;  // serving+terminating, used only because no endpoint is ready
+  bool local = false;        // endpoint nodeName == NodeContext::node_name
+
+  friend auto operator<=>(const LbBackend&, const LbBackend&) = default;
+};
+
+struct LbFrontend {
+  std::string service;    // "namespace/name"
+  std::string port_name;  // the ServicePort's name ("" allowed)
+  IpAddress addr;
+  uint16_t port = 0;  // host order
+  uint8_t proto = 0;  // IPPROTO_TCP / IPPROTO_UDP / IPPROTO_SCTP
+  uint8_t scope = 0;  // enum sluice_lb_scope
+  uint16_t flags = 0;  // enum sluice_svc_flags
+  uint32_t affinity_timeout = 0;  // seconds, with SLUICE_SVC_F_AFFINITY
+  std::vector<LbBackend> backends;  // sorted, unique by (addr, port, proto)
+  std::vector<IpPrefix> source_ranges;  // sorted; with SLUICE_SVC_F_SOURCE_RANGES
+
+  friend bool operator==(const LbFrontend&, const LbFrontend&) = default;
+};
+
+// Frontends are ordered by their map key (addr, port, proto, scope), then service and port name.
+bool FrontendKeyLess(const LbFrontend& a, const LbFrontend& b);
+
+// ETP Local LoadBalancer services: the node answers HTTP health checks on node_port with the
+// number of local ready endpoints (200 when > 0, 503 otherwise).
+struct HealthCheck {
+  std::string service;  // "namespace/name"
+  uint16_t node_port = 0;
+  int local_endpoints = 0;  // distinct local ready endpoint addresses across the service's ports
+
+  friend bool operator==(const HealthCheck&, const HealthCheck&) = default;
+};
+
+struct ServiceTranslation {
+  std::vector<LbFrontend> frontends;  // sorted by FrontendKeyLess
+  std::optional<HealthCheck> health_check;
+
+  friend bool operator==(const ServiceTranslation&, const ServiceTranslation&) = default;
+};
+
+inline constexpr uint32_t kDefaultAffinityTimeoutSeconds = 10800;
+
+// Translates one Service (IPv4 only for now). Headless, ExternalName and Services without an IPv4
+// ClusterIP yield nothing. Slices not labelled for this Service (other namespace or service name),
+// and slices whose addressType is not IPv4, are ignored.
+ServiceTranslation TranslateService(
+    const k8s::Service& service,
+    const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices_of_this_service,
+    const NodeContext& node);
+
+}  // namespace sluice::agent

@@ -1,0 +1,25 @@
+// sluicectl drops: per-reason drop counters, summed over CPUs.
+#include <arpa/inet.h>
+
+#include "loader/datapath.h"
+#include "agent/sluicectl/common.h"
+
+namespace sluice::ctl {
+
+int Drops() {
+  auto drops = OpenOrDie<maps::DropMap>(SLUICE_MAP_DROPS);
+  auto totals = loader::ReadDropTotals(drops);
+  if (!totals.ok()) {
+    std::fprintf(stderr, "sluicectl: %s\n", std::string(totals.status().message()).c_str());
+    return 1;
+  }
+  std::printf("%-4s %-20s %12s %14s\n", "ID", "REASON", "PACKETS", "BYTES");
+  for (const auto& t : *totals) {
+    std::printf("%-4u %-20s %12llu %14llu\n", t.reason, t.name,
+                static_cast<unsigned long long>(t.packets),
+                static_cast<unsigned long long>(t.bytes));
+  }
+  return 0;
+}
+
+}  // namespace sluice::ctl

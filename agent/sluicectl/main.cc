@@ -1,0 +1,43 @@
+// sluicectl: look at a node's Sluice datapath through its pinned maps. Read-only; works while
+// the agent is down. One file per subcommand in this folder.
+//
+//   sluicectl [--bpffs_root=DIR] drops       per-reason drop counters, summed over CPUs
+//   sluicectl [--bpffs_root=DIR] endpoints   the local endpoints the datapath delivers to
+//   sluicectl [--bpffs_root=DIR] nat         masqueraded flows (pod tuple -> node address:port)
+//   sluicectl [--bpffs_root=DIR] services    Service frontends, their flags and backend slots
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "agent/sluicectl/common.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  int (*run)();
+};
+
+constexpr Command kCommands[] = {
+    {"drops", sluice::ctl::Drops},
+    {"endpoints", sluice::ctl::Endpoints},
+    {"nat", sluice::ctl::Nat},
+    {"services", sluice::ctl::Services},
+};
+
+constexpr char kUsage[] = "sluicectl [--bpffs_root=DIR] drops|endpoints|nat|services";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(kUsage);
+  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::string cmd = args.size() > 1 ? args[1] : "";
+  for (const Command& c : kCommands) {
+    if (cmd == c.name) return c.run();
+  }
+  std::fprintf(stderr, "usage: %s\n", kUsage);
+  return 2;
+}

@@ -1,0 +1,319 @@
+#include "agent/lab/apiserver.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "agent/lab/lab_client.h"
+
+namespace sluice::lab {
+namespace {
+
+using nlohmann::json;
+using testing::LabClient;
+using testing::WaitFor;
+using testing::WatchReader;
+
+constexpr char kPods[] = "/api/v1/namespaces/default/pods";
+
+json Pod(const std::string& name, json labels = json::object(), const std::string& node = "n1") {
+  return {{"apiVersion", "v1"},
+          {"kind", "Pod"},
+          {"metadata", {{"name", name}, {"labels", labels}}},
+          {"spec", {{"nodeName", node}, {"terminationGracePeriodSeconds", 0}}}};
+}
+
+class ApiServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ApiServerOptions o;
+    o.bookmark_interval = absl::Milliseconds(200);
+    server_ = std::make_unique<ApiServer>(o);
+    absl::Status s = server_->Start();
+    ASSERT_TRUE(s.ok()) << s;
+    api_ = std::make_unique<LabClient>(*server_);
+  }
+  std::string ListRv(const std::string& path) {
+    auto r = api_->Get(path);
+    EXPECT_EQ(r.status, 200) << r.raw;
+    return r.body["metadata"]["resourceVersion"];
+  }
+  std::unique_ptr<ApiServer> server_;
+  std::unique_ptr<LabClient> api_;
+};
+
+TEST_F(ApiServerTest, RequestsWithoutTheTokenGet401Status) {
+  LabClient anonymous(*server_, /*with_token=*/false);
+  auto r = anonymous.Get(kPods);
+  EXPECT_EQ(r.status, 401);
+  EXPECT_EQ(r.body["kind"], "Status");
+  EXPECT_EQ(r.body["reason"], "Unauthorized");
+  EXPECT_EQ(anonymous.Get("/healthz").status, 200);
+  server_->SetToken("rotated");
+  EXPECT_EQ(api_->Get(kPods).status, 401);
+}
+
+TEST_F(ApiServerTest, DiscoveryDescribesTheServedResources) {
+  auto v1 = api_->Get("/api/v1");
+  ASSERT_EQ(v1.status, 200);
+  bool pods = false;
+  for (const json& r : v1.body["resources"]) {
+    if (r["name"] == "pods") {
+      pods = true;
+      EXPECT_EQ(r["shortNames"], json::array({"po"}));
+      EXPECT_EQ(r["namespaced"], true);
+    }
+  }
+  EXPECT_TRUE(pods);
+  auto groups = api_->Get("/apis");
+  ASSERT_EQ(groups.status, 200);
+  EXPECT_EQ(groups.body["groups"].size(), 2u);
+  EXPECT_EQ(api_->Get("/apis/discovery.k8s.io/v1").body["resources"][0]["kind"], "EndpointSlice");
+  EXPECT_EQ(api_->Get("/openapi/v2").status, 404);
+}
+
+TEST_F(ApiServerTest, CreateGetUpdateConflictPatchDelete) {
+  auto created = api_->Post(kPods, Pod("a"));
+  ASSERT_EQ(created.status, 201) << created.raw;
+  EXPECT_EQ(created.body["metadata"]["namespace"], "default");
+  EXPECT_EQ(api_->Post(kPods, Pod("a")).body["reason"], "AlreadyExists");
+
+  auto got = api_->Get(absl::StrCat(kPods, "/a"));
+  ASSERT_EQ(got.status, 200);
+  json update = got.body;
+  update["metadata"]["labels"]["v"] = "1";
+  auto put = api_->Put(absl::StrCat(kPods, "/a"), update);
+  ASSERT_EQ(put.status, 200) << put.raw;
+  auto stale = api_->Put(absl::StrCat(kPods, "/a"), update);  // old resourceVersion
+  EXPECT_EQ(stale.status, 409);
+  EXPECT_EQ(stale.body["reason"], "Conflict");
+
+  auto merge = api_->Patch(absl::StrCat(kPods, "/a"), {{"metadata", {{"labels", {{"m", "x"}}}}}});
+  ASSERT_EQ(merge.status, 200) << merge.raw;
+  EXPECT_EQ(merge.body["metadata"]["labels"], json({{"v", "1"}, {"m", "x"}}));
+  json smp = {{"spec",
+               {{"$setElementOrder/containers", json::array({{{"name", "c"}}})},
+                {"containers", json::array({{{"name", "c"}, {"image", "busybox"}}})}}}};
+  auto strategic =
+      api_->Patch(absl::StrCat(kPods, "/a"), smp, "application/strategic-merge-patch+json");
+  ASSERT_EQ(strategic.status, 200) << strategic.raw;
+  EXPECT_EQ(strategic.body["spec"]["containers"][0]["image"], "busybox");
+  EXPECT_EQ(
+      api_->Patch(absl::StrCat(kPods, "/a"), json::object(), "application/apply-patch+yaml").status,
+      415);
+
+  auto del = api_->Delete(absl::StrCat(kPods, "/a"), {{"propagationPolicy", "Background"}});
+  ASSERT_EQ(del.status, 200) << del.raw;
+  EXPECT_EQ(del.body["status"], "Success");
+  auto gone = api_->Get(absl::StrCat(kPods, "/a"));
+  EXPECT_EQ(gone.status, 404);
+  EXPECT_EQ(gone.body["reason"], "NotFound");
+  EXPECT_EQ(gone.body["message"], "pods \"a\" not found");
+}
+
+TEST_F(ApiServerTest, ListPaginationCoversEveryItemOnce) {
+  for (int i = 0; i < 23; ++i) ASSERT_EQ(api_->Post(kPods, Pod(absl::StrCat("p", i))).status, 201);
+  std::multiset<std::string> names;
+  std::string cont;
+  std::string rv;
+  int pages = 0;
+  do {
+    std::string path = absl::StrCat("/api/v1/pods?limit=5", cont.empty() ? "" : "&continue=", cont);
+    auto r = api_->Get(path);
+    ASSERT_EQ(r.status, 200) << r.raw;
+    EXPECT_EQ(r.body["kind"], "PodList");
+    if (rv.empty()) rv = r.body["metadata"]["resourceVersion"];
+    EXPECT_EQ(r.body["metadata"]["resourceVersion"], rv);
+    for (const json& item : r.body["items"]) {
+      EXPECT_EQ(item["kind"], "Pod");
+      names.insert(item["metadata"]["name"]);
+    }
+    cont = r.body["metadata"].value("continue", "");
+    ++pages;
+    if (pages == 1) {
+      ASSERT_EQ(api_->Post(kPods, Pod("late")).status, 201);
+    }
+  } while (!cont.empty());
+  EXPECT_EQ(pages, 5);
+  EXPECT_EQ(names.size(), 23u);
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), 23u);
+}
+
+TEST_F(ApiServerTest, LabelAndFieldSelectors) {
+  ASSERT_EQ(api_->Post(kPods, Pod("a", {{"app", "web"}, {"tier", "fe"}}, "n1")).status, 201);
+  ASSERT_EQ(api_->Post(kPods, Pod("b", {{"app", "web"}}, "n2")).status, 201);
+  ASSERT_EQ(api_->Post(kPods, Pod("c", {{"app", "db"}}, "n1")).status, 201);
+  auto names = [&](const std::string& query) {
+    std::set<std::string> out;
+    auto r = api_->Get(absl::StrCat("/api/v1/pods?", query));
+    EXPECT_EQ(r.status, 200) << query << ": " << r.raw;
+    for (const json& i : r.body["items"]) out.insert(i["metadata"]["name"]);
+    return out;
+  };
+  using S = std::set<std::string>;
+  EXPECT_EQ(names("labelSelector=app%3Dweb"), S({"a", "b"}));
+  EXPECT_EQ(names("labelSelector=app%3D%3Dweb"), S({"a", "b"}));
+  EXPECT_EQ(names("labelSelector=app%21%3Dweb"), S({"c"}));
+  EXPECT_EQ(names("labelSelector=app%20in%20(web,db),tier"), S({"a"}));
+  EXPECT_EQ(names("labelSelector=app%20notin%20(web)"), S({"c"}));
+  EXPECT_EQ(names("labelSelector=%21tier"), S({"b", "c"}));
+  EXPECT_EQ(names("fieldSelector=spec.nodeName%3Dn1"), S({"a", "c"}));
+  EXPECT_EQ(names("fieldSelector=metadata.name%3Db"), S({"b"}));
+  EXPECT_EQ(names("fieldSelector=metadata.namespace%3Ddefault,spec.nodeName%21%3Dn1"), S({"b"}));
+  EXPECT_EQ(api_->Get("/api/v1/pods?fieldSelector=spec.bogus%3D1").status, 400);
+}
+
+TEST_F(ApiServerTest, WatchFromListResourceVersionSeesLaterEventsInOrder) {
+  ASSERT_EQ(api_->Post(kPods, Pod("before")).status, 201);
+  std::string rv = ListRv(kPods);
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_EQ(api_->Post(kPods, Pod("a")).status, 201);
+  ASSERT_EQ(
+      api_->Patch(absl::StrCat(kPods, "/a"), {{"metadata", {{"labels", {{"x", "y"}}}}}}).status,
+      200);
+  ASSERT_EQ(api_->Delete(absl::StrCat(kPods, "/a")).status, 200);
+  ASSERT_TRUE(w.WaitForEvents(3));
+  auto events = w.events();
+  ASSERT_EQ(events.size(), 3u);
+  EXPECT_EQ(events[0]["type"], "ADDED");
+  EXPECT_EQ(events[1]["type"], "MODIFIED");
+  EXPECT_EQ(events[2]["type"], "DELETED");
+  uint64_t last = std::stoull(rv);
+  for (const json& e : events) {
+    EXPECT_EQ(e["object"]["metadata"]["name"], "a");
+    EXPECT_EQ(e["object"]["kind"], "Pod");
+    uint64_t erv = std::stoull(e["object"]["metadata"]["resourceVersion"].get<std::string>());
+    EXPECT_GT(erv, last);
+    last = erv;
+  }
+}
+
+TEST_F(ApiServerTest, BookmarksCarryOnlyTheResourceVersion) {
+  std::string rv = ListRv(kPods);
+  WatchReader w(*server_,
+                absl::StrCat(kPods, "?watch=true&allowWatchBookmarks=true&resourceVersion=", rv));
+  ASSERT_TRUE(w.WaitForEvents(2, absl::Seconds(5)));
+  for (const json& e : w.events()) {
+    EXPECT_EQ(e["type"], "BOOKMARK");
+    EXPECT_EQ(e["object"]["kind"], "Pod");
+    EXPECT_EQ(e["object"]["metadata"].size(), 1u);
+    EXPECT_EQ(e["object"]["metadata"]["resourceVersion"], rv);
+  }
+}
+
+TEST_F(ApiServerTest, TimeoutSecondsEndsTheStreamCleanly) {
+  WatchReader w(*server_,
+                absl::StrCat(kPods, "?watch=1&timeoutSeconds=1&resourceVersion=", ListRv(kPods)));
+  ASSERT_TRUE(w.WaitDone(absl::Seconds(5)));
+  EXPECT_EQ(w.error(), httplib::Error::Success);
+  EXPECT_EQ(w.status(), 200);
+}
+
+TEST_F(ApiServerTest, WatchFromCompactedResourceVersionGets410) {
+  std::string rv = ListRv(kPods);
+  ASSERT_EQ(api_->Post(kPods, Pod("a")).status, 201);
+  server_->Compact();
+  auto r = api_->Get(absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  EXPECT_EQ(r.status, 410);
+  EXPECT_EQ(r.body["kind"], "Status");
+  EXPECT_EQ(r.body["reason"], "Expired");
+  EXPECT_EQ(r.body["code"], 410);
+}
+
+TEST_F(ApiServerTest, CompactionUnderARunningWatchSendsErrorEvent) {
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", ListRv(kPods)));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  server_->Compact();
+  ASSERT_TRUE(w.WaitForEvents(1));
+  json e = w.events()[0];
+  EXPECT_EQ(e["type"], "ERROR");
+  EXPECT_EQ(e["object"]["kind"], "Status");
+  EXPECT_EQ(e["object"]["code"], 410);
+  EXPECT_EQ(e["object"]["reason"], "Expired");
+  ASSERT_TRUE(w.WaitDone());
+  EXPECT_EQ(w.error(), httplib::Error::Success);
+}
+
+TEST_F(ApiServerTest, FaultCutWatchesEndsStreamsWithoutTerminatingChunk) {
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", ListRv(kPods)));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  server_->CutWatches();
+  ASSERT_TRUE(w.WaitDone());
+  EXPECT_NE(w.error(), httplib::Error::Success);
+  EXPECT_TRUE(w.events().empty());
+  EXPECT_TRUE(Eventually([&] { return server_->open_watches() == 0; }));
+}
+
+TEST_F(ApiServerTest, FaultCutMidEventTearsTheNextEvent) {
+  std::string rv = ListRv(kPods);
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  server_->CutWatches({.mid_event = true, .at_next_event = true});
+  ASSERT_EQ(api_->Post(kPods, Pod("torn")).status, 201);
+  ASSERT_TRUE(w.WaitDone());
+  EXPECT_NE(w.error(), httplib::Error::Success);
+  EXPECT_TRUE(w.events().empty());
+  EXPECT_FALSE(w.tail().empty());
+  EXPECT_EQ(w.tail().find('\n'), std::string::npos);
+  EXPECT_EQ(w.tail().rfind("{\"object\"", 0), 0u) << w.tail();
+  // Re-watching from the last complete RV delivers the torn event whole.
+  WatchReader again(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_TRUE(again.WaitForEvents(1));
+  EXPECT_EQ(again.events()[0]["object"]["metadata"]["name"], "torn");
+}
+
+TEST_F(ApiServerTest, FaultCutMidEventNowTearsABookmark) {
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", ListRv(kPods)));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  server_->CutWatches({.mid_event = true});
+  ASSERT_TRUE(w.WaitDone());
+  EXPECT_NE(w.error(), httplib::Error::Success);
+  EXPECT_FALSE(w.tail().empty());
+}
+
+TEST_F(ApiServerTest, FaultFailNextWatchesAnswers410ThenRecovers) {
+  std::string rv = ListRv(kPods);
+  server_->FailNextWatches(2);
+  std::string path = absl::StrCat(kPods, "?watch=1&timeoutSeconds=1&resourceVersion=", rv);
+  EXPECT_EQ(api_->Get(path).status, 410);
+  EXPECT_EQ(api_->Get(path).body["reason"], "Expired");
+  EXPECT_EQ(api_->Get(path).status, 200);
+}
+
+TEST_F(ApiServerTest, FaultStallHoldsRequests) {
+  server_->Stall(absl::Milliseconds(700));
+  absl::Time start = absl::Now();
+  EXPECT_EQ(api_->Get(kPods).status, 200);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(600));
+}
+
+TEST_F(ApiServerTest, FaultGoAwayRefusesConnectionsUntilComeBack) {
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", ListRv(kPods)));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  server_->GoAway();
+  ASSERT_TRUE(w.WaitDone());
+  EXPECT_NE(w.error(), httplib::Error::Success);
+  LabClient fresh(*server_);
+  auto refused = fresh.Get(kPods);
+  EXPECT_EQ(refused.status, 0);
+  EXPECT_EQ(refused.error, httplib::Error::Connection);
+  ASSERT_TRUE(server_->ComeBack().ok());
+  LabClient later(*server_);
+  EXPECT_EQ(later.Get(kPods).status, 200);
+}
+
+TEST_F(ApiServerTest, AdminEndpointTriggersFaults) {
+  LabClient anonymous(*server_, false);
+  EXPECT_EQ(anonymous.Post("/lab/faults", {{"action", "compact"}}).status, 401);
+  EXPECT_EQ(api_->Post("/lab/faults", {{"action", "expire-watches"}, {"count", 1}}).status, 200);
+  EXPECT_EQ(api_->Get(absl::StrCat(kPods, "?watch=1")).status, 410);
+  EXPECT_EQ(api_->Post("/lab/faults", {{"action", "nope"}}).status, 400);
+  ASSERT_EQ(api_->Post("/lab/faults", {{"action", "go-away"}, {"seconds", 0.5}}).status, 200);
+  // Down, then back by itself on the same port.
+  EXPECT_TRUE(Eventually([&] { return !server_->serving(); }));
+  EXPECT_TRUE(Eventually([&] { return LabClient(*server_).Get("/healthz").status == 200; }));
+}
+
+}  // namespace
+}  // namespace sluice::lab

@@ -1,0 +1,283 @@
+// The reconciler against the real pinned maps of a loaded datapath: what it writes, what a
+// restarted reconciler restores, what pruning and conntrack flushing remove.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "agent/service/reconciler.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "support/fixture.h"
+
+namespace sluice::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+IpAddress Ip(const std::string& s) { return *IpAddress::Parse(s); }
+uint32_t Be32(const std::string& s) { return htonl(Ip(s).v4_host_order()); }
+
+LbFrontend Frontend(const std::string& addr, uint16_t port, std::vector<std::string> backends,
+                    uint8_t proto = IPPROTO_TCP) {
+  LbFrontend f;
+  f.addr = Ip(addr);
+  f.port = port;
+  f.proto = proto;
+  for (const auto& b : backends) f.backends.push_back(LbBackend{Ip(b), 8080, proto});
+  std::sort(f.backends.begin(), f.backends.end());
+  return f;
+}
+
+ServiceTranslation T(std::vector<LbFrontend> frontends) {
+  ServiceTranslation t;
+  t.frontends = std::move(frontends);
+  return t;
+}
+
+sluice_lb4_key Key(const std::string& addr, uint16_t port, uint8_t proto, uint16_t slot) {
+  sluice_lb4_key k{};
+  k.addr = Be32(addr);
+  k.dport = htons(port);
+  k.proto = proto;
+  k.backend_slot = slot;
+  return k;
+}
+
+class ServiceReconcilerPrivTest : public testing::DatapathTest {
+ protected:
+  void SetUp() override {
+    DatapathTest::SetUp();
+    lb_ = MakeMaps();
+  }
+  std::unique_ptr<BpfLbMaps> MakeMaps() {
+    return std::make_unique<BpfLbMaps>(dp_->lb4_services(), dp_->lb4_backends(), dp_->lb4_revnat(),
+                                       dp_->lb4_source_ranges(), dp_->ct4(), &dp_->lb4_affinity());
+  }
+  std::unique_ptr<ServiceReconciler> NewReconciler() {
+    auto r = ServiceReconciler::Create(*lb_);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return std::move(*r);
+  }
+  // Backend addresses of the service's slots 1..count, as the datapath would resolve them.
+  std::vector<std::string> Backends(const std::string& addr, uint16_t port, uint8_t proto) {
+    std::vector<std::string> out;
+    auto master = dp_->lb4_services().Lookup(Key(addr, port, proto, 0));
+    if (!master.ok()) return {"<no master>"};
+    for (uint16_t s = 1; s <= master->count; ++s) {
+      auto slot = dp_->lb4_services().Lookup(Key(addr, port, proto, s));
+      if (!slot.ok()) {
+        out.push_back("<no slot>");
+        continue;
+      }
+      auto be = dp_->lb4_backends().Lookup(slot->backend_id);
+      if (!be.ok()) {
+        out.push_back("<no backend>");
+        continue;
+      }
+      char buf[INET_ADDRSTRLEN];
+      in_addr a{be->addr};
+      inet_ntop(AF_INET, &a, buf, sizeof(buf));
+      out.push_back(absl::StrCat(buf, ":", ntohs(be->port)));
+    }
+    return out;
+  }
+  size_t Entries(auto& map) { return *map.Count(); }
+  void AddFlow(uint16_t sport, uint8_t proto, uint32_t rev_nat_id, uint32_t backend_id) {
+    for (uint8_t dir : {SLUICE_CT_DIR_FORWARD, SLUICE_CT_DIR_REPLY}) {
+      sluice_ct4_key k{};
+      k.saddr = Be32("10.244.0.9");
+      k.daddr = Be32("10.96.0.10");
+      k.sport = htons(sport);
+      k.dport = htons(53);
+      k.proto = proto;
+      k.dir = dir;
+      sluice_ct4_entry e{};
+      e.backend_id = backend_id;
+      e.rev_nat_id = rev_nat_id;
+      ASSERT_TRUE(dp_->ct4().Update(k, e).ok());
+    }
+  }
+  bool HasFlow(uint16_t sport, uint8_t proto) {
+    sluice_ct4_key k{};
+    k.saddr = Be32("10.244.0.9");
+    k.daddr = Be32("10.96.0.10");
+    k.sport = htons(sport);
+    k.dport = htons(53);
+    k.proto = proto;
+    return dp_->ct4().Lookup(k).ok();
+  }
+
+  std::unique_ptr<BpfLbMaps> lb_;
+};
+
+TEST_F(ServiceReconcilerPrivTest, MapsHoldWhatWasAppliedThroughUpdatesAndDeletion) {
+  auto r = NewReconciler();
+  ASSERT_TRUE(
+      r->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.5"})})).ok());
+  EXPECT_THAT(Backends("10.96.0.10", 80, IPPROTO_TCP),
+              ElementsAre("10.244.1.4:8080", "10.244.2.5:8080"));
+  auto master = dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, 0));
+  ASSERT_TRUE(master.ok());
+  auto rnat = dp_->lb4_revnat().Lookup(master->rev_nat_id);
+  ASSERT_TRUE(rnat.ok());
+  EXPECT_EQ(rnat->addr, Be32("10.96.0.10"));
+  EXPECT_EQ(rnat->port, htons(80));
+  auto wild = dp_->lb4_services().Lookup(Key("10.96.0.10", 0, 0, 0));
+  ASSERT_TRUE(wild.ok());
+  EXPECT_EQ(wild->count, 0);
+  EXPECT_EQ(wild->flags, SLUICE_SVC_F_REJECT);
+  EXPECT_EQ(Entries(dp_->lb4_services()), 4u);  // master, 2 slots, wildcard
+
+  ASSERT_TRUE(r->Apply("default/web",
+                       T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.5", "10.244.2.6"})}))
+                  .ok());
+  EXPECT_THAT(Backends("10.96.0.10", 80, IPPROTO_TCP),
+              ElementsAre("10.244.1.4:8080", "10.244.2.5:8080", "10.244.2.6:8080"));
+  ASSERT_TRUE(r->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.2.6"})})).ok());
+  EXPECT_THAT(Backends("10.96.0.10", 80, IPPROTO_TCP), ElementsAre("10.244.2.6:8080"));
+  EXPECT_EQ(Entries(dp_->lb4_services()), 3u);
+  EXPECT_EQ(Entries(dp_->lb4_backends()), 1u);
+
+  ASSERT_TRUE(r->Apply("default/web", std::nullopt).ok());
+  EXPECT_EQ(Entries(dp_->lb4_services()), 0u);
+  EXPECT_EQ(Entries(dp_->lb4_backends()), 0u);
+  EXPECT_EQ(Entries(dp_->lb4_revnat()), 0u);
+}
+
+TEST_F(ServiceReconcilerPrivTest, RestartedReconcilerKeepsIdsAndWritesNothing) {
+  auto web = T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.5"})});
+  auto dns = T({Frontend("10.96.0.20", 53, {"10.244.1.4", "10.244.2.5"}, IPPROTO_UDP)});
+  uint32_t web_r, be4;
+  {
+    auto r = NewReconciler();
+    ASSERT_TRUE(r->Apply("default/web", web).ok());
+    ASSERT_TRUE(r->Apply("kube-system/dns", dns).ok());
+    web_r = r->RevNatId(Ip("10.96.0.10"), 80, IPPROTO_TCP, 0);
+    be4 = r->BackendId(Ip("10.244.1.4"), 8080, IPPROTO_TCP);
+  }
+  // A new reconciler (as after a restart) over the same pinned maps.
+  lb_ = MakeMaps();
+  auto r = NewReconciler();
+  EXPECT_EQ(r->RevNatId(Ip("10.96.0.10"), 80, IPPROTO_TCP, 0), web_r);
+  EXPECT_EQ(r->BackendId(Ip("10.244.1.4"), 8080, IPPROTO_TCP), be4);
+  ASSERT_TRUE(r->Apply("default/web", web).ok());
+  ASSERT_TRUE(r->Apply("kube-system/dns", dns).ok());
+  ASSERT_TRUE(r->PruneStale().ok());
+  EXPECT_EQ(r->stats().map_updates, 0u);
+  EXPECT_EQ(r->stats().map_deletes, 0u);
+  EXPECT_THAT(Backends("10.96.0.20", 53, IPPROTO_UDP),
+              ElementsAre("10.244.1.4:8080", "10.244.2.5:8080"));
+}
+
+TEST_F(ServiceReconcilerPrivTest, PruneStaleRemovesOnlyWhatNoServiceClaimed) {
+  {
+    auto r = NewReconciler();
+    ASSERT_TRUE(r->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})})).ok());
+    ASSERT_TRUE(
+        r->Apply("default/gone", T({Frontend("10.96.0.99", 80, {"10.244.9.9", "10.244.1.4"})}))
+            .ok());
+  }
+  auto r = NewReconciler();
+  ASSERT_TRUE(r->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})})).ok());
+  EXPECT_THAT(Backends("10.96.0.99", 80, IPPROTO_TCP),
+              ElementsAre("10.244.1.4:8080", "10.244.9.9:8080"));
+  ASSERT_TRUE(r->PruneStale().ok());
+  EXPECT_THAT(Backends("10.96.0.99", 80, IPPROTO_TCP), ElementsAre("<no master>"));
+  EXPECT_FALSE(dp_->lb4_services().Lookup(Key("10.96.0.99", 0, 0, 0)).ok());
+  EXPECT_THAT(Backends("10.96.0.10", 80, IPPROTO_TCP), ElementsAre("10.244.1.4:8080"));
+  EXPECT_TRUE(dp_->lb4_services().Lookup(Key("10.96.0.10", 0, 0, 0)).ok());
+  EXPECT_EQ(Entries(dp_->lb4_services()), 3u);
+  EXPECT_EQ(Entries(dp_->lb4_backends()), 1u);
+  EXPECT_EQ(Entries(dp_->lb4_revnat()), 1u);
+}
+
+TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsUdpFlowsButKeepsTcpOnes) {
+  auto r = NewReconciler();
+  auto both = [](std::vector<std::string> bes) {
+    return T({Frontend("10.96.0.10", 53, bes, IPPROTO_UDP), Frontend("10.96.0.10", 53, bes)});
+  };
+  ASSERT_TRUE(r->Apply("kube-system/dns", both({"10.244.1.4", "10.244.2.5"})).ok());
+  uint32_t udp_r = r->RevNatId(Ip("10.96.0.10"), 53, IPPROTO_UDP, 0);
+  uint32_t tcp_r = r->RevNatId(Ip("10.96.0.10"), 53, IPPROTO_TCP, 0);
+  AddFlow(1001, IPPROTO_UDP, udp_r, r->BackendId(Ip("10.244.2.5"), 8080, IPPROTO_UDP));
+  AddFlow(1002, IPPROTO_UDP, udp_r, r->BackendId(Ip("10.244.1.4"), 8080, IPPROTO_UDP));
+  AddFlow(1003, IPPROTO_TCP, tcp_r, r->BackendId(Ip("10.244.2.5"), 8080, IPPROTO_TCP));
+  ASSERT_EQ(Entries(dp_->ct4()), 6u);
+
+  ASSERT_TRUE(r->Apply("kube-system/dns", both({"10.244.1.4"})).ok());
+  EXPECT_FALSE(HasFlow(1001, IPPROTO_UDP));
+  EXPECT_TRUE(HasFlow(1002, IPPROTO_UDP));
+  EXPECT_TRUE(HasFlow(1003, IPPROTO_TCP));
+  EXPECT_EQ(Entries(dp_->ct4()), 4u);  // both directions of the UDP flow went
+  EXPECT_EQ(r->stats().ct_flushed, 2u);
+}
+
+TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsSessionAffinity) {
+  auto r = NewReconciler();
+  auto sticky = [](std::vector<std::string> bes) {
+    LbFrontend f = Frontend("10.96.0.10", 80, bes);
+    f.flags = SLUICE_SVC_F_AFFINITY;
+    f.affinity_timeout = 10800;
+    return T({f});
+  };
+  ASSERT_TRUE(r->Apply("default/sticky", sticky({"10.244.1.4", "10.244.2.5"})).ok());
+  uint32_t rn = r->RevNatId(Ip("10.96.0.10"), 80, IPPROTO_TCP, 0);
+  auto stick = [&](const std::string& client, const std::string& backend) {
+    sluice_lb4_affinity_key k{Be32(client), rn};
+    sluice_lb4_affinity v{};
+    v.backend_id = r->BackendId(Ip(backend), 8080, IPPROTO_TCP);
+    ASSERT_TRUE(dp_->lb4_affinity().Update(k, v).ok());
+  };
+  stick("10.244.0.8", "10.244.1.4");
+  stick("10.244.0.9", "10.244.2.5");
+  ASSERT_TRUE(r->Apply("default/sticky", sticky({"10.244.1.4"})).ok());
+  EXPECT_TRUE(dp_->lb4_affinity().Lookup({Be32("10.244.0.8"), rn}).ok());
+  EXPECT_FALSE(dp_->lb4_affinity().Lookup({Be32("10.244.0.9"), rn}).ok());
+  ASSERT_TRUE(r->Apply("default/sticky", std::nullopt).ok());
+  EXPECT_EQ(Entries(dp_->lb4_affinity()), 0u);
+}
+
+// Not a pass/fail figure: how long programming a large cluster takes through real maps.
+TEST_F(ServiceReconcilerPrivTest, ProgramsTenThousandServicesOfTenEndpoints) {
+  constexpr int kServices = 10000, kEndpoints = 10;
+  std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> all;
+  for (int s = 0; s < kServices; ++s) {
+    std::string vip = absl::StrCat("10.96.", s / 250, ".", s % 250 + 1);
+    std::vector<std::string> bes;
+    for (int e = 0; e < kEndpoints; ++e) {
+      int n = s * kEndpoints + e;
+      bes.push_back(absl::StrCat("10.", 128 + n / 65536, ".", (n / 256) % 256, ".", n % 256));
+    }
+    all.emplace_back(absl::StrCat("default/svc-", s), T({Frontend(vip, 80, bes)}));
+  }
+  auto r = NewReconciler();
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(r->ApplyAll(all).ok());
+  auto t1 = std::chrono::steady_clock::now();
+  EXPECT_EQ(Entries(dp_->lb4_services()), size_t{kServices} * (kEndpoints + 2));
+  EXPECT_EQ(Entries(dp_->lb4_backends()), size_t{kServices} * kEndpoints);
+  lb_ = MakeMaps();
+  auto t2 = std::chrono::steady_clock::now();
+  auto again = NewReconciler();
+  auto t3 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(again->ApplyAll(all).ok());
+  ASSERT_TRUE(again->PruneStale().ok());
+  auto t4 = std::chrono::steady_clock::now();
+  EXPECT_EQ(again->stats().map_updates + again->stats().map_deletes, 0u);
+  auto ms = [](auto d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  std::printf(
+      "%d services x %d endpoints: program %.0f ms (%llu map writes), restore %.0f ms, "
+      "no-op re-apply + prune %.0f ms\n",
+      kServices, kEndpoints, ms(t1 - t0), static_cast<unsigned long long>(r->stats().map_updates),
+      ms(t3 - t2), ms(t4 - t3));
+}
+
+}  // namespace
+}  // namespace sluice::agent

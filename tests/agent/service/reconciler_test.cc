@@ -1,0 +1,547 @@
+// The reconciler's write order, against a recording fake of the LB maps: every operation is
+// logged as text ("slot+ 10.96.0.10:80/6#2 -> 3") and the fake holds the contents, so a second
+// reconciler can restore from it.
+#include "agent/service/reconciler.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/k8s/store.h"
+#include "agent/service/sync.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace sluice::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+
+IpAddress Ip(const std::string& s) { return *IpAddress::Parse(s); }
+
+std::string Addr(uint32_t be) {
+  char buf[INET_ADDRSTRLEN];
+  in_addr a{be};
+  inet_ntop(AF_INET, &a, buf, sizeof(buf));
+  return buf;
+}
+
+std::string Fe(const sluice_lb4_key& k) {
+  return absl::StrCat(Addr(k.addr), ":", ntohs(k.dport), "/", k.proto,
+                      k.scope ? absl::StrCat("@", k.scope) : "");
+}
+
+using SvcKey = std::tuple<uint32_t, uint16_t, uint8_t, uint8_t, uint16_t>;
+SvcKey Tup(const sluice_lb4_key& k) { return {k.addr, k.dport, k.proto, k.scope, k.backend_slot}; }
+sluice_lb4_key FromTup(const SvcKey& t) {
+  sluice_lb4_key k{};
+  std::tie(k.addr, k.dport, k.proto, k.scope, k.backend_slot) = t;
+  return k;
+}
+using RangeTup = std::tuple<uint32_t, uint32_t, uint32_t>;
+
+// In-memory maps that log every mutation.
+class RecordingLbMaps : public LbMaps {
+ public:
+  std::vector<std::string> ops;
+  std::map<SvcKey, sluice_lb4_service> svc;
+  std::map<uint32_t, sluice_lb4_backend> be;
+  std::map<uint32_t, sluice_lb4_revnat> rnat;
+  std::map<RangeTup, bool> ranges;
+  // Conntrack: key -> (rev_nat_id, backend_id); forward and reply entries alike.
+  std::map<std::tuple<int, uint8_t>, std::pair<uint32_t, uint32_t>> ct;
+
+  std::vector<std::string> Take() { return std::exchange(ops, {}); }
+
+  absl::Status UpdateService(const sluice_lb4_key& k, const sluice_lb4_service& v) override {
+    if (k.backend_slot != 0) {
+      ops.push_back(absl::StrCat("slot+ ", Fe(k), "#", k.backend_slot, " -> ", v.backend_id));
+    } else if (k.dport == 0 && k.proto == 0) {
+      ops.push_back(absl::StrCat("wild+ ", Addr(k.addr), " flags=", v.flags));
+    } else {
+      ops.push_back(absl::StrCat("master+ ", Fe(k), " count=", v.count, " flags=", v.flags,
+                                 " rnat=", v.rev_nat_id));
+    }
+    svc[Tup(k)] = v;
+    return absl::OkStatus();
+  }
+  absl::Status DeleteService(const sluice_lb4_key& k) override {
+    if (k.backend_slot != 0) {
+      ops.push_back(absl::StrCat("slot- ", Fe(k), "#", k.backend_slot));
+    } else if (k.dport == 0 && k.proto == 0) {
+      ops.push_back(absl::StrCat("wild- ", Addr(k.addr)));
+    } else {
+      ops.push_back(absl::StrCat("master- ", Fe(k)));
+    }
+    svc.erase(Tup(k));
+    return absl::OkStatus();
+  }
+  absl::Status UpdateBackend(uint32_t id, const sluice_lb4_backend& v) override {
+    ops.push_back(absl::StrCat("be+ ", id, " ", Addr(v.addr), ":", ntohs(v.port),
+                               v.flags ? absl::StrCat(" flags=", v.flags) : ""));
+    be[id] = v;
+    return absl::OkStatus();
+  }
+  absl::Status DeleteBackend(uint32_t id) override {
+    ops.push_back(absl::StrCat("be- ", id));
+    be.erase(id);
+    return absl::OkStatus();
+  }
+  absl::Status UpdateRevNat(uint32_t id, const sluice_lb4_revnat& v) override {
+    ops.push_back(absl::StrCat("rnat+ ", id, " ", Addr(v.addr), ":", ntohs(v.port)));
+    rnat[id] = v;
+    return absl::OkStatus();
+  }
+  absl::Status DeleteRevNat(uint32_t id) override {
+    ops.push_back(absl::StrCat("rnat- ", id));
+    rnat.erase(id);
+    return absl::OkStatus();
+  }
+  absl::Status UpdateSourceRange(const sluice_lb4_srcrange_key& k) override {
+    ops.push_back(
+        absl::StrCat("range+ ", ntohl(k.rev_nat_id), " ", Addr(k.addr), "/", k.prefixlen - 32));
+    ranges[{k.prefixlen, k.rev_nat_id, k.addr}] = true;
+    return absl::OkStatus();
+  }
+  absl::Status DeleteSourceRange(const sluice_lb4_srcrange_key& k) override {
+    ops.push_back(
+        absl::StrCat("range- ", ntohl(k.rev_nat_id), " ", Addr(k.addr), "/", k.prefixlen - 32));
+    ranges.erase({k.prefixlen, k.rev_nat_id, k.addr});
+    return absl::OkStatus();
+  }
+  absl::StatusOr<size_t> FlushUdpFlows(
+      const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) override {
+    std::vector<std::pair<uint32_t, uint32_t>> sorted(flows.begin(), flows.end());
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<std::string> parts;
+    for (const auto& [r, b] : sorted) parts.push_back(absl::StrCat(r, "/", b));
+    ops.push_back(absl::StrCat("flush-udp ", absl::StrJoin(parts, ",")));
+    size_t n = 0;
+    for (auto it = ct.begin(); it != ct.end();) {
+      if (std::get<1>(it->first) == IPPROTO_UDP && flows.contains(it->second)) {
+        it = ct.erase(it);
+        ++n;
+      } else {
+        ++it;
+      }
+    }
+    return n;
+  }
+  absl::Status FlushAffinity(
+      const absl::flat_hash_set<uint32_t>& ids,
+      const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) override {
+    std::vector<uint32_t> sorted(ids.begin(), ids.end());
+    std::sort(sorted.begin(), sorted.end());
+    std::vector<std::pair<uint32_t, uint32_t>> pairs(backends.begin(), backends.end());
+    std::sort(pairs.begin(), pairs.end());
+    std::vector<std::string> parts;
+    for (const auto& [r, b] : pairs) parts.push_back(absl::StrCat(r, "/", b));
+    ops.push_back(
+        absl::StrCat("flush-aff ", absl::StrJoin(sorted, ","), " ", absl::StrJoin(parts, ",")));
+    return absl::OkStatus();
+  }
+  absl::Status ForEachService(
+      const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) override {
+    for (const auto& [k, v] : svc) fn(FromTup(k), v);
+    return absl::OkStatus();
+  }
+  absl::Status ForEachBackend(
+      const std::function<void(uint32_t, const sluice_lb4_backend&)>& fn) override {
+    for (const auto& [k, v] : be) fn(k, v);
+    return absl::OkStatus();
+  }
+  absl::Status ForEachRevNat(
+      const std::function<void(uint32_t, const sluice_lb4_revnat&)>& fn) override {
+    for (const auto& [k, v] : rnat) fn(k, v);
+    return absl::OkStatus();
+  }
+  absl::Status ForEachSourceRange(
+      const std::function<void(const sluice_lb4_srcrange_key&)>& fn) override {
+    for (const auto& [k, v] : ranges) {
+      sluice_lb4_srcrange_key key{};
+      std::tie(key.prefixlen, key.rev_nat_id, key.addr) = k;
+      fn(key);
+    }
+    return absl::OkStatus();
+  }
+};
+
+LbBackend Be(const std::string& addr, uint16_t port, uint8_t proto = IPPROTO_TCP) {
+  return LbBackend{Ip(addr), port, proto, false, false};
+}
+
+LbFrontend Frontend(const std::string& addr, uint16_t port, std::vector<std::string> backends,
+                    uint8_t proto = IPPROTO_TCP, uint16_t flags = 0) {
+  LbFrontend f;
+  f.addr = Ip(addr);
+  f.port = port;
+  f.proto = proto;
+  f.flags = flags;
+  for (const auto& b : backends) f.backends.push_back(Be(b, 8080, proto));
+  std::sort(f.backends.begin(), f.backends.end());
+  return f;
+}
+
+ServiceTranslation T(std::vector<LbFrontend> frontends) {
+  ServiceTranslation t;
+  t.frontends = std::move(frontends);
+  return t;
+}
+
+class ServiceReconcilerTest : public ::testing::Test {
+ protected:
+  void SetUp() override { r_ = *ServiceReconciler::Create(maps_); }
+  void Apply(const std::string& svc, std::optional<ServiceTranslation> t) {
+    ASSERT_TRUE(r_->Apply(svc, t).ok());
+  }
+
+  RecordingLbMaps maps_;
+  std::unique_ptr<ServiceReconciler> r_;
+};
+
+TEST_F(ServiceReconcilerTest, NewServiceWritesBackendsThenRevNatThenSlotsThenMasterLast) {
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.5"})}));
+  EXPECT_THAT(
+      maps_.Take(),
+      ElementsAre("be+ 1 10.244.1.4:8080", "be+ 2 10.244.2.5:8080", "rnat+ 1 10.96.0.10:80",
+                  "slot+ 10.96.0.10:80/6#1 -> 1", "slot+ 10.96.0.10:80/6#2 -> 2",
+                  "master+ 10.96.0.10:80/6 count=2 flags=0 rnat=1", "wild+ 10.96.0.10 flags=128"));
+}
+
+TEST_F(ServiceReconcilerTest, GrowWritesNewBackendAndSlotBeforeTheMaster) {
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5"})}));
+  maps_.Take();
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5", "10.244.1.6"})}));
+  EXPECT_THAT(maps_.Take(), ElementsAre("be+ 3 10.244.1.6:8080", "slot+ 10.96.0.10:80/6#3 -> 3",
+                                        "master+ 10.96.0.10:80/6 count=3 flags=0 rnat=1"));
+}
+
+TEST_F(ServiceReconcilerTest, ShrinkWritesTheMasterBeforeDeletingSlotsAndOrphanBackends) {
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5", "10.244.1.6"})}));
+  maps_.Take();
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})}));
+  EXPECT_THAT(maps_.Take(),
+              ElementsAre("master+ 10.96.0.10:80/6 count=1 flags=0 rnat=1",
+                          "slot- 10.96.0.10:80/6#3", "slot- 10.96.0.10:80/6#2", "be- 2", "be- 3"));
+  EXPECT_THAT(maps_.be, ::testing::SizeIs(1));
+}
+
+TEST_F(ServiceReconcilerTest, ReplacedBackendIsWrittenInPlaceAndTheOldOneDeletedAfter) {
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5"})}));
+  maps_.Take();
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.9"})}));
+  // Same count: the master is untouched.
+  EXPECT_THAT(maps_.Take(),
+              ElementsAre("be+ 3 10.244.1.9:8080", "slot+ 10.96.0.10:80/6#2 -> 3", "be- 2"));
+}
+
+TEST_F(ServiceReconcilerTest, DeletedServiceGoesMasterFirstThenSlotsRevNatBackendsWildcard) {
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5"})}));
+  maps_.Take();
+  Apply("default/web", std::nullopt);
+  EXPECT_THAT(maps_.Take(), ElementsAre("master- 10.96.0.10:80/6", "slot- 10.96.0.10:80/6#2",
+                                        "slot- 10.96.0.10:80/6#1", "rnat- 1", "be- 1", "be- 2",
+                                        "wild- 10.96.0.10"));
+  EXPECT_THAT(maps_.svc, IsEmpty());
+  EXPECT_THAT(maps_.be, IsEmpty());
+  EXPECT_THAT(maps_.rnat, IsEmpty());
+  EXPECT_THAT(r_->Services(), IsEmpty());
+}
+
+TEST_F(ServiceReconcilerTest, UnchangedServiceWritesNothing) {
+  auto t = T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5"}),
+              Frontend("10.96.0.10", 53, {"10.244.1.4"}, IPPROTO_UDP)});
+  Apply("default/web", t);
+  maps_.Take();
+  ServiceReconcilerStats before = r_->stats();
+  Apply("default/web", t);
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+  EXPECT_EQ(r_->stats().map_updates, before.map_updates);
+  EXPECT_EQ(r_->stats().map_deletes, before.map_deletes);
+}
+
+TEST_F(ServiceReconcilerTest, BackendSharedByTwoServicesHasOneIdAndLivesUntilTheLastGoes) {
+  Apply("default/a", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})}));
+  Apply("default/b", T({Frontend("10.96.0.11", 80, {"10.244.1.4"})}));
+  EXPECT_EQ(r_->BackendId(Ip("10.244.1.4"), 8080, IPPROTO_TCP), 1u);
+  maps_.Take();
+  Apply("default/a", std::nullopt);
+  EXPECT_THAT(maps_.Take(), ElementsAre("master- 10.96.0.10:80/6", "slot- 10.96.0.10:80/6#1",
+                                        "rnat- 1", "wild- 10.96.0.10"));
+  EXPECT_EQ(maps_.be.count(1), 1u);
+  Apply("default/b", std::nullopt);
+  EXPECT_THAT(maps_.Take(), ElementsAre("master- 10.96.0.11:80/6", "slot- 10.96.0.11:80/6#1",
+                                        "rnat- 2", "be- 1", "wild- 10.96.0.11"));
+}
+
+TEST_F(ServiceReconcilerTest, RemovedUdpBackendFlowsAreFlushedTcpOnesAreNot) {
+  Apply("default/dns", T({Frontend("10.96.0.10", 53, {"10.244.1.4", "10.244.1.5"}, IPPROTO_UDP),
+                          Frontend("10.96.0.10", 53, {"10.244.1.4", "10.244.1.5"})}));
+  uint32_t udp_r = r_->RevNatId(Ip("10.96.0.10"), 53, IPPROTO_UDP, 0);
+  uint32_t tcp_r = r_->RevNatId(Ip("10.96.0.10"), 53, IPPROTO_TCP, 0);
+  uint32_t gone = r_->BackendId(Ip("10.244.1.5"), 8080, IPPROTO_UDP);
+  ASSERT_NE(udp_r, tcp_r);
+  // One UDP flow and one TCP flow on the backend that goes, one UDP flow on the one that stays.
+  maps_.ct[{1, IPPROTO_UDP}] = {udp_r, gone};
+  maps_.ct[{2, IPPROTO_UDP}] = {udp_r, gone};  // its reply entry
+  maps_.ct[{3, IPPROTO_TCP}] = {tcp_r, r_->BackendId(Ip("10.244.1.5"), 8080, IPPROTO_TCP)};
+  maps_.ct[{4, IPPROTO_UDP}] = {udp_r, r_->BackendId(Ip("10.244.1.4"), 8080, IPPROTO_UDP)};
+  maps_.Take();
+  Apply("default/dns", T({Frontend("10.96.0.10", 53, {"10.244.1.4"}, IPPROTO_UDP),
+                          Frontend("10.96.0.10", 53, {"10.244.1.4"})}));
+  std::vector<std::string> ops = maps_.Take();
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops.back(), absl::StrCat("flush-udp ", udp_r, "/", gone));
+  EXPECT_EQ(maps_.ct.size(), 2u);
+  EXPECT_EQ(maps_.ct.count({3, IPPROTO_TCP}), 1u);
+  EXPECT_EQ(maps_.ct.count({4, IPPROTO_UDP}), 1u);
+  EXPECT_EQ(r_->stats().ct_flushed, 2u);
+}
+
+TEST_F(ServiceReconcilerTest, OneWildcardMasterPerClusterIpNoneForNodePorts) {
+  // Two ports on one ClusterIP, plus a NodePort frontend on the node address.
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4"}), Frontend("10.96.0.10", 443, {"10.244.1.4"}),
+           Frontend("192.168.0.10", 30080, {"10.244.1.4"}, IPPROTO_TCP, SLUICE_SVC_F_NODEPORT)}));
+  std::vector<std::string> ops = maps_.Take();
+  EXPECT_EQ(std::count_if(ops.begin(), ops.end(),
+                          [](const std::string& o) { return o.rfind("wild+", 0) == 0; }),
+            1);
+  EXPECT_EQ(ops.back(), "wild+ 10.96.0.10 flags=128");
+  // One port goes: the address is still in use.
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4"}),
+           Frontend("192.168.0.10", 30080, {"10.244.1.4"}, IPPROTO_TCP, SLUICE_SVC_F_NODEPORT)}));
+  ops = maps_.Take();
+  EXPECT_THAT(ops, ElementsAre("master- 10.96.0.10:443/6", "slot- 10.96.0.10:443/6#1", "rnat- 2"));
+  Apply("default/web", std::nullopt);
+  ops = maps_.Take();
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops.back(), "wild- 10.96.0.10");
+  EXPECT_THAT(maps_.svc, IsEmpty());
+}
+
+TEST_F(ServiceReconcilerTest, SourceRangesAreWrittenBeforeSlotsAndStaleOnesDeletedAfterMaster) {
+  LbFrontend f = Frontend("203.0.113.7", 80, {"10.244.1.4"}, IPPROTO_TCP,
+                          SLUICE_SVC_F_LOADBALANCER | SLUICE_SVC_F_SOURCE_RANGES);
+  f.source_ranges = {*IpPrefix::Parse("198.51.100.0/24")};
+  Apply("default/lb", T({f}));
+  EXPECT_THAT(maps_.Take(), ElementsAre("be+ 1 10.244.1.4:8080", "rnat+ 1 203.0.113.7:80",
+                                        "range+ 1 198.51.100.0/24", "slot+ 203.0.113.7:80/6#1 -> 1",
+                                        "master+ 203.0.113.7:80/6 count=1 flags=68 rnat=1"));
+  f.source_ranges = {*IpPrefix::Parse("192.0.2.0/25")};
+  Apply("default/lb", T({f}));
+  EXPECT_THAT(maps_.Take(), ElementsAre("range+ 1 192.0.2.0/25", "range- 1 198.51.100.0/24"));
+}
+
+TEST_F(ServiceReconcilerTest, RestartedReconcilerRestoresIdsAndRewritesNothing) {
+  auto web = T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5"})});
+  auto dns = T({Frontend("10.96.0.20", 53, {"10.244.1.5", "10.244.2.7"}, IPPROTO_UDP)});
+  Apply("default/web", web);
+  Apply("kube-system/dns", dns);
+  uint32_t web_r = r_->RevNatId(Ip("10.96.0.10"), 80, IPPROTO_TCP, 0);
+  uint32_t be5 = r_->BackendId(Ip("10.244.1.5"), 8080, IPPROTO_TCP);
+  maps_.Take();
+
+  auto again = *ServiceReconciler::Create(maps_);
+  EXPECT_EQ(again->RevNatId(Ip("10.96.0.10"), 80, IPPROTO_TCP, 0), web_r);
+  EXPECT_EQ(again->BackendId(Ip("10.244.1.5"), 8080, IPPROTO_TCP), be5);
+  ASSERT_TRUE(again->Apply("default/web", web).ok());
+  ASSERT_TRUE(again->Apply("kube-system/dns", dns).ok());
+  ASSERT_TRUE(again->PruneStale().ok());
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+  // New ids do not collide with restored ones.
+  ASSERT_TRUE(again->Apply("default/new", T({Frontend("10.96.0.30", 80, {"10.244.3.3"})})).ok());
+  EXPECT_EQ(again->RevNatId(Ip("10.96.0.30"), 80, IPPROTO_TCP, 0), 3u);
+  EXPECT_EQ(again->BackendId(Ip("10.244.3.3"), 8080, IPPROTO_TCP), 5u);
+}
+
+TEST_F(ServiceReconcilerTest, RestoredStateIsDeletedOnlyByPruneStale) {
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})}));
+  Apply("default/gone", T({Frontend("10.96.0.99", 80, {"10.244.9.9", "10.244.1.4"})}));
+  maps_.Take();
+
+  auto again = *ServiceReconciler::Create(maps_);
+  // Before the watches have synced only web is known; its apply deletes nothing of "gone".
+  ASSERT_TRUE(again->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})})).ok());
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+  ASSERT_TRUE(again->PruneStale().ok());
+  EXPECT_THAT(maps_.Take(),
+              ElementsAre("master- 10.96.0.99:80/6", "slot- 10.96.0.99:80/6#2",
+                          "slot- 10.96.0.99:80/6#1", "rnat- 2", "be- 2", "wild- 10.96.0.99"));
+  EXPECT_EQ(maps_.be.count(1), 1u);  // still web's
+  ASSERT_TRUE(again->PruneStale().ok());
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+}
+
+TEST_F(ServiceReconcilerTest, PruneDeletesEntriesNothingRefersTo) {
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})}));
+  // Leftovers of a crash: a slot without master, a backend, rnat and range nobody names, and a
+  // wildcard for an address no Service has.
+  sluice_lb4_key slot{};
+  slot.addr = htonl(0x0a600063);
+  slot.dport = htons(81);
+  slot.proto = IPPROTO_TCP;
+  slot.backend_slot = 1;
+  maps_.svc[Tup(slot)] = sluice_lb4_service{7, 0, 0, 0, 0};
+  sluice_lb4_key wild{};
+  wild.addr = htonl(0x0a600064);
+  maps_.svc[Tup(wild)] = sluice_lb4_service{0, 0, SLUICE_SVC_F_REJECT, 0, 0};
+  maps_.be[7] = sluice_lb4_backend{htonl(0x0af40909), htons(80), IPPROTO_TCP, 0};
+  maps_.rnat[9] = sluice_lb4_revnat{htonl(0x0a600063), htons(81), 0};
+  maps_.ranges[{40, htonl(9), htonl(0xc0000200)}] = true;
+  maps_.Take();
+
+  auto again = *ServiceReconciler::Create(maps_);
+  ASSERT_TRUE(again->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})})).ok());
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+  ASSERT_TRUE(again->PruneStale().ok());
+  EXPECT_THAT(maps_.Take(), ElementsAre("slot- 10.96.0.99:81/6#1", "rnat- 9",
+                                        "range- 9 192.0.2.0/8", "be- 7", "wild- 10.96.0.100"));
+  // A new frontend does not reuse the id of the stale rnat entry seen at restore.
+  ASSERT_TRUE(again->Apply("default/x", T({Frontend("10.96.0.50", 80, {"10.244.1.4"})})).ok());
+  EXPECT_EQ(again->RevNatId(Ip("10.96.0.50"), 80, IPPROTO_TCP, 0), 10u);
+}
+
+TEST_F(ServiceReconcilerTest, AffinityOfRemovedBackendsAndFrontendsIsFlushed) {
+  LbFrontend f =
+      Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5"}, IPPROTO_TCP, SLUICE_SVC_F_AFFINITY);
+  f.affinity_timeout = 10800;
+  Apply("default/sticky", T({f}));
+  maps_.Take();
+  f.backends.pop_back();
+  Apply("default/sticky", T({f}));
+  std::vector<std::string> ops = maps_.Take();
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops.back(), "flush-aff  1/2");
+  Apply("default/sticky", std::nullopt);
+  ops = maps_.Take();
+  ASSERT_FALSE(ops.empty());
+  EXPECT_EQ(ops.back(), "flush-aff 1 ");
+}
+
+TEST_F(ServiceReconcilerTest, FrontendOfAnotherServiceIsNotTakenOver) {
+  Apply("default/a", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})}));
+  maps_.Take();
+  Apply("default/b", T({Frontend("10.96.0.10", 80, {"10.244.1.5"})}));
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+  EXPECT_EQ(r_->stats().conflicts, 1u);
+  Apply("default/b", std::nullopt);
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+  EXPECT_THAT(r_->Services(), ElementsAre("default/a"));
+  Apply("default/b", T({Frontend("10.96.0.10", 80, {"10.244.1.5"})}));
+  EXPECT_THAT(r_->BlockedServices(), ElementsAre("default/b"));
+  // Once a lets go, b's next apply takes the key.
+  Apply("default/a", std::nullopt);
+  maps_.Take();
+  Apply("default/b", T({Frontend("10.96.0.10", 80, {"10.244.1.5"})}));
+  EXPECT_THAT(r_->BlockedServices(), IsEmpty());
+  EXPECT_THAT(r_->Services(), ElementsAre("default/b"));
+  EXPECT_THAT(maps_.Take(), ::testing::Contains("master+ 10.96.0.10:80/6 count=1 flags=0 rnat=2"));
+}
+
+// ServiceSync: stores in, maps out; nothing is applied before every watch has synced.
+
+k8s::Service Svc(const std::string& name, const std::string& ip) {
+  k8s::Service s;
+  s.meta.namespace_ = "default";
+  s.meta.name = name;
+  s.meta.uid = name;
+  s.type = "ClusterIP";
+  s.cluster_ips = {ip};
+  k8s::ServicePort p;
+  p.name = "http";
+  p.port = 80;
+  p.target_port.number = 8080;
+  s.ports = {p};
+  return s;
+}
+
+k8s::EndpointSlice Slice(const std::string& svc, std::vector<std::string> addrs) {
+  k8s::EndpointSlice s;
+  s.meta.namespace_ = "default";
+  s.meta.name = svc + "-x";
+  s.meta.uid = svc + "-x";
+  s.service_name = svc;
+  s.address_type = "IPv4";
+  for (auto& a : addrs) {
+    k8s::Endpoint e;
+    e.addresses = {a};
+    e.node_name = "node-b";
+    s.endpoints.push_back(e);
+  }
+  s.ports = {{"http", k8s::Protocol::kTCP, 8080}};
+  return s;
+}
+
+TEST(ServiceSyncTest, AppliesAfterSyncPrunesOnceThenFollowsChanges) {
+  RecordingLbMaps maps;
+  // State of an earlier run: "web" with one backend and "old", which no longer exists.
+  {
+    auto before = *ServiceReconciler::Create(maps);
+    ASSERT_TRUE(before->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})})).ok());
+    ASSERT_TRUE(before->Apply("default/old", T({Frontend("10.96.0.99", 80, {"10.244.9.9"})})).ok());
+  }
+  maps.Take();
+  auto r = *ServiceReconciler::Create(maps);
+  k8s::SyncGate gate;
+  k8s::Store<k8s::Service> services(&gate);
+  k8s::Store<k8s::EndpointSlice> slices(&gate);
+  ServiceSync sync(
+      services, slices, [&] { return gate.AllSynced(); }, *r, nullptr,
+      NodeContext{"node-a", {Ip("192.168.0.10")}});
+  // Services listed, slices not yet: applying now would empty web. Nothing may be written.
+  services.Replace({Svc("web", "10.96.0.10")}, "1");
+  EXPECT_FALSE(sync.WaitIdle(absl::Milliseconds(300)));
+  EXPECT_THAT(maps.ops, IsEmpty());
+  slices.Replace({Slice("web", {"10.244.1.4", "10.244.1.5"})}, "2");
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  EXPECT_TRUE(sync.pruned());
+  std::vector<std::string> ops = maps.Take();
+  // web grows to two backends; old is pruned.
+  EXPECT_THAT(ops, ::testing::Contains("master+ 10.96.0.10:80/6 count=2 flags=0 rnat=1"));
+  EXPECT_THAT(ops, ::testing::Contains("master- 10.96.0.99:80/6"));
+  EXPECT_EQ(r->RevNatId(Ip("10.96.0.10"), 80, IPPROTO_TCP, 0), 1u);
+  // An EndpointSlice change re-applies web only.
+  slices.Upsert(Slice("web", {"10.244.1.5"}));
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(maps.Take(), ElementsAre("slot+ 10.96.0.10:80/6#1 -> 3",
+                                       "master+ 10.96.0.10:80/6 count=1 flags=0 rnat=1",
+                                       "slot- 10.96.0.10:80/6#2", "be- 1"));
+  services.Delete(Svc("web", "10.96.0.10"));
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(maps.svc, IsEmpty());
+  EXPECT_THAT(maps.be, IsEmpty());
+}
+
+TEST(ServiceSyncTest, ServiceRefusedAFrontendGetsItWhenTheHolderGoes) {
+  RecordingLbMaps maps;
+  auto r = *ServiceReconciler::Create(maps);
+  k8s::SyncGate gate;
+  k8s::Store<k8s::Service> services(&gate);
+  k8s::Store<k8s::EndpointSlice> slices(&gate);
+  ServiceSync sync(
+      services, slices, [&] { return gate.AllSynced(); }, *r, nullptr,
+      NodeContext{"node-a", {Ip("192.168.0.10")}});
+  // Two Services on one ClusterIP (an apiserver does not allow it; ExternalIPs can collide).
+  services.Replace({Svc("one", "10.96.0.10"), Svc("two", "10.96.0.10")}, "1");
+  slices.Replace({Slice("one", {"10.244.1.4"}), Slice("two", {"10.244.1.5"})}, "2");
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  ASSERT_EQ(r->Services().size(), 1u);
+  const std::string holder = r->Services()[0];
+  const std::string other = holder == "default/one" ? "two" : "one";
+  services.Delete(Svc(holder.substr(std::string("default/").size()), "10.96.0.10"));
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(r->Services(), ElementsAre("default/" + other));
+}
+
+}  // namespace
+}  // namespace sluice::agent

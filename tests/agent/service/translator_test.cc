@@ -1,0 +1,579 @@
+#include "agent/service/translator.h"
+
+#include <netinet/in.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "maps/lb.h"
+
+namespace sluice::agent {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::IsEmpty;
+using Slices = std::vector<std::shared_ptr<const k8s::EndpointSlice>>;
+
+IpAddress Ip(const std::string& s) { return *IpAddress::Parse(s); }
+IpPrefix Cidr(const std::string& s) { return *IpPrefix::Parse(s); }
+
+constexpr char kNode[] = "node-a";
+
+NodeContext Node() { return NodeContext{kNode, {Ip("192.168.0.10")}}; }
+
+k8s::ServicePort Port(std::string name, int32_t port, k8s::Protocol proto = k8s::Protocol::kTCP,
+                      int32_t node_port = 0) {
+  k8s::ServicePort p;
+  p.name = std::move(name);
+  p.port = port;
+  p.protocol = proto;
+  p.node_port = node_port;
+  p.target_port.number = port;
+  return p;
+}
+
+k8s::Service Svc(std::vector<k8s::ServicePort> ports, std::string type = "ClusterIP") {
+  k8s::Service s;
+  s.meta.namespace_ = "default";
+  s.meta.name = "web";
+  s.type = std::move(type);
+  s.cluster_ips = {"10.96.0.10"};
+  s.ports = std::move(ports);
+  return s;
+}
+
+k8s::Endpoint Ep(std::string addr, std::string node = "node-b", bool ready = true,
+                 bool serving = true, bool terminating = false) {
+  k8s::Endpoint e;
+  e.addresses = {std::move(addr)};
+  e.node_name = std::move(node);
+  e.ready = ready;
+  e.serving = serving;
+  e.terminating = terminating;
+  return e;
+}
+
+k8s::Endpoint Terminating(std::string addr, std::string node = "node-b") {
+  return Ep(std::move(addr), std::move(node), /*ready=*/false, /*serving=*/true,
+            /*terminating=*/true);
+}
+
+std::shared_ptr<const k8s::EndpointSlice> Slice(
+    std::vector<k8s::Endpoint> eps, std::vector<k8s::EndpointPort> ports = {{"http", k8s::Protocol::kTCP, 8080}},
+    std::string name = "web-abc") {
+  auto s = std::make_shared<k8s::EndpointSlice>();
+  s->meta.namespace_ = "default";
+  s->meta.name = std::move(name);
+  s->service_name = "web";
+  s->address_type = "IPv4";
+  s->endpoints = std::move(eps);
+  s->ports = std::move(ports);
+  return s;
+}
+
+LbBackend Be(const std::string& addr, uint16_t port, bool terminating = false, bool local = false,
+             uint8_t proto = IPPROTO_TCP) {
+  return LbBackend{Ip(addr), port, proto, terminating, local};
+}
+
+const LbFrontend* Find(const ServiceTranslation& t, const std::string& addr, uint16_t port) {
+  for (const LbFrontend& f : t.frontends) {
+    if (f.addr == Ip(addr) && f.port == port) return &f;
+  }
+  return nullptr;
+}
+
+TEST(ServiceTranslatorTest, ClusterIpFrontendWithReadyBackends) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}), {Slice({Ep("10.244.1.5"), Ep("10.244.1.4")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  const LbFrontend& f = t.frontends[0];
+  EXPECT_EQ(f.service, "default/web");
+  EXPECT_EQ(f.port_name, "http");
+  EXPECT_EQ(f.addr, Ip("10.96.0.10"));
+  EXPECT_EQ(f.port, 80);
+  EXPECT_EQ(f.proto, IPPROTO_TCP);
+  EXPECT_EQ(f.scope, SLUICE_LB_SCOPE_EXTERNAL);
+  EXPECT_EQ(f.flags, 0);
+  EXPECT_THAT(f.backends, ElementsAre(Be("10.244.1.4", 8080), Be("10.244.1.5", 8080)));
+  EXPECT_FALSE(t.health_check.has_value());
+}
+
+TEST(ServiceTranslatorTest, HeadlessAndExternalNameAreIgnored) {
+  Slices slices = {Slice({Ep("10.244.1.5")})};
+  k8s::Service headless = Svc({Port("http", 80)});
+  headless.headless = true;
+  headless.cluster_ips = {"None"};
+  EXPECT_THAT(TranslateService(headless, slices, Node()).frontends, IsEmpty());
+
+  k8s::Service none_ip = Svc({Port("http", 80)});
+  none_ip.cluster_ips = {"None"};
+  EXPECT_THAT(TranslateService(none_ip, slices, Node()).frontends, IsEmpty());
+
+  k8s::Service ext = Svc({Port("http", 80)}, "ExternalName");
+  ext.cluster_ips.clear();
+  EXPECT_THAT(TranslateService(ext, slices, Node()).frontends, IsEmpty());
+}
+
+TEST(ServiceTranslatorTest, ServiceWithoutIpv4ClusterIpIsIgnored) {
+  k8s::Service v6 = Svc({Port("http", 80)});
+  v6.cluster_ips = {"fd00::10"};
+  EXPECT_THAT(TranslateService(v6, {Slice({Ep("10.244.1.5")})}, Node()).frontends, IsEmpty());
+
+  k8s::Service none = Svc({Port("http", 80)});
+  none.cluster_ips.clear();
+  EXPECT_THAT(TranslateService(none, {}, Node()).frontends, IsEmpty());
+}
+
+TEST(ServiceTranslatorTest, DualStackUsesTheIpv4ClusterIp) {
+  k8s::Service s = Svc({Port("http", 80)});
+  s.cluster_ips = {"fd00::10", "10.96.0.20"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].addr, Ip("10.96.0.20"));
+}
+
+TEST(ServiceTranslatorTest, NoEndpointsRejects) {
+  ServiceTranslation t = TranslateService(Svc({Port("http", 80)}), {}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].flags, SLUICE_SVC_F_REJECT);
+  EXPECT_THAT(t.frontends[0].backends, IsEmpty());
+}
+
+TEST(ServiceTranslatorTest, OnlyTerminatingServingEndpointsStillServe) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}), {Slice({Terminating("10.244.1.5"), Terminating("10.244.1.6")})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].flags & SLUICE_SVC_F_REJECT, 0);
+  EXPECT_THAT(t.frontends[0].backends,
+              ElementsAre(Be("10.244.1.5", 8080, true), Be("10.244.1.6", 8080, true)));
+}
+
+TEST(ServiceTranslatorTest, TerminatingEndpointsAreNotUsedWhileAnyIsReady) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}), {Slice({Terminating("10.244.1.5"), Ep("10.244.1.6")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, ElementsAre(Be("10.244.1.6", 8080)));
+}
+
+TEST(ServiceTranslatorTest, NotServingEndpointsAreNeverUsed) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}),
+      {Slice({Ep("10.244.1.5", "node-b", /*ready=*/false, /*serving=*/false, /*terminating=*/true),
+              Ep("10.244.1.6", "node-b", /*ready=*/false, /*serving=*/false,
+                 /*terminating=*/false)})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, IsEmpty());
+  EXPECT_EQ(t.frontends[0].flags, SLUICE_SVC_F_REJECT);
+}
+
+TEST(ServiceTranslatorTest, NotReadyServingButNotTerminatingIsNotAFallback) {
+  // A starting pod (serving=false normally, but be strict): only serving AND terminating falls back.
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}),
+      {Slice({Ep("10.244.1.5", "node-b", /*ready=*/false, /*serving=*/true,
+                 /*terminating=*/false)})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, IsEmpty());
+  EXPECT_EQ(t.frontends[0].flags, SLUICE_SVC_F_REJECT);
+}
+
+TEST(ServiceTranslatorTest, NamedTargetPortResolvesPerSlice) {
+  k8s::ServicePort p = Port("http", 80);
+  p.target_port = k8s::IntOrString{true, 0, "web"};
+  ServiceTranslation t = TranslateService(
+      Svc({p}),
+      {Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, 8080}}, "web-1"),
+       Slice({Ep("10.244.2.5")}, {{"http", k8s::Protocol::kTCP, 9090}}, "web-2")},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends,
+              ElementsAre(Be("10.244.1.5", 8080), Be("10.244.2.5", 9090)));
+}
+
+TEST(ServiceTranslatorTest, BackendsJoinOnPortNameAndProtocol) {
+  k8s::Service s = Svc({Port("dns", 53, k8s::Protocol::kUDP), Port("dns-tcp", 53)});
+  ServiceTranslation t = TranslateService(
+      s,
+      {Slice({Ep("10.244.1.5")}, {{"dns", k8s::Protocol::kUDP, 5353},
+                                  {"dns-tcp", k8s::Protocol::kTCP, 5354},
+                                  {"metrics", k8s::Protocol::kTCP, 9153}})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 2u);
+  // Same address and port: ordered by protocol (TCP 6 < UDP 17).
+  EXPECT_EQ(t.frontends[0].proto, IPPROTO_TCP);
+  EXPECT_EQ(t.frontends[0].port_name, "dns-tcp");
+  EXPECT_THAT(t.frontends[0].backends, ElementsAre(Be("10.244.1.5", 5354)));
+  EXPECT_EQ(t.frontends[1].proto, IPPROTO_UDP);
+  EXPECT_THAT(t.frontends[1].backends,
+              ElementsAre(Be("10.244.1.5", 5353, false, false, IPPROTO_UDP)));
+}
+
+TEST(ServiceTranslatorTest, ProtocolMismatchGivesNoBackends) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}), {Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kUDP, 8080}})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, IsEmpty());
+  EXPECT_EQ(t.frontends[0].flags, SLUICE_SVC_F_REJECT);
+}
+
+TEST(ServiceTranslatorTest, SliceWithNilPortIsIgnored) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}),
+      {Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, std::nullopt}})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, IsEmpty());
+}
+
+TEST(ServiceTranslatorTest, SctpIsSupported) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("s", 3868, k8s::Protocol::kSCTP)}),
+      {Slice({Ep("10.244.1.5")}, {{"s", k8s::Protocol::kSCTP, 3868}})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].proto, IPPROTO_SCTP);
+  EXPECT_THAT(t.frontends[0].backends,
+              ElementsAre(Be("10.244.1.5", 3868, false, false, IPPROTO_SCTP)));
+}
+
+TEST(ServiceTranslatorTest, ForeignAndNonIpv4SlicesAreIgnored) {
+  auto other_ns = std::make_shared<k8s::EndpointSlice>(*Slice({Ep("10.244.9.1")}));
+  other_ns->meta.namespace_ = "kube-system";
+  auto other_svc = std::make_shared<k8s::EndpointSlice>(*Slice({Ep("10.244.9.2")}));
+  other_svc->service_name = "api";
+  auto fqdn = std::make_shared<k8s::EndpointSlice>(*Slice({Ep("example.com")}));
+  fqdn->address_type = "FQDN";
+  auto v6 = std::make_shared<k8s::EndpointSlice>(*Slice({Ep("fd00::5")}));
+  v6->address_type = "IPv6";
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}), {other_ns, other_svc, fqdn, v6, nullptr, Slice({Ep("10.244.1.5")})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, ElementsAre(Be("10.244.1.5", 8080)));
+}
+
+TEST(ServiceTranslatorTest, DuplicateEndpointsAcrossSlicesAreMerged) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}),
+      {Slice({Ep("10.244.1.5"), Ep("10.244.1.6")}, {{"http", k8s::Protocol::kTCP, 8080}}, "a"),
+       Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, 8080}}, "b")},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends,
+              ElementsAre(Be("10.244.1.5", 8080), Be("10.244.1.6", 8080)));
+}
+
+TEST(ServiceTranslatorTest, DuplicatePrefersTheLocalCopyRegardlessOfSliceOrder) {
+  auto remote = Slice({Ep("10.244.1.5", "node-b")}, {{"http", k8s::Protocol::kTCP, 8080}}, "a");
+  auto local = Slice({Ep("10.244.1.5", kNode)}, {{"http", k8s::Protocol::kTCP, 8080}}, "b");
+  ServiceTranslation t1 = TranslateService(Svc({Port("http", 80)}), {remote, local}, Node());
+  ServiceTranslation t2 = TranslateService(Svc({Port("http", 80)}), {local, remote}, Node());
+  ASSERT_EQ(t1.frontends.size(), 1u);
+  EXPECT_THAT(t1.frontends[0].backends, ElementsAre(Be("10.244.1.5", 8080, false, true)));
+  EXPECT_EQ(t1, t2);
+}
+
+TEST(ServiceTranslatorTest, SameAddressOnDifferentPortsIsNotMerged) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}),
+      {Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, 8080}}, "a"),
+       Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, 8081}}, "b")},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends,
+              ElementsAre(Be("10.244.1.5", 8080), Be("10.244.1.5", 8081)));
+}
+
+TEST(ServiceTranslatorTest, LocalEndpointsAreMarked) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}), {Slice({Ep("10.244.0.5", kNode), Ep("10.244.1.5", "node-b")})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends,
+              ElementsAre(Be("10.244.0.5", 8080, false, true), Be("10.244.1.5", 8080)));
+}
+
+TEST(ServiceTranslatorTest, NodePortFrontendOnEveryNodeAddress) {
+  NodeContext node{kNode, {Ip("192.168.0.10"), Ip("172.16.0.10"), Ip("fd00::1")}};
+  ServiceTranslation t = TranslateService(Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}, "NodePort"),
+                                          {Slice({Ep("10.244.1.5")})}, node);
+  ASSERT_EQ(t.frontends.size(), 3u);  // ClusterIP + two IPv4 node addresses
+  // Sorted by address.
+  EXPECT_EQ(t.frontends[0].addr, Ip("10.96.0.10"));
+  EXPECT_EQ(t.frontends[0].flags, 0);
+  EXPECT_EQ(t.frontends[1].addr, Ip("172.16.0.10"));
+  EXPECT_EQ(t.frontends[2].addr, Ip("192.168.0.10"));
+  for (int i : {1, 2}) {
+    EXPECT_EQ(t.frontends[i].port, 30080);
+    EXPECT_EQ(t.frontends[i].flags, SLUICE_SVC_F_NODEPORT);
+    EXPECT_THAT(t.frontends[i].backends, ElementsAre(Be("10.244.1.5", 8080)));
+  }
+}
+
+TEST(ServiceTranslatorTest, ClusterIpTypeGetsNoNodePortEvenIfSet) {
+  ServiceTranslation t = TranslateService(Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}),
+                                          {Slice({Ep("10.244.1.5")})}, Node());
+  EXPECT_EQ(t.frontends.size(), 1u);
+}
+
+TEST(ServiceTranslatorTest, LoadBalancerWithoutNodePortGetsNoNodePortFrontend) {
+  k8s::Service s = Svc({Port("http", 80)}, "LoadBalancer");
+  s.load_balancer_ingress_ips = {"203.0.113.7"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 2u);
+  EXPECT_EQ(t.frontends[1].addr, Ip("203.0.113.7"));
+  EXPECT_EQ(t.frontends[1].flags, SLUICE_SVC_F_LOADBALANCER);
+}
+
+TEST(ServiceTranslatorTest, ExternalIpsGetAFrontendEach) {
+  k8s::Service s = Svc({Port("http", 80)});
+  s.external_ips = {"198.51.100.2", "198.51.100.1", "fd00::7", "garbage"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 3u);
+  EXPECT_EQ(t.frontends[1].addr, Ip("198.51.100.1"));
+  EXPECT_EQ(t.frontends[1].port, 80);
+  EXPECT_EQ(t.frontends[1].flags, SLUICE_SVC_F_EXTERNAL_IP);
+  EXPECT_EQ(t.frontends[2].addr, Ip("198.51.100.2"));
+  EXPECT_THAT(t.frontends[2].backends, ElementsAre(Be("10.244.1.5", 8080)));
+}
+
+TEST(ServiceTranslatorTest, LoadBalancerSourceRangesAreParsedAndFlagged) {
+  k8s::Service s = Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}, "LoadBalancer");
+  s.load_balancer_ingress_ips = {"203.0.113.7"};
+  s.load_balancer_source_ranges = {" 10.1.0.0/16 ", "192.0.2.5/24", "2001:db8::/32", "nonsense",
+                                   "198.51.100.9"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  const LbFrontend* lb = Find(t, "203.0.113.7", 80);
+  ASSERT_NE(lb, nullptr);
+  EXPECT_EQ(lb->flags, SLUICE_SVC_F_LOADBALANCER | SLUICE_SVC_F_SOURCE_RANGES);
+  EXPECT_THAT(lb->source_ranges, ElementsAre(Cidr("10.1.0.0/16"), Cidr("192.0.2.0/24"),
+                                             Cidr("198.51.100.9/32")));
+  // Source ranges restrict the LB VIP only.
+  const LbFrontend* np = Find(t, "192.168.0.10", 30080);
+  ASSERT_NE(np, nullptr);
+  EXPECT_EQ(np->flags, SLUICE_SVC_F_NODEPORT);
+  EXPECT_THAT(np->source_ranges, IsEmpty());
+  EXPECT_THAT(Find(t, "10.96.0.10", 80)->source_ranges, IsEmpty());
+}
+
+TEST(ServiceTranslatorTest, NoSourceRangesMeansNoFlag) {
+  k8s::Service s = Svc({Port("http", 80)}, "LoadBalancer");
+  s.load_balancer_ingress_ips = {"203.0.113.7"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  const LbFrontend* lb = Find(t, "203.0.113.7", 80);
+  ASSERT_NE(lb, nullptr);
+  EXPECT_EQ(lb->flags & SLUICE_SVC_F_SOURCE_RANGES, 0);
+  EXPECT_THAT(lb->source_ranges, IsEmpty());
+}
+
+k8s::Service EtpLocalLb() {
+  k8s::Service s = Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}, "LoadBalancer");
+  s.external_traffic_policy = "Local";
+  s.health_check_node_port = 32000;
+  s.load_balancer_ingress_ips = {"203.0.113.7"};
+  s.external_ips = {"198.51.100.1"};
+  return s;
+}
+
+TEST(ServiceTranslatorTest, EtpLocalExternalFrontendsUseOnlyLocalBackends) {
+  ServiceTranslation t = TranslateService(
+      EtpLocalLb(), {Slice({Ep("10.244.0.5", kNode), Ep("10.244.1.5", "node-b")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 4u);
+  for (const LbFrontend& f : t.frontends) {
+    if (f.addr == Ip("10.96.0.10")) {
+      // ClusterIP is unaffected by externalTrafficPolicy.
+      EXPECT_EQ(f.flags, 0);
+      EXPECT_THAT(f.backends, ElementsAre(Be("10.244.0.5", 8080, false, true),
+                                          Be("10.244.1.5", 8080)));
+    } else {
+      EXPECT_NE(f.flags & SLUICE_SVC_F_ETP_LOCAL, 0) << f.addr.ToString();
+      EXPECT_EQ(f.flags & SLUICE_SVC_F_REJECT, 0);
+      EXPECT_THAT(f.backends, ElementsAre(Be("10.244.0.5", 8080, false, true)));
+    }
+  }
+  EXPECT_EQ(Find(t, "192.168.0.10", 30080)->flags,
+            SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_ETP_LOCAL);
+  EXPECT_EQ(Find(t, "198.51.100.1", 80)->flags,
+            SLUICE_SVC_F_EXTERNAL_IP | SLUICE_SVC_F_ETP_LOCAL);
+  EXPECT_EQ(Find(t, "203.0.113.7", 80)->flags,
+            SLUICE_SVC_F_LOADBALANCER | SLUICE_SVC_F_ETP_LOCAL);
+}
+
+TEST(ServiceTranslatorTest, EtpLocalNodeWithoutLocalEndpointsDropsNotRejects) {
+  ServiceTranslation t =
+      TranslateService(EtpLocalLb(), {Slice({Ep("10.244.1.5", "node-b")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 4u);
+  for (const LbFrontend& f : t.frontends) {
+    EXPECT_EQ(f.flags & SLUICE_SVC_F_REJECT, 0) << f.addr.ToString();
+    if (f.addr == Ip("10.96.0.10")) {
+      EXPECT_THAT(f.backends, ElementsAre(Be("10.244.1.5", 8080)));
+    } else {
+      EXPECT_NE(f.flags & SLUICE_SVC_F_ETP_LOCAL, 0);
+      EXPECT_THAT(f.backends, IsEmpty());
+    }
+  }
+  ASSERT_TRUE(t.health_check.has_value());
+  EXPECT_EQ(t.health_check->local_endpoints, 0);
+}
+
+TEST(ServiceTranslatorTest, EtpLocalWithNoEndpointsAnywhereRejects) {
+  ServiceTranslation t = TranslateService(EtpLocalLb(), {}, Node());
+  ASSERT_EQ(t.frontends.size(), 4u);
+  for (const LbFrontend& f : t.frontends) {
+    EXPECT_NE(f.flags & SLUICE_SVC_F_REJECT, 0) << f.addr.ToString();
+  }
+}
+
+TEST(ServiceTranslatorTest, EtpLocalFallsBackToLocalTerminatingEndpoints) {
+  // Local set: local ready, else local serving+terminating — even when remote ready ones exist.
+  ServiceTranslation t = TranslateService(
+      EtpLocalLb(), {Slice({Terminating("10.244.0.5", kNode), Ep("10.244.1.5", "node-b")})},
+      Node());
+  const LbFrontend* np = Find(t, "192.168.0.10", 30080);
+  ASSERT_NE(np, nullptr);
+  EXPECT_THAT(np->backends, ElementsAre(Be("10.244.0.5", 8080, true, true)));
+  EXPECT_THAT(Find(t, "10.96.0.10", 80)->backends, ElementsAre(Be("10.244.1.5", 8080)));
+}
+
+TEST(ServiceTranslatorTest, ItpLocalClusterIpUsesOnlyLocalBackends) {
+  k8s::Service s = Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}, "NodePort");
+  s.internal_traffic_policy = "Local";
+  ServiceTranslation t = TranslateService(
+      s, {Slice({Ep("10.244.0.5", kNode), Ep("10.244.1.5", "node-b")})}, Node());
+  const LbFrontend* cip = Find(t, "10.96.0.10", 80);
+  ASSERT_NE(cip, nullptr);
+  EXPECT_EQ(cip->scope, SLUICE_LB_SCOPE_EXTERNAL);
+  EXPECT_EQ(cip->flags, SLUICE_SVC_F_ITP_LOCAL);
+  EXPECT_THAT(cip->backends, ElementsAre(Be("10.244.0.5", 8080, false, true)));
+  // NodePort follows externalTrafficPolicy (Cluster), not ITP.
+  const LbFrontend* np = Find(t, "192.168.0.10", 30080);
+  ASSERT_NE(np, nullptr);
+  EXPECT_EQ(np->flags, SLUICE_SVC_F_NODEPORT);
+  EXPECT_EQ(np->backends.size(), 2u);
+}
+
+TEST(ServiceTranslatorTest, ItpLocalWithoutLocalEndpointsDropsButRejectsWhenNoneAtAll) {
+  k8s::Service s = Svc({Port("http", 80)});
+  s.internal_traffic_policy = "Local";
+  ServiceTranslation remote_only =
+      TranslateService(s, {Slice({Ep("10.244.1.5", "node-b")})}, Node());
+  ASSERT_EQ(remote_only.frontends.size(), 1u);
+  EXPECT_EQ(remote_only.frontends[0].flags, SLUICE_SVC_F_ITP_LOCAL);
+  EXPECT_THAT(remote_only.frontends[0].backends, IsEmpty());
+
+  ServiceTranslation none = TranslateService(s, {}, Node());
+  ASSERT_EQ(none.frontends.size(), 1u);
+  EXPECT_EQ(none.frontends[0].flags, SLUICE_SVC_F_ITP_LOCAL | SLUICE_SVC_F_REJECT);
+}
+
+TEST(ServiceTranslatorTest, AffinityDefaultTimeout) {
+  k8s::Service s = Svc({Port("http", 80)});
+  s.session_affinity_client_ip = true;
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].flags, SLUICE_SVC_F_AFFINITY);
+  EXPECT_EQ(t.frontends[0].affinity_timeout, 10800u);
+}
+
+TEST(ServiceTranslatorTest, AffinityExplicitTimeoutOnEveryFrontend) {
+  k8s::Service s = Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}, "NodePort");
+  s.session_affinity_client_ip = true;
+  s.session_affinity_timeout_seconds = 60;
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 2u);
+  for (const LbFrontend& f : t.frontends) {
+    EXPECT_NE(f.flags & SLUICE_SVC_F_AFFINITY, 0);
+    EXPECT_EQ(f.affinity_timeout, 60u);
+  }
+}
+
+TEST(ServiceTranslatorTest, NoAffinityMeansZeroTimeout) {
+  k8s::Service s = Svc({Port("http", 80)});
+  s.session_affinity_timeout_seconds = 60;  // ignored without ClientIP
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  EXPECT_EQ(t.frontends[0].flags, 0);
+  EXPECT_EQ(t.frontends[0].affinity_timeout, 0u);
+}
+
+TEST(ServiceTranslatorTest, HealthCheckCountsLocalReadyEndpoints) {
+  k8s::Service s = EtpLocalLb();
+  s.ports.push_back(Port("https", 443, k8s::Protocol::kTCP, 30443));
+  ServiceTranslation t = TranslateService(
+      s,
+      {Slice({Ep("10.244.0.5", kNode), Ep("10.244.0.6", kNode), Terminating("10.244.0.7", kNode),
+              Ep("10.244.1.5", "node-b")},
+             {{"http", k8s::Protocol::kTCP, 8080}, {"https", k8s::Protocol::kTCP, 8443}})},
+      Node());
+  ASSERT_TRUE(t.health_check.has_value());
+  // Two local ready pods, counted once each although they serve two ports.
+  EXPECT_EQ(*t.health_check, (HealthCheck{"default/web", 32000, 2}));
+}
+
+TEST(ServiceTranslatorTest, HealthCheckOnlyForEtpLocalLoadBalancers) {
+  k8s::Service cluster_policy = EtpLocalLb();
+  cluster_policy.external_traffic_policy = "Cluster";
+  EXPECT_FALSE(TranslateService(cluster_policy, {}, Node()).health_check.has_value());
+
+  k8s::Service nodeport = EtpLocalLb();
+  nodeport.type = "NodePort";
+  EXPECT_FALSE(TranslateService(nodeport, {}, Node()).health_check.has_value());
+
+  k8s::Service no_port = EtpLocalLb();
+  no_port.health_check_node_port = 0;
+  EXPECT_FALSE(TranslateService(no_port, {}, Node()).health_check.has_value());
+}
+
+TEST(ServiceTranslatorTest, OutputIsDeterministicAcrossInputOrder) {
+  k8s::Service a = Svc({Port("http", 80, k8s::Protocol::kTCP, 30080),
+                        Port("dns", 53, k8s::Protocol::kUDP, 30053)},
+                       "LoadBalancer");
+  a.external_ips = {"198.51.100.2", "198.51.100.1"};
+  a.load_balancer_ingress_ips = {"203.0.113.9", "203.0.113.7"};
+  a.load_balancer_source_ranges = {"10.2.0.0/16", "10.1.0.0/16"};
+  k8s::Service b = a;
+  std::swap(b.ports[0], b.ports[1]);
+  std::swap(b.external_ips[0], b.external_ips[1]);
+  std::swap(b.load_balancer_ingress_ips[0], b.load_balancer_ingress_ips[1]);
+  std::swap(b.load_balancer_source_ranges[0], b.load_balancer_source_ranges[1]);
+  std::vector<k8s::EndpointPort> ports = {{"http", k8s::Protocol::kTCP, 8080},
+                                          {"dns", k8s::Protocol::kUDP, 5353}};
+  auto s1 = Slice({Ep("10.244.1.9"), Ep("10.244.1.2")}, ports, "s1");
+  auto s2 = Slice({Ep("10.244.2.1", kNode), Ep("10.244.0.3")}, ports, "s2");
+  NodeContext n1{kNode, {Ip("192.168.0.10"), Ip("172.16.0.10")}};
+  NodeContext n2{kNode, {Ip("172.16.0.10"), Ip("192.168.0.10")}};
+  ServiceTranslation t1 = TranslateService(a, {s1, s2}, n1);
+  ServiceTranslation t2 = TranslateService(b, {s2, s1}, n2);
+  EXPECT_EQ(t1, t2);
+  EXPECT_TRUE(std::is_sorted(t1.frontends.begin(), t1.frontends.end(), FrontendKeyLess));
+  for (const LbFrontend& f : t1.frontends) {
+    EXPECT_TRUE(std::is_sorted(f.backends.begin(), f.backends.end()));
+  }
+  EXPECT_EQ(t1.frontends.size(), 2u * (1 + 2 + 2 + 2));
+}
+
+TEST(ServiceTranslatorTest, AddressListedTwiceYieldsOneFrontendPerKey) {
+  k8s::Service s = Svc({Port("http", 80)}, "LoadBalancer");
+  s.external_ips = {"203.0.113.7", "203.0.113.7"};
+  s.load_balancer_ingress_ips = {"203.0.113.7"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 2u);
+  EXPECT_EQ(t.frontends[1].addr, Ip("203.0.113.7"));
+  EXPECT_EQ(t.frontends[1].flags, SLUICE_SVC_F_EXTERNAL_IP);
+}
+
+TEST(ServiceTranslatorTest, UnknownProtocolPortIsSkipped) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("x", 80, k8s::Protocol::kUnknown), Port("http", 80)}), {Slice({Ep("10.244.1.5")})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].port_name, "http");
+}
+
+}  // namespace
+}  // namespace sluice::agent
