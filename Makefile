@@ -2,6 +2,8 @@
 # `make test`, `make bench`, `make demo`.
 BUILD ?= build
 CMAKE_FLAGS ?=
+# Unit tests run in parallel; privileged and e2e tests carry RUN_SERIAL and run alone.
+NPROC ?= $(shell nproc)
 
 DEB_PACKAGES := \
 	build-essential cmake ninja-build pkg-config git \
@@ -37,10 +39,10 @@ deps:
 		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -q kubernetes-client
 
 test: build
-	ctest --test-dir $(BUILD) --output-on-failure --timeout 900
+	ctest --test-dir $(BUILD) --output-on-failure --timeout 900 -j$(NPROC)
 
 test-unit: build
-	ctest --test-dir $(BUILD) --output-on-failure -LE privileged
+	ctest --test-dir $(BUILD) --output-on-failure -LE privileged -j$(NPROC)
 
 test-privileged: build
 	ctest --test-dir $(BUILD) --output-on-failure -L privileged --timeout 900

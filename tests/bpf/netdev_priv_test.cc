@@ -20,12 +20,45 @@ constexpr char kRemote[] = "198.51.100.7";
 constexpr uint16_t kPortMin = 61000;
 constexpr uint16_t kPortMax = 65535;
 
+void SetNodeConfig(loader::Datapath& dp, uint16_t min, uint16_t max, uint8_t flags) {
+  sluice_node_config cfg{};
+  cfg.node_ip4 = Ip4(kNodeIp);
+  cfg.pod_cidr4 = Ip4("10.244.0.0");
+  cfg.pod_cidr4_len = 24;
+  cfg.gateway_ip4 = Ip4("10.244.0.1");
+  cfg.flags = flags;
+  cfg.nat_port_min = min;
+  cfg.nat_port_max = max;
+  ASSERT_TRUE(dp.node_config().Update(0, cfg).ok());
+}
+
+size_t Count(maps::NatMap& m) {
+  auto n = m.Count();
+  EXPECT_TRUE(n.ok());
+  return n.ok() ? *n : 0;
+}
+
+// The pod's packets as sluice_to_net sees them: routed by the node (TTL 63) towards the router.
+Packet FromPodTo(const std::string& dst) {
+  return Packet::Eth(kNodeMac, kRouterMac).IPv4(kPodIp, dst, 63);
+}
+// The same after masquerade: from the node's address.
+Packet MasqueradedTo(const std::string& dst) {
+  return Packet::Eth(kNodeMac, kRouterMac).IPv4(kNodeIp, dst, 63);
+}
+// A packet from the outside to the node.
+Packet ToNode(uint8_t ttl = 64) {
+  return Packet::Eth(kRouterMac, kNodeMac).IPv4(kRemote, kNodeIp, ttl);
+}
+// What the pod receives, redirected to its veth.
+Packet ToPod(uint8_t ttl) { return Packet::Eth(kHostMac, kPodMac).IPv4(kRemote, kPodIp, ttl); }
+
 class NetdevTest : public DatapathTest {
  protected:
   void SetUp() override {
     DatapathTest::SetUp();
     if (HasFatalFailure()) return;
-    SetNodeConfig(kPortMin, kPortMax, SLUICE_NODE_F_MASQUERADE);
+    SetNodeConfig(*dp_, kPortMin, kPortMax, SLUICE_NODE_F_MASQUERADE);
     sluice_lpm4_key pod_cidr{24, Ip4("10.244.0.0")};
     ASSERT_TRUE(dp_->nomasq().Update(pod_cidr, 1).ok());
     sluice_ep4_key key{Ip4(kPodIp)};
@@ -35,185 +68,172 @@ class NetdevTest : public DatapathTest {
     std::memcpy(ep.host_mac, kHostMac.data(), 6);
     ASSERT_TRUE(dp_->endpoints().Update(key, ep).ok());
   }
-  void SetNodeConfig(uint16_t min, uint16_t max, uint8_t flags) {
-    sluice_node_config cfg{};
-    cfg.node_ip4 = Ip4(kNodeIp);
-    cfg.pod_cidr4 = Ip4("10.244.0.0");
-    cfg.pod_cidr4_len = 24;
-    cfg.gateway_ip4 = Ip4("10.244.0.1");
-    cfg.flags = flags;
-    cfg.nat_port_min = min;
-    cfg.nat_port_max = max;
-    ASSERT_TRUE(dp_->node_config().Update(0, cfg).ok());
-  }
   RunResult ToNet(const Bytes& in) { return Run(dp_->to_net_fd(), in); }
-  RunResult FromNet(const Bytes& in) { return Run(dp_->from_net_fd(), in); }
-  Packet FromPodTo(const std::string& dst) {
-    return Packet::Eth(kNodeMac, kRouterMac).IPv4(kPodIp, dst, 63);
-  }
-  size_t Count(maps::NatMap& m) {
-    auto n = m.Count();
-    EXPECT_TRUE(n.ok());
-    return n.ok() ? *n : 0;
-  }
 };
 
-TEST_F(NetdevTest, PodTcpLeavingTheNodeIsMasqueradedToNodeAddressWithAllocatedPort) {
-  auto in = FromPodTo(kRemote).TCP(40000, 443).Payload("GET").Build();
-  auto r = ToNet(in);
-  ASSERT_EQ(r.verdict, kTcOk) << Describe(r.out);
-  auto d = Decode(r.out);
-  ASSERT_TRUE(d);
-  EXPECT_EQ(d->ip_src, Ip4(kNodeIp)) << Describe(r.out);
-  EXPECT_EQ(d->ip_dst, Ip4(kRemote));
-  EXPECT_GE(d->sport, kPortMin);
-  EXPECT_LE(d->sport, kPortMax);
-  EXPECT_EQ(d->dport, 443);
-  EXPECT_TRUE(d->ip_csum_ok) << Describe(r.out);
-  EXPECT_TRUE(d->l4_csum_ok) << Describe(r.out);
-  EXPECT_EQ(d->payload, "GET");
-
-  // Both directions are recorded: the flow's tuple and the reply's tuple.
-  sluice_nat4_key fwd{Ip4(kPodIp), Ip4(kRemote), htons(40000), htons(443), IPPROTO_TCP, {}};
-  auto snat = dp_->snat().Lookup(fwd);
-  ASSERT_TRUE(snat.ok()) << snat.status();
-  EXPECT_EQ(snat->addr, Ip4(kNodeIp));
-  EXPECT_EQ(ntohs(snat->port), d->sport);
-  sluice_nat4_key rev{Ip4(kRemote), Ip4(kNodeIp), htons(443), htons(d->sport), IPPROTO_TCP, {}};
-  auto rnat = dp_->rnat().Lookup(rev);
-  ASSERT_TRUE(rnat.ok()) << rnat.status();
-  EXPECT_EQ(rnat->addr, Ip4(kPodIp));
-  EXPECT_EQ(ntohs(rnat->port), 40000);
+// Checks that the port a step's output was given is one of the configured range.
+void ExpectAllocatedPort(loader::Datapath&, const Trail& t) {
+  EXPECT_GE(t.last().sport, kPortMin);
+  EXPECT_LE(t.last().sport, kPortMax);
 }
 
-TEST_F(NetdevTest, EveryPacketOfAFlowKeepsItsTranslation) {
-  auto first = Decode(ToNet(FromPodTo(kRemote).TCP(40000, 443).Build()).out);
-  auto second = Decode(ToNet(FromPodTo(kRemote).TCP(40000, 443, kTcpAck).Build()).out);
-  ASSERT_TRUE(first && second);
-  EXPECT_EQ(first->sport, second->sport);
-  EXPECT_EQ(Count(dp_->snat()), 1u);
-  EXPECT_EQ(Count(dp_->rnat()), 1u);
+std::vector<PacketCase> NetdevCases() {
+  return {
+      {"PodTcpLeavingTheNodeIsMasqueradedToNodeAddressWithAllocatedPort",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443).Payload("GET"),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) {
+           return MasqueradedTo(kRemote).TCP(t.last().sport, 443).Payload("GET");
+         }},
+         .effects =
+             [](loader::Datapath& dp, const Trail& t) {
+               ExpectAllocatedPort(dp, t);
+               uint16_t port = t.last().sport;
+               // Both directions are recorded: the flow's tuple and the reply's tuple.
+               sluice_nat4_key fwd{Ip4(kPodIp), Ip4(kRemote), htons(40000), htons(443),
+                                   IPPROTO_TCP, {}};
+               auto snat = dp.snat().Lookup(fwd);
+               ASSERT_TRUE(snat.ok()) << snat.status();
+               EXPECT_EQ(snat->addr, Ip4(kNodeIp));
+               EXPECT_EQ(ntohs(snat->port), port);
+               sluice_nat4_key rev{Ip4(kRemote), Ip4(kNodeIp), htons(443), htons(port),
+                                   IPPROTO_TCP, {}};
+               auto rnat = dp.rnat().Lookup(rev);
+               ASSERT_TRUE(rnat.ok()) << rnat.status();
+               EXPECT_EQ(rnat->addr, Ip4(kPodIp));
+               EXPECT_EQ(ntohs(rnat->port), 40000);
+             }}}},
+      {"EveryPacketOfAFlowKeepsItsTranslation",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) { return MasqueradedTo(kRemote).TCP(t.last().sport, 443); }},
+         .effects = ExpectAllocatedPort},
+        {.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443, kTcpAck),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) {
+           return MasqueradedTo(kRemote).TCP(t.out[0].sport, 443, kTcpAck);
+         }},
+         .effects =
+             [](loader::Datapath& dp, const Trail&) {
+               EXPECT_EQ(Count(dp.snat()), 1u);
+               EXPECT_EQ(Count(dp.rnat()), 1u);
+             }}}},
+      {"ReplyIsTranslatedBackAndDeliveredToThePod",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) { return MasqueradedTo(kRemote).TCP(t.last().sport, 443); }}},
+        {.prog = Prog::kFromNet,
+         .in =
+             [](const Trail& t) {
+               return ToNode(60).TCP(443, t.last().sport, kTcpSyn | kTcpAck).Payload("200 OK");
+             },
+         .verdict = kTcRedirect,
+         .out = {ToPod(59).TCP(443, 40000, kTcpSyn | kTcpAck).Payload("200 OK")}}}},
+      {"UdpWithChecksumIsMasqueradedWithTheChecksumUpdated",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).UDP(5000, 53).Payload("q1"),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) {
+           return MasqueradedTo(kRemote).UDP(t.last().sport, 53).Payload("q1");
+         }},
+         .effects = [](loader::Datapath&, const Trail& t) { EXPECT_NE(t.last().l4_csum, 0); }}}},
+      {"UdpWithoutChecksumIsMasqueradedAndKeepsNoChecksum",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).UDP(5001, 53, /*zero_checksum=*/true).Payload("q2"),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) {
+           return MasqueradedTo(kRemote)
+               .UDP(t.last().sport, 53, /*zero_checksum=*/true)
+               .Payload("q2");
+         }},
+         .effects =
+             [](loader::Datapath&, const Trail& t) {
+               EXPECT_EQ(t.last().l4_csum, 0) << "a zero UDP checksum means none and must stay zero";
+             }}}},
+      // The echo identifier plays the port: the allocated one replaces it.
+      {"IcmpEchoIsMasqueradedByIdentifierAndTheReplyReturns",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).IcmpEcho(77, 1).Payload("ping"),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) {
+           return MasqueradedTo(kRemote).IcmpEcho(t.last().sport, 1).Payload("ping");
+         }},
+         .effects = ExpectAllocatedPort},
+        {.prog = Prog::kFromNet,
+         .in =
+             [](const Trail& t) {
+               return ToNode().IcmpEcho(t.last().sport, 1, /*reply=*/true).Payload("ping");
+             },
+         .verdict = kTcRedirect,
+         .out = {ToPod(63).IcmpEcho(77, 1, /*reply=*/true).Payload("ping")}}}},
+      {"PodCidrDestinationsAreNeverMasqueraded",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo("10.244.0.99").TCP(40000, 80),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .effects = [](loader::Datapath& dp, const Trail&) { EXPECT_EQ(Count(dp.snat()), 0u); }}}},
+      {"NodeOwnTrafficPassesUntouched",
+       {{.prog = Prog::kToNet,
+         .in = Packet::Eth(kNodeMac, kRouterMac).IPv4(kNodeIp, kRemote).TCP(50000, 22),
+         .verdict = kTcOk,
+         .unchanged = true},
+        {.prog = Prog::kFromNet,
+         .in = Packet::Eth(kRouterMac, kNodeMac).IPv4(kRemote, kNodeIp).TCP(22, 50000),
+         .verdict = kTcOk,
+         .unchanged = true}}},
+      {"MasqueradeOffLeavesPodSourceAddress",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .setup = [](loader::Datapath& dp) { SetNodeConfig(dp, kPortMin, kPortMax, 0); }}}},
+      {"FragmentNeedingMasqueradeIsDroppedWithReason",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).UDP(5000, 53).Fragment(0x2000),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_FRAGMENT}}},
+      {"ProtocolWithoutPortsIsDroppedWithReason",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).Protocol(47 /* GRE */).Payload("gre"),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_NAT_UNSUPPORTED_L4}}},
+      // One port in the range: the second flow to the same destination finds none.
+      {"ExhaustedPortRangeDropsOnlyTheNewFlowAndCountsIt",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443),
+         .verdict = kTcOk,
+         .out = {MasqueradedTo(kRemote).TCP(62000, 443)},
+         .setup =
+             [](loader::Datapath& dp) {
+               SetNodeConfig(dp, 62000, 62000, SLUICE_NODE_F_MASQUERADE);
+             }},
+        {.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40001, 443),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_NAT_NO_PORT},
+        // The established flow is unaffected, and another destination can reuse the port.
+        {.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443, kTcpAck),
+         .verdict = kTcOk,
+         .out = {MasqueradedTo(kRemote).TCP(62000, 443, kTcpAck)}},
+        {.prog = Prog::kToNet,
+         .in = FromPodTo("198.51.100.8").TCP(40001, 443),
+         .verdict = kTcOk,
+         .out = {MasqueradedTo("198.51.100.8").TCP(62000, 443)}}}},
+  };
 }
 
-TEST_F(NetdevTest, ReplyIsTranslatedBackAndDeliveredToThePod) {
-  auto out = Decode(ToNet(FromPodTo(kRemote).TCP(40000, 443).Build()).out);
-  ASSERT_TRUE(out);
-  auto reply = Packet::Eth(kRouterMac, kNodeMac)
-                   .IPv4(kRemote, kNodeIp, 60)
-                   .TCP(443, out->sport, kTcpSyn | kTcpAck)
-                   .Payload("200 OK")
-                   .Build();
-  auto r = FromNet(reply);
-  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
-  auto d = Decode(r.out);
-  ASSERT_TRUE(d);
-  EXPECT_EQ(d->ip_src, Ip4(kRemote));
-  EXPECT_EQ(d->ip_dst, Ip4(kPodIp));
-  EXPECT_EQ(d->sport, 443);
-  EXPECT_EQ(d->dport, 40000);
-  EXPECT_EQ(d->ttl, 59);
-  EXPECT_EQ(d->eth_dst, kPodMac);
-  EXPECT_EQ(d->eth_src, kHostMac);
-  EXPECT_TRUE(d->ip_csum_ok) << Describe(r.out);
-  EXPECT_TRUE(d->l4_csum_ok) << Describe(r.out);
-  EXPECT_EQ(d->payload, "200 OK");
-}
+class NetdevTable : public NetdevTest, public ::testing::WithParamInterface<PacketCase> {};
 
-TEST_F(NetdevTest, UdpWithChecksumAndWithoutChecksumAreBothTranslatedCorrectly) {
-  auto with = Decode(ToNet(FromPodTo(kRemote).UDP(5000, 53).Payload("q1").Build()).out);
-  ASSERT_TRUE(with);
-  EXPECT_NE(with->l4_csum, 0);
-  EXPECT_TRUE(with->l4_csum_ok);
-  EXPECT_EQ(with->ip_src, Ip4(kNodeIp));
+TEST_P(NetdevTable, Packet) { RunCase(GetParam()); }
 
-  auto without =
-      Decode(ToNet(FromPodTo(kRemote).UDP(5001, 53, /*zero_checksum=*/true).Payload("q2").Build())
-                 .out);
-  ASSERT_TRUE(without);
-  EXPECT_EQ(without->l4_csum, 0) << "a zero UDP checksum means none and must stay zero";
-  EXPECT_EQ(without->ip_src, Ip4(kNodeIp));
-  EXPECT_TRUE(without->ip_csum_ok);
-}
+INSTANTIATE_TEST_SUITE_P(NativeDevice, NetdevTable, ::testing::ValuesIn(NetdevCases()), CaseName);
 
-TEST_F(NetdevTest, IcmpEchoIsMasqueradedByIdentifierAndTheReplyReturns) {
-  auto r = ToNet(FromPodTo(kRemote).IcmpEcho(77, 1).Payload("ping").Build());
-  ASSERT_EQ(r.verdict, kTcOk);
-  auto out = Decode(r.out);
-  ASSERT_TRUE(out);
-  EXPECT_EQ(out->ip_src, Ip4(kNodeIp));
-  EXPECT_GE(out->sport, kPortMin) << "the echo id is the allocated port";
-  EXPECT_TRUE(out->l4_csum_ok) << Describe(r.out);
-
-  auto back = FromNet(Packet::Eth(kRouterMac, kNodeMac)
-                          .IPv4(kRemote, kNodeIp)
-                          .IcmpEcho(out->sport, 1, /*reply=*/true)
-                          .Payload("ping")
-                          .Build());
-  ASSERT_EQ(back.verdict, kTcRedirect) << Describe(back.out);
-  auto d = Decode(back.out);
-  ASSERT_TRUE(d);
-  EXPECT_EQ(d->ip_dst, Ip4(kPodIp));
-  EXPECT_EQ(d->sport, 77);
-  EXPECT_TRUE(d->l4_csum_ok) << Describe(back.out);
-  EXPECT_TRUE(d->ip_csum_ok);
-}
-
-TEST_F(NetdevTest, PodCidrDestinationsAreNeverMasqueraded) {
-  auto in = FromPodTo("10.244.0.99").TCP(40000, 80).Build();
-  auto r = ToNet(in);
-  EXPECT_EQ(r.verdict, kTcOk);
-  EXPECT_EQ(r.out, in);
-  EXPECT_EQ(Count(dp_->snat()), 0u);
-}
-
-TEST_F(NetdevTest, NodeOwnTrafficPassesUntouched) {
-  auto in = Packet::Eth(kNodeMac, kRouterMac).IPv4(kNodeIp, kRemote).TCP(50000, 22).Build();
-  auto r = ToNet(in);
-  EXPECT_EQ(r.verdict, kTcOk);
-  EXPECT_EQ(r.out, in);
-  auto to_node = Packet::Eth(kRouterMac, kNodeMac).IPv4(kRemote, kNodeIp).TCP(22, 50000).Build();
-  auto back = FromNet(to_node);
-  EXPECT_EQ(back.verdict, kTcOk);
-  EXPECT_EQ(back.out, to_node);
-}
-
-TEST_F(NetdevTest, MasqueradeOffLeavesPodSourceAddress) {
-  SetNodeConfig(kPortMin, kPortMax, 0);
-  auto in = FromPodTo(kRemote).TCP(40000, 443).Build();
-  auto r = ToNet(in);
-  EXPECT_EQ(r.verdict, kTcOk);
-  EXPECT_EQ(r.out, in);
-}
-
-TEST_F(NetdevTest, FragmentNeedingMasqueradeIsDroppedWithReason) {
-  auto in = FromPodTo(kRemote).UDP(5000, 53).Fragment(0x2000).Build();
-  auto before = Drops(SLUICE_DROP_FRAGMENT);
-  EXPECT_EQ(ToNet(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_FRAGMENT), before + 1);
-}
-
-TEST_F(NetdevTest, ProtocolWithoutPortsIsDroppedWithReason) {
-  auto in = FromPodTo(kRemote).Protocol(47 /* GRE */).Payload("gre").Build();
-  auto before = Drops(SLUICE_DROP_NAT_UNSUPPORTED_L4);
-  EXPECT_EQ(ToNet(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_NAT_UNSUPPORTED_L4), before + 1);
-}
-
-TEST_F(NetdevTest, ExhaustedPortRangeDropsOnlyTheNewFlowAndCountsIt) {
-  SetNodeConfig(62000, 62000, SLUICE_NODE_F_MASQUERADE);
-  auto first = ToNet(FromPodTo(kRemote).TCP(40000, 443).Build());
-  ASSERT_EQ(first.verdict, kTcOk);
-  EXPECT_EQ(Decode(first.out)->sport, 62000);
-  auto before = Drops(SLUICE_DROP_NAT_NO_PORT);
-  EXPECT_EQ(ToNet(FromPodTo(kRemote).TCP(40001, 443).Build()).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_NAT_NO_PORT), before + 1);
-  // The established flow is unaffected, and another destination can reuse the port.
-  EXPECT_EQ(ToNet(FromPodTo(kRemote).TCP(40000, 443, kTcpAck).Build()).verdict, kTcOk);
-  auto other = ToNet(FromPodTo("198.51.100.8").TCP(40001, 443).Build());
-  ASSERT_EQ(other.verdict, kTcOk);
-  EXPECT_EQ(Decode(other.out)->sport, 62000);
-}
-
+// Not a table case: a property of 200 flows together.
 TEST_F(NetdevTest, ManyFlowsGetDistinctPorts) {
   std::set<uint16_t> ports;
   for (uint16_t sport = 30000; sport < 30200; ++sport) {

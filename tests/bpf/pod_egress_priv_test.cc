@@ -37,142 +37,95 @@ class PodEgressTest : public DatapathTest {
   RunResult FromPod(const Bytes& in) { return Run(dp_->from_pod_fd(), in, kPodAIfindex); }
 };
 
-TEST_F(PodEgressTest, ArpRequestForGatewayIsAnsweredWithHostMac) {
-  auto in = Packet::Eth(kPodAMac, kBroadcast)
-                .Arp(1, kPodAMac, "10.244.0.10", Mac{}, "10.244.0.1")
-                .Build();
-  auto r = FromPod(in);
-  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
-  auto d = Decode(r.out);
-  ASSERT_TRUE(d) << Describe(r.out);
-  EXPECT_EQ(d->ethertype, 0x0806);
-  EXPECT_EQ(d->arp_op, 2);
-  EXPECT_EQ(d->eth_dst, kPodAMac);
-  EXPECT_EQ(d->eth_src, kHostAMac);
-  EXPECT_EQ(d->arp_sha, kHostAMac);
-  EXPECT_EQ(d->arp_sip, Ip4("10.244.0.1"));
-  EXPECT_EQ(d->arp_tha, kPodAMac);
-  EXPECT_EQ(d->arp_tip, Ip4("10.244.0.10"));
+// Pod A (10.244.0.10, on lo) sends; pod B (10.244.0.11) is on the same node.
+Packet FromA() { return Packet::Eth(kPodAMac, kHostAMac); }
+
+std::vector<PacketCase> PodEgressCases() {
+  return {
+      {"ArpRequestForGatewayIsAnsweredWithHostMac",
+       {{.in = Packet::Eth(kPodAMac, kBroadcast)
+                   .Arp(1, kPodAMac, "10.244.0.10", Mac{}, "10.244.0.1"),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(kHostAMac, kPodAMac)
+                     .Arp(2, kHostAMac, "10.244.0.1", kPodAMac, "10.244.0.10")}}}},
+      {"ArpReplyFromPodGoesToTheStackUnchanged",
+       {{.in = FromA().Arp(2, kPodAMac, "10.244.0.10", kHostAMac, "10.244.0.1"),
+         .verdict = kTcOk,
+         .unchanged = true}}},
+      {"GratuitousArpIsNotAnswered",
+       {{.in = Packet::Eth(kPodAMac, kBroadcast)
+                   .Arp(1, kPodAMac, "10.244.0.10", Mac{}, "10.244.0.10"),
+         .verdict = kTcOk,
+         .unchanged = true}}},
+      {"ArpRequestFromForeignSenderIsDroppedAsSpoofed",
+       {{.in = Packet::Eth(kPodAMac, kBroadcast)
+                   .Arp(1, kPodAMac, "10.244.0.99", Mac{}, "10.244.0.1"),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_SPOOFED_SOURCE}}},
+      {"SameNodePodIsReachedByRedirectPeerWithRewrittenL2AndTtl",
+       {{.in = FromA().IPv4("10.244.0.10", "10.244.0.11", 64).TCP(40000, 8080).Payload("hello"),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(kHostBMac, kPodBMac)
+                     .IPv4("10.244.0.10", "10.244.0.11", 63)
+                     .TCP(40000, 8080)
+                     .Payload("hello")}}}},
+      {"UdpToSameNodePodIsRedirected",
+       {{.in = FromA().IPv4("10.244.0.10", "10.244.0.11").UDP(5353, 53).Payload("q"),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(kHostBMac, kPodBMac)
+                     .IPv4("10.244.0.10", "10.244.0.11", 63)
+                     .UDP(5353, 53)
+                     .Payload("q")}}}},
+      {"TrafficToTheNodeContinuesIntoTheStackUnchanged",
+       {{.in = FromA().IPv4("10.244.0.10", "192.168.1.1").TCP(40000, 80),
+         .verdict = kTcOk,
+         .unchanged = true}}},
+      {"TrafficToTheOutsideContinuesIntoTheStackUnchanged",
+       {{.in = FromA().IPv4("10.244.0.10", "198.51.100.7").TCP(40000, 80),
+         .verdict = kTcOk,
+         .unchanged = true}}},
+      {"TrafficToAnotherNodesPodContinuesIntoTheStackUnchanged",
+       {{.in = FromA().IPv4("10.244.0.10", "10.244.1.5").TCP(40000, 80),
+         .verdict = kTcOk,
+         .unchanged = true}}},
+      {"SourceAddressNotOwnedByAnyPodIsDroppedAsSpoofed",
+       {{.in = FromA().IPv4("10.244.0.77", "10.244.0.11").TCP(1, 2),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_SPOOFED_SOURCE}}},
+      // 10.244.0.11 belongs to the pod on kPodBIfindex, not to the sending interface.
+      {"AnotherPodsAddressSentFromThisInterfaceIsDroppedAsSpoofed",
+       {{.in = FromA().IPv4("10.244.0.11", "10.244.0.10").UDP(1, 2),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_SPOOFED_SOURCE}}},
+      {"ExpiringTtlToLocalPodIsDroppedWithReason",
+       {{.in = FromA().IPv4("10.244.0.10", "10.244.0.11", 1).TCP(40000, 8080),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_TTL_EXCEEDED}}},
+      {"Ipv6IsDroppedAsUnsupportedL3",
+       {{.in = FromA().Ether(0x86dd).Payload(std::string(40, '\0')),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_UNSUPPORTED_L3}}},
+      // (test_run itself refuses frames too short for an IPv4 header, so the header length lies.)
+      {"Ipv4HeaderShorterThanMinimumIsDroppedAsInvalid",
+       {{.in =
+             [](const Trail&) {
+               Bytes b = FromA().IPv4("10.244.0.10", "10.244.0.11").UDP(1, 2).Build();
+               b[14] = 0x44;
+               return b;
+             },
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_INVALID_PACKET}}},
+  };
 }
 
-TEST_F(PodEgressTest, ArpReplyFromPodGoesToTheStackUnchanged) {
-  auto in = Packet::Eth(kPodAMac, kHostAMac)
-                .Arp(2, kPodAMac, "10.244.0.10", kHostAMac, "10.244.0.1")
-                .Build();
-  auto r = FromPod(in);
-  EXPECT_EQ(r.verdict, kTcOk);
-  EXPECT_EQ(r.out, in);
-}
+class PodEgressTable : public PodEgressTest, public ::testing::WithParamInterface<PacketCase> {};
 
-TEST_F(PodEgressTest, GratuitousArpIsNotAnswered) {
-  auto in = Packet::Eth(kPodAMac, kBroadcast)
-                .Arp(1, kPodAMac, "10.244.0.10", Mac{}, "10.244.0.10")
-                .Build();
-  auto r = FromPod(in);
-  EXPECT_EQ(r.verdict, kTcOk);
-  EXPECT_EQ(r.out, in);
-}
+TEST_P(PodEgressTable, Packet) { RunCase(GetParam()); }
 
-TEST_F(PodEgressTest, ArpRequestFromForeignSenderIsDroppedAsSpoofed) {
-  auto in = Packet::Eth(kPodAMac, kBroadcast)
-                .Arp(1, kPodAMac, "10.244.0.99", Mac{}, "10.244.0.1")
-                .Build();
-  auto before = Drops(SLUICE_DROP_SPOOFED_SOURCE);
-  EXPECT_EQ(FromPod(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_SPOOFED_SOURCE), before + 1);
-}
+INSTANTIATE_TEST_SUITE_P(SluiceFromPod, PodEgressTable, ::testing::ValuesIn(PodEgressCases()),
+                         CaseName);
 
-TEST_F(PodEgressTest, SameNodePodIsReachedByRedirectPeerWithRewrittenL2AndTtl) {
-  auto in = Packet::Eth(kPodAMac, kHostAMac)
-                .IPv4("10.244.0.10", "10.244.0.11", 64)
-                .TCP(40000, 8080)
-                .Payload("hello")
-                .Build();
-  auto r = FromPod(in);
-  ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
-  auto d = Decode(r.out);
-  ASSERT_TRUE(d) << Describe(r.out);
-  EXPECT_EQ(d->eth_dst, kPodBMac);
-  EXPECT_EQ(d->eth_src, kHostBMac);
-  EXPECT_EQ(d->ttl, 63);
-  EXPECT_TRUE(d->ip_csum_ok) << Describe(r.out);
-  EXPECT_TRUE(d->l4_csum_ok) << Describe(r.out);
-  EXPECT_EQ(d->ip_src, Ip4("10.244.0.10"));
-  EXPECT_EQ(d->ip_dst, Ip4("10.244.0.11"));
-  EXPECT_EQ(d->sport, 40000);
-  EXPECT_EQ(d->dport, 8080);
-  EXPECT_EQ(d->payload, "hello");
-}
-
-TEST_F(PodEgressTest, UdpToSameNodePodIsRedirected) {
-  auto in = Packet::Eth(kPodAMac, kHostAMac)
-                .IPv4("10.244.0.10", "10.244.0.11")
-                .UDP(5353, 53)
-                .Payload("q")
-                .Build();
-  auto r = FromPod(in);
-  ASSERT_EQ(r.verdict, kTcRedirect);
-  auto d = Decode(r.out);
-  ASSERT_TRUE(d);
-  EXPECT_TRUE(d->ip_csum_ok);
-  EXPECT_TRUE(d->l4_csum_ok);
-}
-
-TEST_F(PodEgressTest, TrafficLeavingTheNodeContinuesIntoTheStackUnchanged) {
-  for (const char* dst : {"192.168.1.1" /* the node */, "198.51.100.7" /* outside */,
-                          "10.244.1.5" /* another node's pod */}) {
-    auto in =
-        Packet::Eth(kPodAMac, kHostAMac).IPv4("10.244.0.10", dst).TCP(40000, 80).Build();
-    auto r = FromPod(in);
-    EXPECT_EQ(r.verdict, kTcOk) << dst;
-    EXPECT_EQ(r.out, in) << dst << ": " << Describe(r.out);
-  }
-}
-
-TEST_F(PodEgressTest, SourceAddressNotOwnedByAnyPodIsDroppedAsSpoofed) {
-  auto in =
-      Packet::Eth(kPodAMac, kHostAMac).IPv4("10.244.0.77", "10.244.0.11").TCP(1, 2).Build();
-  auto before = Drops(SLUICE_DROP_SPOOFED_SOURCE);
-  EXPECT_EQ(FromPod(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_SPOOFED_SOURCE), before + 1);
-}
-
-TEST_F(PodEgressTest, AnotherPodsAddressSentFromThisInterfaceIsDroppedAsSpoofed) {
-  // 10.244.0.11 belongs to the pod on kPodBIfindex, not to the sending interface.
-  auto in =
-      Packet::Eth(kPodAMac, kHostAMac).IPv4("10.244.0.11", "10.244.0.10").UDP(1, 2).Build();
-  auto before = Drops(SLUICE_DROP_SPOOFED_SOURCE);
-  EXPECT_EQ(FromPod(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_SPOOFED_SOURCE), before + 1);
-}
-
-TEST_F(PodEgressTest, ExpiringTtlToLocalPodIsDroppedWithReason) {
-  auto in = Packet::Eth(kPodAMac, kHostAMac)
-                .IPv4("10.244.0.10", "10.244.0.11", 1)
-                .TCP(40000, 8080)
-                .Build();
-  auto before = Drops(SLUICE_DROP_TTL_EXCEEDED);
-  EXPECT_EQ(FromPod(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_TTL_EXCEEDED), before + 1);
-}
-
-TEST_F(PodEgressTest, Ipv6IsDroppedAsUnsupportedL3) {
-  auto in = Packet::Eth(kPodAMac, kHostAMac).Ether(0x86dd).Payload(std::string(40, '\0')).Build();
-  auto before = Drops(SLUICE_DROP_UNSUPPORTED_L3);
-  EXPECT_EQ(FromPod(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_UNSUPPORTED_L3), before + 1);
-}
-
-TEST_F(PodEgressTest, Ipv4HeaderShorterThanMinimumIsDroppedAsInvalid) {
-  // (test_run itself refuses frames too short for an IPv4 header, so the header length lies.)
-  auto in =
-      Packet::Eth(kPodAMac, kHostAMac).IPv4("10.244.0.10", "10.244.0.11").UDP(1, 2).Build();
-  in[14] = 0x44;
-  auto before = Drops(SLUICE_DROP_INVALID_PACKET);
-  EXPECT_EQ(FromPod(in).verdict, kTcShot);
-  EXPECT_EQ(Drops(SLUICE_DROP_INVALID_PACKET), before + 1);
-}
-
+// Not a packet case: the counters' read-out by name, packets and bytes over two drops.
 TEST_F(PodEgressTest, DropCountersAreReadableByReasonName) {
   auto in = Packet::Eth(kPodAMac, kHostAMac).Ether(0x86dd).Payload(std::string(40, '\0')).Build();
   FromPod(in);

@@ -404,47 +404,98 @@ TEST_F(SockLbTest, ConnectedUdpSeesTheFrontendAsPeerAndSource) {
   EXPECT_STREQ(r.reply, "pong");
 }
 
-TEST_F(SockLbTest, RejectedServiceRefusesTcpConnectAndUdpSendWithEconnrefused) {
-  uint64_t rejected = Drops(SLUICE_DROP_SERVICE_REJECTED);
-  uint64_t no_backend = Drops(SLUICE_DROP_SERVICE_NO_BACKEND);
-  ClientResult tcp = InNode(TcpConnect(kRejectIp, 80)).Wait();
-  EXPECT_EQ(tcp.err, ECONNREFUSED) << tcp.failed_call << ": " << strerror(tcp.err);
-  EXPECT_STREQ(tcp.failed_call, "connect");
-  ClientResult udp = InNode(UdpExchange(kRejectIp, 53, /*connected=*/false)).Wait();
-  EXPECT_EQ(udp.err, ECONNREFUSED) << udp.failed_call << ": " << strerror(udp.err);
-  EXPECT_STREQ(udp.failed_call, "sendto");
-  // A service without slots is refused the same way, flag or not.
-  ClientResult empty = InNode(TcpConnect(kEmptyIp, 80)).Wait();
-  EXPECT_EQ(empty.err, ECONNREFUSED) << empty.failed_call << ": " << strerror(empty.err);
-  // Counted as the TC path counts them: the REJECT flag as rejected, no slot as no backend.
-  EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_REJECTED), rejected + 2);
-  EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_NO_BACKEND), no_backend + 1);
+// ---- What a client's connect()/sendto() sees, as a table -----------------------------------------
+
+// One call of a client child in the node's namespace and cgroup, and what must come of it.
+struct SockCase {
+  std::string name;
+  std::function<void(loader::Datapath&)> setup;  // map writes beyond the fixture's services
+  std::string addr;
+  uint16_t port;
+  bool udp = false;  // sendto() of a datagram instead of a TCP connect()
+  int err = 0;       // errno of the failing call
+  const char* failed_call = "";
+  // Drop reasons counted once each; every other counter stays.
+  std::vector<unsigned> drops;
+};
+void PrintTo(const SockCase& c, std::ostream* os) { *os << c.name; }
+
+std::vector<SockCase> SockCases() {
+  return {
+      {.name = "RejectedServiceRefusesTcpConnectWithEconnrefused",
+       .addr = kRejectIp,
+       .port = 80,
+       .err = ECONNREFUSED,
+       .failed_call = "connect",
+       .drops = {SLUICE_DROP_SERVICE_REJECTED}},
+      {.name = "RejectedServiceRefusesUdpSendtoWithEconnrefused",
+       .addr = kRejectIp,
+       .port = 53,
+       .udp = true,
+       .err = ECONNREFUSED,
+       .failed_call = "sendto",
+       .drops = {SLUICE_DROP_SERVICE_REJECTED}},
+      // A service without slots is refused the same way, flag or not; counted as the TC path
+      // counts it: no slot is no backend.
+      {.name = "ServiceWithoutSlotsRefusesConnectAndCountsNoBackend",
+       .addr = kEmptyIp,
+       .port = 80,
+       .err = ECONNREFUSED,
+       .failed_call = "connect",
+       .drops = {SLUICE_DROP_SERVICE_NO_BACKEND}},
+      {.name = "UnknownAddressInTheServiceRangeIsUnreachableAtOnce",
+       .addr = kUnknownIp,
+       .port = 80,
+       .err = EHOSTUNREACH,
+       .failed_call = "connect",
+       .drops = {SLUICE_DROP_SERVICE_UNKNOWN_IP}},
+      // The ClusterIP's wildcard entry {addr, 0, 0} marks the address as in use (see
+      // lb4_frontend).
+      {.name = "PortAClusterIpDoesNotDefineIsRefused",
+       .setup =
+           [](loader::Datapath& dp) {
+             sluice_lb4_service wildcard{};
+             ASSERT_TRUE(dp.lb4_services().Update(LbKey(kClusterIp, 0, 0, 0), wildcard).ok());
+           },
+       .addr = kClusterIp,
+       .port = 81,
+       .err = ECONNREFUSED,
+       .failed_call = "connect",
+       .drops = {SLUICE_DROP_SERVICE_REJECTED}},
+      // Untranslated, 10.96.0.13 has no route in the namespace (only lo is up); translated, it
+      // would have reached the listener.
+      {.name = "NodePortFrontendIsNotTranslated",
+       .addr = kNodePortIp,
+       .port = 80,
+       .err = ENETUNREACH,
+       .failed_call = "connect"},
+  };
 }
 
-TEST_F(SockLbTest, UnknownAddressInTheServiceRangeIsUnreachableAtOnce) {
-  uint64_t before = Drops(SLUICE_DROP_SERVICE_UNKNOWN_IP);
-  ClientResult r = InNode(TcpConnect(kUnknownIp, 80)).Wait();
-  EXPECT_EQ(r.err, EHOSTUNREACH) << r.failed_call << ": " << strerror(r.err);
-  EXPECT_STREQ(r.failed_call, "connect");
-  EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_UNKNOWN_IP), before + 1);
+class SockLbTable : public SockLbTest, public ::testing::WithParamInterface<SockCase> {};
+
+TEST_P(SockLbTable, Call) {
+  const SockCase& c = GetParam();
+  if (c.setup) {
+    c.setup(*dp_);
+    if (HasFatalFailure()) return;
+  }
+  auto before = DropCounts();
+  ClientResult r =
+      InNode(c.udp ? UdpExchange(c.addr, c.port, /*connected=*/false) : TcpConnect(c.addr, c.port))
+          .Wait();
+  EXPECT_EQ(r.err, c.err) << r.failed_call << ": " << strerror(r.err);
+  EXPECT_STREQ(r.failed_call, c.failed_call);
+  for (const auto& [reason, after] : DropCounts()) {
+    int counted = 0;
+    for (unsigned d : c.drops) counted += d == reason;
+    EXPECT_EQ(after, before[reason] + counted) << "drop reason " << sluice_drop_reason_name(reason);
+  }
+  EXPECT_EQ(DrainAccepts(tcp_), 0) << "a refused or untranslated call reaches no backend";
 }
 
-TEST_F(SockLbTest, PortAClusterIpDoesNotDefineIsRefused) {
-  // The ClusterIP's wildcard entry {addr, 0, 0} marks the address as in use (see lb4_frontend).
-  sluice_lb4_service wildcard{};
-  ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(kClusterIp, 0, 0, 0), wildcard).ok());
-  ClientResult r = InNode(TcpConnect(kClusterIp, 81)).Wait();
-  EXPECT_EQ(r.err, ECONNREFUSED) << r.failed_call << ": " << strerror(r.err);
-  EXPECT_STREQ(r.failed_call, "connect");
-}
-
-TEST_F(SockLbTest, NodePortFrontendIsNotTranslated) {
-  // Untranslated, 10.96.0.13 has no route in the namespace (only lo is up); translated, it would
-  // have reached the listener.
-  ClientResult r = InNode(TcpConnect(kNodePortIp, 80)).Wait();
-  EXPECT_EQ(r.err, ENETUNREACH) << r.failed_call << ": " << strerror(r.err);
-  EXPECT_EQ(DrainAccepts(tcp_), 0);
-}
+INSTANTIATE_TEST_SUITE_P(SocketLb, SockLbTable, ::testing::ValuesIn(SockCases()),
+                         [](const auto& info) { return info.param.name; });
 
 TEST_F(SockLbTest, SocketsOfAnotherNamespaceInTheSameCgroupAreNotTranslated) {
   ScratchNetns other;

@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "loader/bpffs.h"
 
 namespace sluice::testing {
@@ -102,6 +103,113 @@ uint64_t DatapathTest::Drops(unsigned reason) {
   if (per_cpu.ok())
     for (const auto& c : *per_cpu) n += c.packets;
   return n;
+}
+
+std::map<unsigned, uint64_t> DatapathTest::DropCounts() {
+  std::map<unsigned, uint64_t> counts;
+  auto totals = dp_->DropTotals();
+  EXPECT_TRUE(totals.ok()) << totals.status();
+  if (totals.ok()) {
+    for (const auto& t : *totals) counts[t.reason] = t.packets;
+  }
+  return counts;
+}
+
+const char* ProgName(Prog p) {
+  switch (p) {
+    case Prog::kFromPod:
+      return "sluice_from_pod";
+    case Prog::kFromNet:
+      return "sluice_from_net";
+    case Prog::kToNet:
+      return "sluice_to_net";
+  }
+  return "?";
+}
+
+void PrintTo(const PacketCase& c, std::ostream* os) {
+  *os << c.name << " (" << c.steps.size() << " steps)";
+}
+
+std::string CaseName(const ::testing::TestParamInfo<PacketCase>& info) { return info.param.name; }
+
+namespace {
+
+std::string VerdictName(int v) {
+  switch (v) {
+    case kTcOk:
+      return "TC_ACT_OK";
+    case kTcShot:
+      return "TC_ACT_SHOT";
+    case kTcRedirect:
+      return "TC_ACT_REDIRECT";
+  }
+  return absl::StrCat("verdict ", v);
+}
+
+}  // namespace
+
+void DatapathTest::RunCase(const PacketCase& c) {
+  Trail trail;
+  for (size_t i = 0; i < c.steps.size(); ++i) {
+    const Step& step = c.steps[i];
+    SCOPED_TRACE(absl::StrCat(c.name, " step ", i + 1, "/", c.steps.size(), " through ",
+                              ProgName(step.prog)));
+    if (step.setup) {
+      step.setup(*dp_);
+      if (HasFatalFailure()) return;
+    }
+    Bytes in = step.in.Make(trail);
+    int fd = step.prog == Prog::kFromPod   ? dp_->from_pod_fd()
+             : step.prog == Prog::kFromNet ? dp_->from_net_fd()
+                                           : dp_->to_net_fd();
+    auto drops_before = DropCounts();
+    RunResult r = Run(fd, in, step.ifindex);
+    auto drops_after = DropCounts();
+    std::string shown = absl::StrCat("input:\n", Layers(in), "\nactual output:\n", Layers(r.out));
+    ASSERT_EQ(VerdictName(r.verdict), VerdictName(step.verdict)) << shown;
+
+    for (const auto& [reason, after] : drops_after) {
+      uint64_t want = drops_before[reason] + (step.drop == reason ? 1 : 0);
+      EXPECT_EQ(after, want) << "drop reason " << sluice_drop_reason_name(reason) << "\n" << shown;
+    }
+    if (step.drop) {
+      EXPECT_TRUE(drops_after.count(*step.drop)) << "no counter for reason " << *step.drop;
+    }
+
+    auto decoded = Decode(r.out);
+    trail.out.push_back(decoded.value_or(Decoded{}));
+    trail.raw.push_back(r.out);
+    if (step.verdict != kTcShot && decoded && decoded->ethertype == 0x0800) {
+      EXPECT_TRUE(decoded->ip_csum_ok) << shown;
+      EXPECT_TRUE(decoded->l4_csum_ok) << shown;
+    }
+    if (step.unchanged) {
+      EXPECT_EQ(PacketDiff(in, r.out), "") << "the output must be the input unchanged\n"
+                                          << shown;
+    }
+    if (!step.out.empty()) {
+      std::vector<Bytes> expected;
+      for (const auto& f : step.out) expected.push_back(f.Make(trail));
+      bool matched = false;
+      for (const auto& e : expected) matched = matched || e == r.out;
+      if (!matched) {
+        std::string why;
+        for (size_t k = 0; k < expected.size(); ++k) {
+          absl::StrAppend(&why, "expected", expected.size() > 1 ? absl::StrCat(" (", k + 1, " of ",
+                                                                             expected.size(), ")")
+                                                                : "",
+                          ":\n", Layers(expected[k]), "\ndiffers from the actual output in:\n",
+                          PacketDiff(expected[k], r.out), "\n");
+        }
+        ADD_FAILURE() << "the output matches no expected packet\n" << shown << "\n" << why;
+      }
+    }
+    if (step.effects) {
+      step.effects(*dp_, trail);
+      if (HasFatalFailure()) return;
+    }
+  }
 }
 
 }  // namespace sluice::testing

@@ -1,7 +1,12 @@
 // A loaded datapath on a private bpffs for one test, and BPF_PROG_TEST_RUN on its programs.
 #pragma once
 
+#include <concepts>
+#include <functional>
+#include <map>
 #include <memory>
+#include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -15,6 +20,72 @@ struct RunResult {
   int verdict = -1;
   Bytes out;
 };
+
+// ---- Packet tables (Katran's fixture style) ----------------------------------------------------
+// A case is a list of steps, each one packet through one program with what must come of it. Most
+// cases are one step; a flow's first packet and its reply are two, the reply built from what the
+// first step put out (the backend the program picked at random, the port it allocated).
+
+enum class Prog { kFromPod, kFromNet, kToNet };
+const char* ProgName(Prog p);
+
+// The decoded outputs of a case's steps so far, and their raw bytes.
+struct Trail {
+  std::vector<Decoded> out;
+  std::vector<Bytes> raw;
+  const Decoded& last() const { return out.back(); }
+};
+
+// A frame given outright, or made from the trail.
+class Frame {
+ public:
+  Frame(const Packet& p) : bytes_(p.Build()) {}  // NOLINT: implicit by design
+  Frame(Bytes b) : bytes_(std::move(b)) {}         // NOLINT
+  template <typename F>
+    requires std::invocable<const F&, const Trail&>
+  Frame(F f) {  // NOLINT
+    fn_ = [f = std::move(f)](const Trail& t) -> Bytes {
+      auto made = f(t);
+      if constexpr (std::same_as<decltype(made), Bytes>) {
+        return made;
+      } else {
+        return made.Build();
+      }
+    };
+  }
+  Bytes Make(const Trail& t) const { return fn_ ? fn_(t) : bytes_; }
+
+ private:
+  Bytes bytes_;
+  std::function<Bytes(const Trail&)> fn_;
+};
+
+struct Step {
+  Prog prog = Prog::kFromPod;
+  Frame in = Bytes{};
+  int verdict = 0;
+  // The output must equal one of these byte for byte (more than one where the program picks at
+  // random). They are made from the trail *including this step's output*, for the one value the
+  // program chooses itself (an allocated port), which `effects` then checks on its own.
+  // Empty: the output is not compared (a drop), unless `unchanged`.
+  std::vector<Frame> out;
+  bool unchanged = false;  // the output is the input, byte for byte
+  // The drop reason counted exactly once by this step; no other reason may move. None: no
+  // counter moves at all.
+  std::optional<unsigned> drop;
+  // Map writes before the packet (beyond the fixture's set-up).
+  std::function<void(loader::Datapath&)> setup;
+  // Map side effects and other checks after the packet; the trail includes this step.
+  std::function<void(loader::Datapath&, const Trail&)> effects;
+  int ifindex = 1;  // lo: test_run receives on it
+};
+
+struct PacketCase {
+  std::string name;  // states the behaviour; a gtest name (letters and digits)
+  std::vector<Step> steps;
+};
+void PrintTo(const PacketCase& c, std::ostream* os);
+std::string CaseName(const ::testing::TestParamInfo<PacketCase>& info);
 
 // A bpffs mounted on a fresh directory, unmounted (pins and all) on destruction.
 class ScratchBpffs {
@@ -36,6 +107,11 @@ class DatapathTest : public ::testing::Test {
   // device for any other index).
   RunResult Run(int prog_fd, const Bytes& in, int ifindex = 1);
   uint64_t Drops(unsigned reason);
+  // Packets counted per drop reason (every reason, zeros included).
+  std::map<unsigned, uint64_t> DropCounts();
+  // Runs the steps of a table case in order, each checked as Step describes; a failure prints the
+  // input, the expected and the actual packet layer by layer, and the fields that differ.
+  void RunCase(const PacketCase& c);
 
   std::unique_ptr<ScratchBpffs> bpffs_;
   std::unique_ptr<loader::Datapath> dp_;

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -110,11 +111,14 @@ Packet& Packet::UDP(uint16_t sport, uint16_t dport, bool zero_checksum) {
   return *this;
 }
 Packet& Packet::IcmpEcho(uint16_t id, uint16_t seq, bool reply) {
+  return Icmp(reply ? 0 : 8, 0, (uint32_t{id} << 16) | seq);
+}
+Packet& Packet::Icmp(uint8_t type, uint8_t code, uint32_t rest) {
   l4_ = L4::kIcmp;
   proto_ = 1;
-  icmp_id_ = id;
-  icmp_seq_ = seq;
-  icmp_reply_ = reply;
+  icmp_type_ = type;
+  icmp_code_ = code;
+  icmp_rest_ = rest;
   return *this;
 }
 Packet& Packet::Arp(uint16_t op, const Mac& sha, const std::string& sip, const Mac& tha,
@@ -130,6 +134,26 @@ Packet& Packet::Arp(uint16_t op, const Mac& sha, const std::string& sip, const M
 }
 Packet& Packet::Payload(const std::string& data) {
   payload_ = data;
+  return *this;
+}
+Packet& Packet::Payload(const Bytes& data) {
+  payload_.assign(data.begin(), data.end());
+  return *this;
+}
+Packet& Packet::Id(uint16_t ip_id) {
+  ip_id_ = ip_id;
+  return *this;
+}
+Packet& Packet::Seq(uint32_t seq) {
+  tcp_seq_ = seq;
+  return *this;
+}
+Packet& Packet::AckSeq(uint32_t ack_seq) {
+  tcp_ack_ = ack_seq;
+  return *this;
+}
+Packet& Packet::Window(uint16_t window) {
+  tcp_window_ = window;
   return *this;
 }
 Packet& Packet::Ether(uint16_t ethertype) {
@@ -166,10 +190,11 @@ Bytes Packet::Build() const {
       l4.assign(20, 0);
       Put16(l4, 0, sport_);
       Put16(l4, 2, dport_);
-      Put32be(l4, 4, htonl(1000));
+      Put32be(l4, 4, htonl(tcp_seq_));
+      Put32be(l4, 8, htonl(tcp_ack_));
       l4[12] = 5 << 4;
       l4[13] = tcp_flags_;
-      Put16(l4, 14, 65535);
+      Put16(l4, 14, tcp_window_);
       break;
     case L4::kUdp:
       l4.assign(8, 0);
@@ -178,9 +203,9 @@ Bytes Packet::Build() const {
       break;
     case L4::kIcmp:
       l4.assign(8, 0);
-      l4[0] = icmp_reply_ ? 0 : 8;
-      Put16(l4, 4, icmp_id_);
-      Put16(l4, 6, icmp_seq_);
+      l4[0] = icmp_type_;
+      l4[1] = icmp_code_;
+      Put32be(l4, 4, htonl(icmp_rest_));
       break;
     default:
       break;
@@ -198,7 +223,7 @@ Bytes Packet::Build() const {
   Bytes ip(20, 0);
   ip[0] = 0x45;
   Put16(ip, 2, 20 + l4.size());
-  Put16(ip, 4, 0x1234);
+  Put16(ip, 4, ip_id_);
   Put16(ip, 6, frag_);
   ip[8] = ttl_;
   ip[9] = proto_;
@@ -282,6 +307,192 @@ std::string Describe(const Bytes& b) {
                   d->ttl, " proto ", d->proto, d->ip_csum_ok ? " csum ok" : " CSUM BAD");
   absl::StrAppend(&s, " | l4 ", d->sport, "->", d->dport, d->l4_csum_ok ? " csum ok" : " CSUM BAD",
                   " | ", d->payload.size(), " payload bytes");
+  return s;
+}
+
+namespace {
+
+// One header field as Layers() prints it and PacketDiff() compares it.
+struct Field {
+  std::string layer, name, value;
+};
+
+std::string TcpFlagNames(uint8_t f) {
+  static constexpr const char* kNames[] = {"FIN", "SYN", "RST", "PSH", "ACK", "URG", "ECE", "CWR"};
+  std::string s;
+  for (int i = 0; i < 8; ++i) {
+    if (f & (1 << i)) absl::StrAppend(&s, s.empty() ? "" : "|", kNames[i]);
+  }
+  return s.empty() ? "none" : s;
+}
+
+std::string Printable(const uint8_t* p, size_t n) {
+  std::string s = "\"";
+  for (size_t i = 0; i < n && i < 48; ++i) {
+    if (p[i] >= 0x20 && p[i] < 0x7f && p[i] != '"' && p[i] != '\\') {
+      s += static_cast<char>(p[i]);
+    } else {
+      absl::StrAppendFormat(&s, "\\x%02x", p[i]);
+    }
+  }
+  return absl::StrCat(s, n > 48 ? "\"..." : "\"");
+}
+
+std::string Csum(uint16_t value, bool ok) {
+  return absl::StrFormat("0x%04x %s", value, ok ? "ok" : "BAD");
+}
+
+// Reads `b` field by field; stops (with a "truncated" field) where a header does not fit.
+std::vector<Field> Fields(const Bytes& b) {
+  std::vector<Field> f;
+  auto add = [&f](const char* layer, const char* name, std::string value) {
+    f.push_back({layer, name, std::move(value)});
+  };
+  auto rest = [&](size_t off) {
+    if (off < b.size()) {
+      add("data", "bytes", absl::StrCat(b.size() - off, " ", Printable(&b[off], b.size() - off)));
+    }
+  };
+  if (b.size() < 14) {
+    add("eth", "truncated", absl::StrCat(b.size(), " bytes"));
+    return f;
+  }
+  Mac dst, src;
+  std::memcpy(dst.data(), &b[0], 6);
+  std::memcpy(src.data(), &b[6], 6);
+  uint16_t type = Get16(b, 12);
+  add("eth", "dst", FormatMac(dst));
+  add("eth", "src", FormatMac(src));
+  add("eth", "type", absl::StrFormat("0x%04x", type));
+  if (type == 0x0806) {
+    if (b.size() < 42) {
+      add("arp", "truncated", absl::StrCat(b.size() - 14, " bytes"));
+      return f;
+    }
+    Mac sha, tha;
+    std::memcpy(sha.data(), &b[22], 6);
+    std::memcpy(tha.data(), &b[32], 6);
+    add("arp", "htype", absl::StrCat(Get16(b, 14)));
+    add("arp", "ptype", absl::StrFormat("0x%04x", Get16(b, 16)));
+    add("arp", "hlen", absl::StrCat(b[18]));
+    add("arp", "plen", absl::StrCat(b[19]));
+    add("arp", "op", absl::StrCat(Get16(b, 20)));
+    add("arp", "sha", FormatMac(sha));
+    add("arp", "sip", FormatIp4(Get32be(b, 28)));
+    add("arp", "tha", FormatMac(tha));
+    add("arp", "tip", FormatIp4(Get32be(b, 38)));
+    rest(42);
+    return f;
+  }
+  if (type != 0x0800 || b.size() < 34) {
+    rest(14);
+    return f;
+  }
+  size_t ihl = (b[14] & 0xf) * 4;
+  size_t total = Get16(b, 16);
+  uint32_t saddr = Get32be(b, 26), daddr = Get32be(b, 30);
+  add("ipv4", "version", absl::StrCat(b[14] >> 4));
+  add("ipv4", "ihl", absl::StrCat(b[14] & 0xf));
+  add("ipv4", "tos", absl::StrCat(b[15]));
+  add("ipv4", "len", absl::StrCat(total));
+  add("ipv4", "id", absl::StrFormat("0x%04x", Get16(b, 18)));
+  add("ipv4", "frag", absl::StrFormat("0x%04x", Get16(b, 20)));
+  add("ipv4", "ttl", absl::StrCat(b[22]));
+  add("ipv4", "proto", absl::StrCat(b[23]));
+  add("ipv4", "csum",
+      Csum(Get16(b, 24), ihl >= 20 && b.size() >= 14 + ihl && Fold(SumWords(&b[14], ihl)) == 0));
+  add("ipv4", "src", FormatIp4(saddr));
+  add("ipv4", "dst", FormatIp4(daddr));
+  if (ihl < 20 || total < ihl || b.size() < 14 + total) {
+    add("ipv4", "bad_length", absl::StrCat("ihl ", ihl, " len ", total, " frame ", b.size()));
+    rest(34);
+    return f;
+  }
+  size_t off = 14 + ihl;
+  const uint8_t* l4 = &b[off];
+  size_t l4_len = total - ihl;
+  bool first_fragment = (Get16(b, 20) & 0x1fff) == 0;
+  uint8_t proto = b[23];
+  if (first_fragment && proto == 6 && l4_len >= 20) {
+    bool ok = Fold(SumWords(l4, l4_len, PseudoSum(saddr, daddr, 6, l4_len))) == 0;
+    add("tcp", "sport", absl::StrCat(Get16(b, off)));
+    add("tcp", "dport", absl::StrCat(Get16(b, off + 2)));
+    add("tcp", "seq", absl::StrCat(ntohl(Get32be(b, off + 4))));
+    add("tcp", "ack", absl::StrCat(ntohl(Get32be(b, off + 8))));
+    add("tcp", "doff", absl::StrCat(l4[12] >> 4));
+    add("tcp", "flags", TcpFlagNames(l4[13]));
+    add("tcp", "win", absl::StrCat(Get16(b, off + 14)));
+    add("tcp", "csum", Csum(Get16(b, off + 16), ok));
+    add("tcp", "urg", absl::StrCat(Get16(b, off + 18)));
+    off += std::max<size_t>(20, (l4[12] >> 4) * 4);
+  } else if (first_fragment && proto == 17 && l4_len >= 8) {
+    uint16_t c = Get16(b, off + 6);
+    bool ok = Fold(SumWords(l4, l4_len, PseudoSum(saddr, daddr, 17, l4_len))) == 0;
+    add("udp", "sport", absl::StrCat(Get16(b, off)));
+    add("udp", "dport", absl::StrCat(Get16(b, off + 2)));
+    add("udp", "len", absl::StrCat(Get16(b, off + 4)));
+    add("udp", "csum", c == 0 ? std::string("0x0000 none") : Csum(c, ok));
+    off += 8;
+  } else if (first_fragment && proto == 1 && l4_len >= 8) {
+    add("icmp", "type", absl::StrCat(l4[0]));
+    add("icmp", "code", absl::StrCat(l4[1]));
+    add("icmp", "csum", Csum(Get16(b, off + 2), Fold(SumWords(l4, l4_len)) == 0));
+    add("icmp", "rest", absl::StrFormat("0x%08x", ntohl(Get32be(b, off + 4))));
+    off += 8;
+  }
+  if (off < 14 + total) {
+    add("data", "bytes", absl::StrCat(14 + total - off, " ", Printable(&b[off], 14 + total - off)));
+  }
+  if (b.size() > 14 + total) {
+    add("trailer", "bytes",
+        absl::StrCat(b.size() - 14 - total, " ",
+                     Printable(&b[14 + total], b.size() - 14 - total)));
+  }
+  return f;
+}
+
+}  // namespace
+
+std::string Layers(const Bytes& b) {
+  std::string s;
+  std::string layer;
+  for (const auto& f : Fields(b)) {
+    if (f.layer != layer) {
+      absl::StrAppend(&s, s.empty() ? "" : "\n", "  ", absl::StrFormat("%-5s", f.layer));
+      layer = f.layer;
+    }
+    absl::StrAppend(&s, " ", f.name, " ", f.value, " ");
+  }
+  return s;
+}
+
+std::string PacketDiff(const Bytes& expected, const Bytes& actual) {
+  if (expected == actual) return "";
+  std::vector<Field> e = Fields(expected), a = Fields(actual);
+  std::string s;
+  for (size_t i = 0; i < std::max(e.size(), a.size()); ++i) {
+    const Field* fe = i < e.size() ? &e[i] : nullptr;
+    const Field* fa = i < a.size() ? &a[i] : nullptr;
+    if (fe && fa && fe->layer == fa->layer && fe->name == fa->name) {
+      if (fe->value != fa->value) {
+        absl::StrAppend(&s, "  ", fe->layer, ".", fe->name, ": expected ", fe->value,
+                        ", actual ", fa->value, "\n");
+      }
+      continue;
+    }
+    if (fe) absl::StrAppend(&s, "  ", fe->layer, ".", fe->name, ": expected ", fe->value, ", actual has no such field\n");
+    if (fa) absl::StrAppend(&s, "  ", fa->layer, ".", fa->name, ": not expected, actual ", fa->value, "\n");
+  }
+  std::string offsets;
+  int listed = 0;
+  for (size_t i = 0; i < std::max(expected.size(), actual.size()) && listed < 16; ++i) {
+    bool same = i < expected.size() && i < actual.size() && expected[i] == actual[i];
+    if (!same) {
+      absl::StrAppend(&offsets, listed++ ? " " : "", i);
+    }
+  }
+  absl::StrAppend(&s, "  bytes: expected ", expected.size(), ", actual ", actual.size(),
+                  "; first differing offsets: ", offsets);
   return s;
 }
 
