@@ -2,7 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,7 +14,6 @@
 
 namespace sluice::agent {
 
-// ---- IpAddress / IpPrefix ----------------------------------------------------------------
 
 IpAddress IpAddress::V4(uint32_t host_order) {
   IpAddress a;
