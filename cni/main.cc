@@ -220,11 +220,6 @@ int Run() {
   if (absl::Status s = CheckCommandAllowedByVersion(command, version); !s.ok()) {
     return Fail(s, version, command);
   }
-  if (command == kCommandGc && !conf->has_valid_attachments) {
-    return Fail(CniStatus(api::kCniInvalidNetworkConfig,
-                          "GC needs \"cni.dev/valid-attachments\" in the network configuration"),
-                version, command);
-  }
   request.config = conf->raw;
 
   absl::StatusOr<std::string> raw_reply =

@@ -497,7 +497,10 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
     conf.prev_result = *prev;
   }
 
-  if (auto attachments = value.find("cni.dev/valid-attachments"); attachments != value.end()) {
+  // GC: a missing or null list means the runtime named no attachments (libcni omits the key
+  // when it has no list, and Go prints an absent list as null); see docs/operating.md.
+  if (auto attachments = value.find("cni.dev/valid-attachments");
+      attachments != value.end() && !attachments->is_null()) {
     if (absl::Status s = ParseValidAttachments(*attachments, conf.valid_attachments); !s.ok()) {
       return s;
     }

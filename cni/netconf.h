@@ -161,7 +161,8 @@ struct NetConf {
   int mtu = 0;                                        // "mtu"; 0: not set, the agent decides
   nlohmann::json prev_result;                         // "prevResult"; null when absent
   std::vector<Attachment> valid_attachments;          // "cni.dev/valid-attachments" (GC)
-  bool has_valid_attachments = false;                 // whether that key was present
+  bool has_valid_attachments = false;                 // whether that key held a list (not
+                                                      // missing, not null)
   nlohmann::json raw;                                 // the whole object, verbatim
 };
 

@@ -208,6 +208,14 @@ TEST(ParseNetConf, EmptyValidAttachmentsListIsPresentAndEmpty) {
   EXPECT_TRUE(conf->valid_attachments.empty());
 }
 
+TEST(ParseNetConf, NullValidAttachmentsIsNoList) {
+  json config = MinimalConfig("1.1.0");
+  config["cni.dev/valid-attachments"] = nullptr;
+  absl::StatusOr<NetConf> conf = NetConfFromJson(config);
+  ASSERT_TRUE(conf.ok()) << conf.status();
+  EXPECT_FALSE(conf->has_valid_attachments);
+}
+
 TEST(ParseNetConf, MalformedValidAttachmentsIsInvalidConfig) {
   for (json bad : {json("c1"), json::array({"c1"}), json::array({{{"containerID", "c1"}}}),
                    json::array({{{"containerID", 1}, {"ifname", "eth0"}}})}) {

@@ -432,10 +432,20 @@ TEST_F(PluginTest, StatusWithPre110VersionIsIncompatibleVersion) {
                  api::kCniIncompatibleVersion, "STATUS");
 }
 
-TEST_F(PluginTest, GcWithoutValidAttachmentsIsInvalidNetworkConfig) {
-  ExpectCniError(
-      RunPlugin({{"CNI_COMMAND", "GC"}, {"CNI_PATH", "/opt/cni/bin"}}, Config("1.1.0").dump()),
-      api::kCniInvalidNetworkConfig, "cni.dev/valid-attachments", "1.1.0");
+// CNI 1.1.0 has the runtime pass the list, but libcni omits the key when it has none and Go
+// prints a nil list as null, so `cnitool gc` sends one or the other: GC is forwarded (the agent
+// then keeps every recorded attachment and collects only leaked resources; docs/operating.md).
+TEST_F(PluginTest, GcWithMissingOrNullValidAttachmentsIsForwarded) {
+  for (bool with_null : {false, true}) {
+    unlink(SocketPath().c_str());  // the previous round's agent socket
+    FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+    json config = Config("1.1.0");
+    if (with_null) config["cni.dev/valid-attachments"] = nullptr;
+    PluginRun run = RunPlugin({{"CNI_COMMAND", "GC"}, {"CNI_PATH", "/opt/cni/bin"}}, config.dump());
+    EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+    EXPECT_EQ(run.stdout_text, "");
+    EXPECT_EQ(agent.Request()["command"], "GC");
+  }
 }
 
 // --- Agent unreachable ----------------------------------------------------------------------
