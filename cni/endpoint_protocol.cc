@@ -57,10 +57,7 @@ absl::Status ValidateAttachmentParameters(const EndpointRequest& request) {
                        StrCat("CNI_NETNS is required for ", request.command));
     }
   }
-  if (!request.netns.empty() && request.netns.front() != '/') {
-    return CniStatus(api::kCniInvalidEnvironment, "CNI_NETNS must be an absolute path",
-                     request.netns);
-  }
+  if (absl::Status s = ValidateNetnsPath(request.netns); !s.ok()) return s;
   if (absl::StatusOr<std::map<std::string, std::string>> args = ParseCniArgs(request.args);
       !args.ok()) {
     return args.status();
@@ -69,8 +66,10 @@ absl::Status ValidateAttachmentParameters(const EndpointRequest& request) {
 }
 
 absl::StatusOr<EndpointRequest> ParseEndpointRequest(std::string_view bytes) {
-  json value = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded() || !value.is_object()) {
+  absl::StatusOr<json> parsed = ParseJsonBounded(bytes, "endpoint request");
+  if (!parsed.ok()) return parsed.status();
+  json& value = *parsed;
+  if (!value.is_object()) {
     return CniStatus(api::kCniDecodeFailure, "endpoint request is not a JSON object");
   }
   EndpointRequest request;
@@ -94,7 +93,7 @@ absl::StatusOr<EndpointRequest> ParseEndpointRequest(std::string_view bytes) {
 std::string EncodeSuccessReply(const json& result) {
   json reply = {{"ok", true}};
   if (!result.is_null()) reply["result"] = result;
-  return reply.dump();
+  return reply.dump(-1, ' ', false, json::error_handler_t::replace);
 }
 
 std::string EncodeFailureReply(const CniFailure& failure) {
@@ -108,10 +107,14 @@ std::string EncodeFailureReply(const absl::Status& status) {
 }
 
 absl::StatusOr<EndpointReply> ParseEndpointReply(std::string_view bytes) {
-  json value = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded() || !value.is_object()) {
-    return MalformedReply(bytes.empty() ? "empty reply" : "not a JSON object", bytes);
+  absl::StatusOr<json> parsed = ParseJsonBounded(bytes, "reply");
+  if (!parsed.ok() || !parsed->is_object()) {
+    std::string why = bytes.empty()  ? "empty reply"
+                      : parsed.ok() ? "not a JSON object"
+                                    : std::string(parsed.status().message());
+    return MalformedReply(why, bytes);
   }
+  const json& value = *parsed;
   auto ok = value.find("ok");
   if (ok == value.end() || !ok->is_boolean()) return MalformedReply("no boolean \"ok\"", bytes);
   EndpointReply reply;

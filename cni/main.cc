@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <optional>
@@ -31,6 +32,9 @@ std::string Getenv(const char* name) {
   return value == nullptr ? std::string() : std::string(value);
 }
 
+// Largest network configuration read from stdin; the agent refuses bigger requests anyway.
+constexpr size_t kMaxConfigBytes = 1 << 20;
+
 absl::StatusOr<std::string> ReadStdin() {
   std::string bytes;
   if (isatty(STDIN_FILENO)) return bytes;  // run by hand (e.g. VERSION): no configuration
@@ -38,6 +42,11 @@ absl::StatusOr<std::string> ReadStdin() {
   while (true) {
     const ssize_t n = read(STDIN_FILENO, buffer, sizeof(buffer));
     if (n > 0) {
+      if (bytes.size() + static_cast<size_t>(n) > kMaxConfigBytes) {
+        return CniStatus(api::kCniDecodeFailure,
+                         StrCat("the network configuration on stdin exceeds ", kMaxConfigBytes,
+                                " bytes"));
+      }
       bytes.append(buffer, static_cast<size_t>(n));
     } else if (n == 0) {
       return bytes;
@@ -91,6 +100,39 @@ absl::Status ValidateEnvironment(const EndpointRequest& request, bool has_cni_pa
     if (!has_cni_path) return missing("CNI_PATH");
   }
   return ValidateAttachmentParameters(request);
+}
+
+const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "directory";
+  if (S_ISFIFO(mode)) return "named pipe";
+  if (S_ISCHR(mode)) return "character device";
+  if (S_ISBLK(mode)) return "block device";
+  if (S_ISSOCK(mode)) return "socket";
+  return "special file";
+}
+
+// What the plugin can tell about CNI_NETNS without opening it (stat never blocks, not even on a
+// named pipe): an existing path must be a regular file (nsfs presents a namespace as one) and
+// must not be the network namespace the plugin itself runs in, which is the node's (libcni's skel
+// refuses the same). A missing path, and whether a file really is a network namespace, are left
+// to the agent, which opens it safely.
+absl::Status PrecheckNetns(const std::string& netns) {
+  struct stat target = {};
+  if (stat(netns.c_str(), &target) != 0) return absl::OkStatus();
+  if (!S_ISREG(target.st_mode)) {
+    return CniStatus(api::kCniInvalidEnvironment,
+                     StrCat("CNI_NETNS ", netns, " is not a network namespace (it is a ",
+                            FileKind(target.st_mode), ")"));
+  }
+  struct stat own = {};
+  if (stat("/proc/self/ns/net", &own) == 0 && own.st_dev == target.st_dev &&
+      own.st_ino == target.st_ino) {
+    return CniStatus(api::kCniInvalidEnvironment,
+                     "plugin's netns and CNI_NETNS must not be the same",
+                     StrCat("CNI_NETNS ", netns, " is the network namespace sluice-cni runs in "
+                            "(the node's, inode ", own.st_ino, "): a pod needs its own"));
+  }
+  return absl::OkStatus();
 }
 
 // Version gates of the verbs added after 0.3.x (as libcni's skel applies them).
@@ -166,6 +208,11 @@ int Run() {
   if (absl::Status s = ValidateEnvironment(request, !Getenv("CNI_PATH").empty()); !s.ok()) {
     return Fail(s, error_version, command);
   }
+  if (command == kCommandAdd || command == kCommandCheck) {
+    if (absl::Status s = PrecheckNetns(request.netns); !s.ok()) {
+      return Fail(s, error_version, command);
+    }
+  }
 
   absl::StatusOr<NetConf> conf = ParseNetConf(*stdin_bytes);
   if (!conf.ok()) return Fail(conf.status(), error_version, command);
@@ -173,15 +220,11 @@ int Run() {
   if (absl::Status s = CheckCommandAllowedByVersion(command, version); !s.ok()) {
     return Fail(s, version, command);
   }
-  if (command == kCommandGc && !conf->has_valid_attachments) {
-    return Fail(CniStatus(api::kCniInvalidNetworkConfig,
-                          "GC needs \"cni.dev/valid-attachments\" in the network configuration"),
-                version, command);
-  }
   request.config = conf->raw;
 
   absl::StatusOr<std::string> raw_reply =
-      CallAgent(conf->socket_path, EncodeRequest(request).dump());
+      CallAgent(conf->socket_path,
+                EncodeRequest(request).dump(-1, ' ', false, json::error_handler_t::replace));
   if (!raw_reply.ok()) {
     return Fail(AgentUnreachable(raw_reply.status(), command, conf->socket_path), version, command);
   }
@@ -203,7 +246,21 @@ int Run() {
   return 0;
 }
 
+// Run() handles every input it can name; this is the last line of defence, so that even a bug
+// answers the runtime with an error object instead of a crash.
+int RunGuarded() {
+  try {
+    return Run();
+  } catch (const std::exception& e) {
+    return Fail(CniStatus(api::kSluiceInternal, StrCat("sluice-cni internal error: ", e.what())),
+                kLatestCniVersion, Getenv("CNI_COMMAND"));
+  } catch (...) {
+    return Fail(CniStatus(api::kSluiceInternal, "sluice-cni internal error"), kLatestCniVersion,
+                Getenv("CNI_COMMAND"));
+  }
+}
+
 }  // namespace
 }  // namespace sluice::cni
 
-int main() { return sluice::cni::Run(); }
+int main() { return sluice::cni::RunGuarded(); }

@@ -9,6 +9,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
 #include "cni/strings.h"
 
@@ -115,6 +116,19 @@ absl::Status ParseValidAttachments(const json& value, std::vector<Attachment>& o
   return absl::OkStatus();
 }
 
+// Printable text for an error's details: valid UTF-8 verbatim, anything else C-escaped.
+std::string QuoteHostile(std::string_view value) {
+  return IsValidUtf8(value) ? std::string(value) : absl::CHexEscape(AsAbsl(value));
+}
+
+bool HasControlCharacter(std::string_view value) {
+  for (char c : value) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) return true;
+  }
+  return false;
+}
+
 }  // namespace
 
 // --- Errors -------------------------------------------------------------------------------------
@@ -159,6 +173,88 @@ json FormatError(int code, std::string_view msg, std::string_view details,
 
 json FormatError(const CniFailure& failure, std::string_view cni_version) {
   return FormatError(failure.code, failure.msg, failure.details, cni_version);
+}
+
+// --- Hostile input ------------------------------------------------------------------------------
+
+bool IsValidUtf8(std::string_view text) {
+  const auto* p = reinterpret_cast<const unsigned char*>(text.data());
+  const auto* end = p + text.size();
+  while (p < end) {
+    const unsigned char lead = *p;
+    if (lead < 0x80) {
+      ++p;
+      continue;
+    }
+    int extra;
+    uint32_t code;
+    if (lead >= 0xc2 && lead <= 0xdf) {
+      extra = 1;
+      code = lead & 0x1f;
+    } else if (lead >= 0xe0 && lead <= 0xef) {
+      extra = 2;
+      code = lead & 0x0f;
+    } else if (lead >= 0xf0 && lead <= 0xf4) {
+      extra = 3;
+      code = lead & 0x07;
+    } else {
+      return false;  // a continuation byte, an overlong 2-byte lead (c0, c1) or > U+10FFFF
+    }
+    if (end - p <= extra) return false;
+    for (int i = 1; i <= extra; ++i) {
+      if ((p[i] & 0xc0) != 0x80) return false;
+      code = (code << 6) | (p[i] & 0x3f);
+    }
+    if ((extra == 2 && code < 0x800) || (extra == 3 && code < 0x10000) || code > 0x10ffff ||
+        (code >= 0xd800 && code <= 0xdfff)) {
+      return false;  // overlong, beyond Unicode, or a UTF-16 surrogate
+    }
+    p += extra + 1;
+  }
+  return true;
+}
+
+absl::StatusOr<json> ParseJsonBounded(std::string_view bytes, std::string_view what,
+                                      int max_depth) {
+  // Structural characters only count outside strings; inside one, a backslash escapes the next
+  // byte. Malformed input is left for the parser to describe.
+  int depth = 0;
+  bool in_string = false, escaped = false;
+  for (size_t i = 0; i < bytes.size(); ++i) {
+    const char c = bytes[i];
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) {
+        return CniStatus(api::kCniDecodeFailure,
+                         StrCat(what, " nests arrays/objects deeper than ", max_depth, " levels"),
+                         StrCat("at byte ", i));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  json value = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
+  if (!value.is_discarded()) return value;
+  // Re-parse with exceptions only to get the position of the error into the details; the depth
+  // is bounded, so this cannot recurse out of stack either.
+  std::string details;
+  try {
+    json ignored = json::parse(bytes);
+  } catch (const json::exception& e) {
+    details = e.what();
+  }
+  return CniStatus(api::kCniDecodeFailure, StrCat(what, " is not valid JSON"), details);
 }
 
 // --- Versions -----------------------------------------------------------------------------------
@@ -401,7 +497,10 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
     conf.prev_result = *prev;
   }
 
-  if (auto attachments = value.find("cni.dev/valid-attachments"); attachments != value.end()) {
+  // GC: a missing or null list means the runtime named no attachments (libcni omits the key
+  // when it has no list, and Go prints an absent list as null); see docs/operating.md.
+  if (auto attachments = value.find("cni.dev/valid-attachments");
+      attachments != value.end() && !attachments->is_null()) {
     if (absl::Status s = ParseValidAttachments(*attachments, conf.valid_attachments); !s.ok()) {
       return s;
     }
@@ -411,25 +510,16 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
 }
 
 absl::StatusOr<NetConf> ParseNetConf(std::string_view stdin_bytes) {
-  json value = json::parse(stdin_bytes, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded()) {
-    // Re-parse with exceptions only to get the position of the error into the details.
-    std::string details;
-    try {
-      json ignored = json::parse(stdin_bytes);
-    } catch (const json::exception& e) {
-      details = e.what();
-    }
-    return CniStatus(api::kCniDecodeFailure, "network configuration is not valid JSON", details);
-  }
-  return NetConfFromJson(value);
+  absl::StatusOr<json> value = ParseJsonBounded(stdin_bytes, "network configuration");
+  if (!value.ok()) return value.status();
+  return NetConfFromJson(*value);
 }
 
 std::optional<std::string> SupportedVersionIn(std::string_view stdin_bytes) {
-  json value = json::parse(stdin_bytes, nullptr, /*allow_exceptions=*/false);
-  if (value.is_discarded() || !value.is_object()) return std::nullopt;
-  auto version = value.find("cniVersion");
-  if (version == value.end() || !version->is_string()) return std::nullopt;
+  absl::StatusOr<json> value = ParseJsonBounded(stdin_bytes, "network configuration");
+  if (!value.ok() || !value->is_object()) return std::nullopt;
+  auto version = value->find("cniVersion");
+  if (version == value->end() || !version->is_string()) return std::nullopt;
   std::string text = version->get<std::string>();
   if (!IsSupportedVersion(text)) return std::nullopt;
   return text;
@@ -456,14 +546,16 @@ absl::Status ValidateContainerId(std::string_view container_id, std::string_view
                      StrCat(variable,
                             " has invalid characters: must start with [a-zA-Z0-9] and "
                             "contain only [a-zA-Z0-9_.-]"),
-                     container_id);
+                     QuoteHostile(container_id));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidateInterfaceName(std::string_view ifname, std::string_view variable) {
+  // The details quote the value, so they must stay printable JSON whatever the bytes were.
   auto invalid = [&](std::string_view why) {
-    return CniStatus(api::kCniInvalidEnvironment, StrCat(variable, " ", why), ifname);
+    return CniStatus(api::kCniInvalidEnvironment, StrCat(variable, " ", why),
+                     QuoteHostile(ifname));
   };
   if (ifname.empty()) return invalid("is empty");
   if (ifname.size() > kMaxInterfaceNameLength) {
@@ -475,10 +567,44 @@ absl::Status ValidateInterfaceName(std::string_view ifname, std::string_view var
       return invalid("must not contain '/', ':' or whitespace");
     }
   }
+  for (char c : ifname) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x21 || byte > 0x7e) {
+      return invalid(
+          "must contain only printable ASCII characters (no control characters, no non-ASCII "
+          "bytes)");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateNetnsPath(std::string_view netns, std::string_view variable) {
+  if (netns.empty()) return absl::OkStatus();
+  if (!IsValidUtf8(netns)) {
+    return CniStatus(api::kCniInvalidEnvironment, StrCat(variable, " is not valid UTF-8"),
+                     QuoteHostile(netns));
+  }
+  if (HasControlCharacter(netns)) {
+    return CniStatus(api::kCniInvalidEnvironment,
+                     StrCat(variable, " must not contain control characters"),
+                     absl::CHexEscape(AsAbsl(netns)));
+  }
+  if (netns.front() != '/') {
+    return CniStatus(api::kCniInvalidEnvironment, StrCat(variable, " must be an absolute path"),
+                     netns);
+  }
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::map<std::string, std::string>> ParseCniArgs(std::string_view cni_args) {
+  if (!IsValidUtf8(cni_args)) {
+    return CniStatus(api::kCniInvalidEnvironment, "CNI_ARGS is not valid UTF-8",
+                     QuoteHostile(cni_args));
+  }
+  if (HasControlCharacter(cni_args)) {
+    return CniStatus(api::kCniInvalidEnvironment, "CNI_ARGS must not contain control characters",
+                     absl::CHexEscape(AsAbsl(cni_args)));
+  }
   std::map<std::string, std::string> args;
   for (absl::string_view absl_pair : absl::StrSplit(AsAbsl(cni_args), ';', absl::SkipEmpty())) {
     const std::string_view pair(absl_pair.data(), absl_pair.size());

@@ -52,6 +52,22 @@ inline constexpr char kCniDetailsPayloadUrl[] = "type.sluice.dev/cni.details";
                                          std::string_view cni_version);
 [[nodiscard]] nlohmann::json FormatError(const CniFailure& failure, std::string_view cni_version);
 
+// --- Hostile input ------------------------------------------------------------------------------
+
+// Deepest nesting of arrays/objects accepted in any JSON Sluice decodes from a runtime or a
+// peer; a real network configuration (with a prevResult) nests about 5 levels.
+inline constexpr int kMaxJsonDepth = 64;
+
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points > U+10FFFF).
+[[nodiscard]] bool IsValidUtf8(std::string_view text);
+
+// Decodes `bytes` as one JSON document, refusing nesting deeper than `max_depth` before the
+// parser sees it (so no input can exhaust the stack). kCniDecodeFailure naming `what` otherwise,
+// with the parser's position in the details.
+[[nodiscard]] absl::StatusOr<nlohmann::json> ParseJsonBounded(std::string_view bytes,
+                                                              std::string_view what,
+                                                              int max_depth = kMaxJsonDepth);
+
 // --- Versions -----------------------------------------------------------------------------------
 
 // The newest spec version Sluice speaks; used where no configuration says otherwise.
@@ -145,7 +161,8 @@ struct NetConf {
   int mtu = 0;                                        // "mtu"; 0: not set, the agent decides
   nlohmann::json prev_result;                         // "prevResult"; null when absent
   std::vector<Attachment> valid_attachments;          // "cni.dev/valid-attachments" (GC)
-  bool has_valid_attachments = false;                 // whether that key was present
+  bool has_valid_attachments = false;                 // whether that key held a list (not
+                                                      // missing, not null)
   nlohmann::json raw;                                 // the whole object, verbatim
 };
 
@@ -174,14 +191,22 @@ struct NetConf {
 [[nodiscard]] absl::Status ValidateContainerId(std::string_view container_id,
                                                std::string_view variable = "CNI_CONTAINERID");
 
-// CNI_IFNAME: non-empty, at most 15 bytes, not "." or "..", no '/', ':' or whitespace;
+// CNI_IFNAME: what Linux accepts as a name (dev_valid_name) and nothing a tool could misread:
+// non-empty, at most 15 bytes, not "." or "..", printable ASCII only (no control characters, no
+// bytes >= 0x80, so no Unicode separators such as U+2028), no '/', ':' or whitespace;
 // kCniInvalidEnvironment naming `variable` otherwise.
 [[nodiscard]] absl::Status ValidateInterfaceName(std::string_view ifname,
                                                  std::string_view variable = "CNI_IFNAME");
 
-// CNI_ARGS: "K1=V1;K2=V2". Empty input and empty segments (a trailing ';') are allowed; a value
-// may contain '='. A pair without '=' or with an empty key fails with kCniInvalidEnvironment
-// naming CNI_ARGS. A repeated key keeps its last value.
+// CNI_NETNS: an absolute path of valid UTF-8 without control characters (empty is left to the
+// per-command presence checks); kCniInvalidEnvironment naming `variable` otherwise.
+[[nodiscard]] absl::Status ValidateNetnsPath(std::string_view netns,
+                                             std::string_view variable = "CNI_NETNS");
+
+// CNI_ARGS: "K1=V1;K2=V2", valid UTF-8 without control characters. Empty input and empty
+// segments (a trailing ';') are allowed; a value may contain '='. A pair without '=' or with an
+// empty key fails with kCniInvalidEnvironment naming CNI_ARGS. A repeated key keeps its last
+// value.
 [[nodiscard]] absl::StatusOr<std::map<std::string, std::string>> ParseCniArgs(
     std::string_view cni_args);
 

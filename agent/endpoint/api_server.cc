@@ -1,5 +1,6 @@
 #include "agent/endpoint/api_server.h"
 #include "agent/base/files.h"
+#include "cni/netconf.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -309,14 +310,15 @@ void EndpointApiServer::Serve(int fd, Worker* self) {
   bool count_io_error = false, count_bad = false, served = false;
   switch (read) {
     case ReadResult::kComplete: {
-      json request = json::parse(request_text, nullptr, /*allow_exceptions=*/false);
-      if (request.is_discarded() || !request.is_object()) {
+      // Bounded depth: a peer's 100k nested brackets must not recurse the agent out of stack.
+      absl::StatusOr<json> parsed = cni::ParseJsonBounded(request_text, "request");
+      if (!parsed.ok() || !parsed->is_object()) {
         count_bad = true;
-        reply = ErrorReply(kCniDecodeFailure,
-                           request.is_discarded() ? "request is not valid JSON"
-                                                  : "request is not a JSON object");
+        reply = ErrorReply(kCniDecodeFailure, parsed.ok() ? "request is not a JSON object"
+                                                          : std::string(parsed.status().message()));
         break;
       }
+      const json& request = *parsed;
       served = true;
       try {
         reply = handler_(request);

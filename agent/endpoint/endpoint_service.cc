@@ -2,9 +2,16 @@
 
 #include <arpa/inet.h>
 
+#include <sys/stat.h>
+
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "agent/kernel/netns.h"
+#include "loader/tc.h"
 #include "agent/endpoint/api_protocol.h"
 #include "spdlog/spdlog.h"
 
@@ -26,6 +33,44 @@ absl::Status WithCode(int code, const absl::Status& st, absl::string_view what) 
   return cni::CniStatus(code, absl::StrCat(what, ": ", st.message()));
 }
 
+// Opens the pod's network namespace for a request, before any lock is taken: NetnsFd::Open
+// never blocks (a FIFO or device is only looked at). Refuses, with code 4, whatever is not a
+// network namespace and the namespaces that are not a pod's: the agent's own (the node's, which
+// ADD would otherwise strip of its default route) and pid 1's.
+absl::StatusOr<NetnsFd> OpenPodNetns(const std::string& path) {
+  auto ns = NetnsFd::Open(path);
+  if (!ns.ok()) {
+    const absl::Status& st = ns.status();
+    const bool callers_fault =
+        absl::IsNotFound(st) || absl::IsInvalidArgument(st) || absl::IsPermissionDenied(st);
+    return cni::CniStatus(callers_fault ? api::kCniInvalidEnvironment : api::kSluiceInternal,
+                          absl::StrCat("CNI_NETNS ", path, ": ", st.message()));
+  }
+  auto id = ns->identity();
+  auto own = CurrentNetnsIdentity();
+  struct stat process {};
+  const bool is_process = ::stat("/proc/self/ns/net", &process) == 0 && id.ok() &&
+                          static_cast<uint64_t>(process.st_dev) == id->dev &&
+                          static_cast<uint64_t>(process.st_ino) == id->ino;
+  if (!id.ok() || !own.ok()) {
+    return WithCode(api::kSluiceInternal, id.ok() ? own.status() : id.status(),
+                    absl::StrCat("identify netns ", path));
+  }
+  struct stat init {};
+  const bool is_init = ::stat("/proc/1/ns/net", &init) == 0 &&
+                       static_cast<uint64_t>(init.st_dev) == id->dev &&
+                       static_cast<uint64_t>(init.st_ino) == id->ino;
+  if (*id == *own || is_process || is_init) {
+    return cni::CniStatus(
+        api::kCniInvalidEnvironment, "plugin's netns and CNI_NETNS must not be the same",
+        absl::StrCat("CNI_NETNS ", path, " is ",
+                     *id == *own || is_process ? "sluice-agent's own network namespace (the node's)"
+                                               : "the network namespace of pid 1",
+                     ", inode ", id->ino, "; a pod needs a network namespace of its own"));
+  }
+  return ns;
+}
+
 }  // namespace
 
 absl::Status BpfEndpointDatapath::UpsertEndpoint(const IpAddress& addr,
@@ -44,6 +89,28 @@ absl::Status BpfEndpointDatapath::AttachPod(int host_ifindex) {
   return dp_.AttachPod(host_ifindex);
 }
 
+absl::StatusOr<bool> BpfEndpointDatapath::PodProgramAttached(int host_ifindex) {
+  auto attached = loader::AttachedTcProgram(host_ifindex, loader::TcDirection::kIngress);
+  // No filter at Sluice's handle is ENOENT; no filter chain at its priority at all (the filter
+  // was deleted) is EINVAL "Cannot find specified filter chain". Callers have checked that the
+  // link itself exists.
+  if (absl::IsNotFound(attached.status()) || absl::IsInvalidArgument(attached.status())) {
+    return false;
+  }
+  if (!attached.ok()) return attached.status();
+  auto current = loader::ProgramId(dp_.from_pod_fd());
+  if (!current.ok()) return current.status();
+  return *attached == *current;
+}
+
+absl::StatusOr<std::optional<sluice_endpoint>> BpfEndpointDatapath::LookupEndpoint(
+    const IpAddress& addr) {
+  auto cur = dp_.endpoints().Lookup(Ep4Key(addr));
+  if (absl::IsNotFound(cur.status())) return std::optional<sluice_endpoint>();
+  if (!cur.ok()) return cur.status();
+  return std::optional<sluice_endpoint>(*cur);
+}
+
 absl::StatusOr<std::set<IpAddress>> BpfEndpointDatapath::EndpointAddresses() {
   std::set<IpAddress> out;
   auto st = dp_.endpoints().ForEach([&](const sluice_ep4_key& k, const sluice_endpoint&) {
@@ -57,26 +124,99 @@ EndpointService::EndpointService(Netlink& netlink, Ipam& ipam, EndpointStore& st
                                  EndpointDatapath& datapath, EndpointServiceOptions options)
     : netlink_(netlink), ipam_(ipam), store_(store), datapath_(datapath), options_(options) {}
 
-std::unique_ptr<AttachmentLocks::Held> AttachmentLocks::Lock(const std::string& container_id,
-                                                             const std::string& ifname) {
-  std::string key = absl::StrCat(container_id, "/", ifname);
-  Entry* e;
-  {
-    absl::MutexLock l(&mu_);
-    auto& slot = entries_[key];
-    if (!slot) slot = std::make_unique<Entry>();
-    e = slot.get();
-    ++e->users;
+bool DeadlineSharedMutex::LockShared(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  if (!mu_.AwaitWithDeadline(absl::Condition(this, &DeadlineSharedMutex::CanRead), deadline)) {
+    return false;
   }
-  e->mu.Lock();
-  return std::make_unique<Held>(this, std::move(key), &e->mu);
+  ++readers_;
+  return true;
 }
 
-void AttachmentLocks::Release(const std::string& key, absl::Mutex* mu) {
-  mu->Unlock();
+void DeadlineSharedMutex::UnlockShared() {
   absl::MutexLock l(&mu_);
-  auto it = entries_.find(key);
-  if (it != entries_.end() && --it->second->users == 0) entries_.erase(it);
+  --readers_;
+}
+
+bool DeadlineSharedMutex::Lock(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  ++writers_waiting_;
+  const bool got =
+      mu_.AwaitWithDeadline(absl::Condition(this, &DeadlineSharedMutex::CanWrite), deadline);
+  --writers_waiting_;  // a writer that gives up lets the readers it held back in
+  if (got) writer_ = true;
+  return got;
+}
+
+void DeadlineSharedMutex::Unlock() {
+  absl::MutexLock l(&mu_);
+  writer_ = false;
+}
+
+std::unique_ptr<AttachmentLocks::Held> AttachmentLocks::Lock(const std::string& container_id,
+                                                             const std::string& ifname,
+                                                             absl::Time deadline) {
+  std::string key = absl::StrCat(container_id, "/", ifname);
+  struct Free {
+    AttachmentLocks* self;
+    const std::string* key;
+    static bool Check(Free* f) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return !f->self->held_.contains(*f->key);
+    }
+  } free{this, &key};
+  absl::MutexLock l(&mu_);
+  if (!mu_.AwaitWithDeadline(absl::Condition(&Free::Check, &free), deadline)) return nullptr;
+  held_.insert(key);
+  return std::make_unique<Held>(this, std::move(key));
+}
+
+void AttachmentLocks::Release(const std::string& key) {
+  absl::MutexLock l(&mu_);
+  held_.erase(key);
+}
+
+class EndpointService::Hold {
+ public:
+  Hold(DeadlineSharedMutex* node, bool exclusive) : node_(node), exclusive_(exclusive) {}
+  Hold(const Hold&) = delete;
+  Hold& operator=(const Hold&) = delete;
+  ~Hold() {
+    attachment_.reset();
+    if (exclusive_) {
+      node_->Unlock();
+    } else {
+      node_->UnlockShared();
+    }
+  }
+  void set_attachment(std::unique_ptr<AttachmentLocks::Held> held) { attachment_ = std::move(held); }
+
+ private:
+  DeadlineSharedMutex* node_;
+  bool exclusive_;
+  std::unique_ptr<AttachmentLocks::Held> attachment_;
+};
+
+absl::StatusOr<std::unique_ptr<EndpointService::Hold>> EndpointService::Enter(
+    bool exclusive, const cni::EndpointRequest* req) {
+  const absl::Time deadline = absl::Now() + options_.lock_timeout;
+  auto busy = [&](absl::string_view what) {
+    Count(&EndpointServiceStats::lock_timeouts);
+    return cni::CniStatus(
+        api::kCniTryAgainLater,
+        absl::StrCat("try again later: ", what, " stayed busy for ",
+                     absl::FormatDuration(options_.lock_timeout)));
+  };
+  const bool got = exclusive ? node_mu_.Lock(deadline) : node_mu_.LockShared(deadline);
+  if (!got) return busy(exclusive ? "the node's endpoints" : "the node (a GC or restore)");
+  auto hold = std::make_unique<Hold>(&node_mu_, exclusive);
+  if (req != nullptr) {
+    auto held = attachment_locks_.Lock(req->container_id, req->if_name, deadline);
+    if (held == nullptr) {
+      return busy(absl::StrCat("another request for ", req->container_id, "/", req->if_name));
+    }
+    hold->set_attachment(std::move(held));
+  }
+  return hold;
 }
 
 EndpointServiceStats EndpointService::stats() const {
@@ -152,10 +292,29 @@ absl::Status EndpointService::Plumb(const Endpoint& ep) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<cni::ResultV1> EndpointService::ChainedResult(const Endpoint& ep,
+                                                             const cni::NetConf& conf) const {
+  cni::ResultV1 result;
+  // Chained after another plugin: keep what it reported and add this interface after it.
+  if (!conf.prev_result.is_null()) {
+    auto prev = cni::ParseResult(conf.prev_result);
+    if (!prev.ok()) return prev.status();
+    result = *prev;
+  }
+  cni::ResultV1 mine = ResultFor(ep);
+  int base = static_cast<int>(result.interfaces.size());
+  for (auto& ip : mine.ips) {
+    if (ip.interface) *ip.interface += base;
+  }
+  result.interfaces.insert(result.interfaces.end(), mine.interfaces.begin(),
+                           mine.interfaces.end());
+  result.ips.insert(result.ips.end(), mine.ips.begin(), mine.ips.end());
+  result.routes.insert(result.routes.end(), mine.routes.begin(), mine.routes.end());
+  return result;
+}
+
 absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& req,
                                                    const cni::NetConf& conf) {
-  absl::ReaderMutexLock node(&node_mu_);
-  auto held = attachment_locks_.Lock(req.container_id, req.if_name);
   Count(&EndpointServiceStats::adds);
   auto fail = [&](absl::Status st) {
     Count(&EndpointServiceStats::add_failures);
@@ -163,20 +322,44 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   };
   auto args = cni::ParseCniArgs(req.args);
   if (!args.ok()) return fail(args.status());
+  // Opened once, before any lock, and used through its fd for the whole request: the path
+  // cannot be swapped for another namespace half-way.
+  auto pod_ns = OpenPodNetns(req.netns);
+  if (!pod_ns.ok()) return fail(pod_ns.status());
+  const std::string ns_path = pod_ns->fd_path();
+  auto hold = Enter(/*exclusive=*/false, &req);
+  if (!hold.ok()) return fail(hold.status());
 
-  // An earlier ADD of this attachment that never got its DEL: a stale record whose interface is
-  // gone is cleaned up; one whose interface exists makes this ADD an error.
+  // An earlier ADD of this attachment that never got its DEL. Most often this is the retry of an
+  // ADD the plugin gave up on (its deadline, code 11, or killed) that completed here afterwards:
+  // when everything it made is in place in the same netns, answer with it again. Anything less
+  // (a half-made or damaged attachment, another netns) is removed and made anew.
   if (auto old = store_.Get(req.container_id, req.if_name)) {
-    auto exists = netlink_.LinkExistsInNetns(req.netns, req.if_name);
-    if (exists.ok() && *exists) {
-      return fail(cni::CniStatus(api::kSluiceInterfaceExists,
-                                 absl::StrCat("interface ", req.if_name, " already exists in ",
-                                              req.netns, " (container ", req.container_id,
-                                              " was added before)")));
+    if (old->netns == req.netns && old->network_name == conf.name) {
+      absl::Status in_place = Verify(*old, ns_path);
+      if (in_place.ok()) {
+        auto result = ChainedResult(*old, conf);
+        if (!result.ok()) return fail(result.status());
+        Count(&EndpointServiceStats::add_retries_in_place);
+        spdlog::info("ADD {}/{}: already in place ({} on {}); answering the retry with it",
+                     old->container_id, old->ifname, old->ipv4, old->host_ifname);
+        return result;
+      }
+      spdlog::info("ADD {}/{}: redoing an incomplete earlier ADD: {}", old->container_id,
+                   old->ifname, std::string(in_place.message()));
+      // Same owner: the address stays reserved and is handed out again below.
+      if (auto st = RemoveEndpoint(*old, /*release_address=*/false); !st.ok()) {
+        return fail(WithCode(api::kSluiceInternal, st, "remove the incomplete earlier attachment"));
+      }
+    } else {
+      spdlog::info("ADD {}/{}: replacing the attachment recorded in {} (network {})",
+                   old->container_id, old->ifname, old->netns, old->network_name);
+      if (auto st = RemoveEndpoint(*old); !st.ok()) {
+        return fail(WithCode(api::kSluiceInternal, st, "remove the earlier attachment"));
+      }
     }
-    if (auto st = RemoveEndpoint(*old); !st.ok()) return fail(st);
   }
-  auto exists = netlink_.LinkExistsInNetns(req.netns, req.if_name);
+  auto exists = netlink_.LinkExistsInNetns(ns_path, req.if_name);
   if (!exists.ok()) {
     return fail(cni::CniStatus(absl::IsNotFound(exists.status()) ? api::kCniInvalidEnvironment
                                                                  : api::kSluiceInternal,
@@ -217,7 +400,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
     return fail(st);
   };
   auto veth = netlink_.CreatePodVeth(
-      {ep.host_ifname, req.netns, req.if_name, static_cast<uint32_t>(ep.mtu)});
+      {ep.host_ifname, ns_path, req.if_name, static_cast<uint32_t>(ep.mtu)});
   if (!veth.ok()) {
     int code = absl::IsAlreadyExists(veth.status()) ? api::kSluiceInterfaceExists
                                                     : api::kSluiceInternal;
@@ -227,7 +410,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   ep.mac = veth->pod_mac.ToString();
   ep.host_mac = veth->host_mac.ToString();
   if (auto st = netlink_.ConfigurePodInterface(
-          {req.netns, req.if_name, *addr, ipam_.gateway(), static_cast<uint32_t>(ep.mtu)});
+          {ns_path, req.if_name, *addr, ipam_.gateway(), static_cast<uint32_t>(ep.mtu)});
       !st.ok()) {
     return undo(WithCode(api::kSluiceInternal, st, "configure pod interface"));
   }
@@ -239,29 +422,15 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   ep = *stored;
   if (auto st = Plumb(ep); !st.ok()) return undo(st);
 
-  cni::ResultV1 result;
-  // Chained after another plugin: keep what it reported and add this interface after it.
-  if (!conf.prev_result.is_null()) {
-    auto prev = cni::ParseResult(conf.prev_result);
-    if (!prev.ok()) return undo(prev.status());
-    result = *prev;
-  }
-  cni::ResultV1 mine = ResultFor(ep);
-  int base = static_cast<int>(result.interfaces.size());
-  for (auto& ip : mine.ips) {
-    if (ip.interface) *ip.interface += base;
-  }
-  result.interfaces.insert(result.interfaces.end(), mine.interfaces.begin(),
-                           mine.interfaces.end());
-  result.ips.insert(result.ips.end(), mine.ips.begin(), mine.ips.end());
-  result.routes.insert(result.routes.end(), mine.routes.begin(), mine.routes.end());
+  auto result = ChainedResult(ep, conf);
+  if (!result.ok()) return undo(result.status());
   spdlog::info("ADD {}/{} pod {}/{}: {} on {} (ifindex {}), endpoint {}", ep.container_id,
                ep.ifname, ep.pod_namespace, ep.pod_name, ep.ipv4, ep.host_ifname,
                ep.host_ifindex, ep.endpoint_id);
   return result;
 }
 
-absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep) {
+absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_address) {
   absl::Status first;
   auto keep = [&](absl::Status st) {
     if (!st.ok() && first.ok()) first = st;
@@ -271,15 +440,16 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep) {
   }
   // Deleting the host side takes the pod side with it, wherever its netns is (or was).
   keep(netlink_.DeleteLink(ep.host_ifname));
-  keep(ipam_.Release(OwnerOf(ep.network_name, ep.container_id, ep.ifname)));
+  if (release_address) keep(ipam_.Release(OwnerOf(ep.network_name, ep.container_id, ep.ifname)));
   if (first.ok()) keep(store_.Remove(ep.container_id, ep.ifname));
   return first;
 }
 
 absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::NetConf& conf) {
-  absl::ReaderMutexLock node(&node_mu_);
-  auto held = attachment_locks_.Lock(req.container_id, req.if_name);
   Count(&EndpointServiceStats::dels);
+  // DEL never opens the netns (it may be gone, and the host side is enough to remove it all).
+  auto hold = Enter(/*exclusive=*/false, &req);
+  if (!hold.ok()) return hold.status();
   if (auto ep = store_.Get(req.container_id, req.if_name)) {
     if (auto st = RemoveEndpoint(*ep); !st.ok()) {
       return WithCode(api::kSluiceInternal, st, "remove endpoint");
@@ -298,68 +468,175 @@ absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::Ne
   return absl::OkStatus();
 }
 
+absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_netns_path) {
+  std::vector<std::string> missing;
+  auto addr = IpAddress::Parse(ep.ipv4);
+  auto mac = MacAddress::Parse(ep.mac);
+  if (!addr.ok() || !mac.ok()) {
+    return cni::CniStatus(api::kSluiceCheckFailed, "the endpoint record is malformed",
+                          absl::StrCat(ep.ipv4, " ", ep.mac));
+  }
+  const IpAddress gateway = ipam_.gateway();
+
+  // The record and the address reservation.
+  if (auto held = ipam_.Lookup(OwnerOf(ep.network_name, ep.container_id, ep.ifname));
+      !held.has_value()) {
+    missing.push_back(absl::StrCat("the IPAM reservation of ", ep.ipv4, " is gone"));
+  } else if (*held != *addr) {
+    missing.push_back(absl::StrCat("IPAM reserves ", held->ToString(), " for it, not ", ep.ipv4));
+  }
+
+  // Host side: the veth, its /32 route and its permanent neighbour entry.
+  auto host = netlink_.GetHostVeth(ep.host_ifname);
+  if (!host.ok()) {
+    missing.push_back(absl::StrCat("host veth ", ep.host_ifname, " is missing"));
+  } else if (host->link.ifindex != ep.host_ifindex) {
+    missing.push_back(absl::StrCat("host veth ", ep.host_ifname, " was recreated (ifindex ",
+                                   host->link.ifindex, ", recorded ", ep.host_ifindex, ")"));
+  } else {
+    if (!host->link.up) missing.push_back(absl::StrCat("host veth ", ep.host_ifname, " is down"));
+    bool route = false;
+    for (const auto& r : host->routes) {
+      route |= r.dst.length() == 32 && r.dst.network() == *addr && !r.gateway;
+    }
+    if (!route) {
+      missing.push_back(absl::StrCat("host route ", ep.ipv4, "/32 dev ", ep.host_ifname,
+                                     " is missing"));
+    }
+    bool neighbour = false;
+    for (const auto& n : host->neighbours) {
+      neighbour |= n.address == *addr && n.mac == *mac && n.permanent;
+    }
+    if (!neighbour) {
+      missing.push_back(absl::StrCat("permanent neighbour ", ep.ipv4, " lladdr ", ep.mac,
+                                     " on ", ep.host_ifname, " is missing"));
+    }
+  }
+
+  // Pod side: the interface, its address and both routes.
+  auto pod = netlink_.GetPodInterface(pod_netns_path, ep.ifname);
+  if (!pod.ok()) {
+    missing.push_back(absl::StrCat("pod interface ", ep.ifname, " in ", ep.netns, ": ",
+                                   pod.status().message()));
+  } else {
+    if (pod->link.mac != *mac) {
+      missing.push_back(absl::StrCat("pod interface MAC is ", pod->link.mac.ToString(),
+                                     ", recorded ", ep.mac));
+    }
+    if (!pod->link.up) missing.push_back(absl::StrCat("pod interface ", ep.ifname, " is down"));
+    bool has_addr = false;
+    for (const auto& a : pod->addresses) has_addr |= a.address == *addr;
+    if (!has_addr) missing.push_back(absl::StrCat("pod interface lost its address ", ep.ipv4));
+    bool has_gateway = false, has_default = false;
+    for (const auto& r : pod->routes) {
+      has_gateway |= r.dst.length() == 32 && r.dst.network() == gateway && !r.gateway;
+      has_default |= r.dst.length() == 0 && r.gateway && *r.gateway == gateway;
+    }
+    if (!has_gateway) {
+      missing.push_back(absl::StrCat("pod route to the gateway ", gateway.ToString(),
+                                     "/32 is missing"));
+    }
+    if (!has_default) missing.push_back("pod default route via the gateway is missing");
+  }
+
+  // Datapath: the endpoint map entry pointing at this veth, and the program on it.
+  auto entry = datapath_.LookupEndpoint(*addr);
+  if (!entry.ok()) {
+    missing.push_back(absl::StrCat("endpoint map lookup failed: ", entry.status().message()));
+  } else if (!entry->has_value()) {
+    missing.push_back(absl::StrCat("endpoint map entry for ", ep.ipv4, " is missing"));
+  } else if (static_cast<int>((*entry)->ifindex) != ep.host_ifindex ||
+             std::memcmp((*entry)->mac, mac->bytes.data(), 6) != 0) {
+    missing.push_back(absl::StrCat("endpoint map entry for ", ep.ipv4,
+                                   " points at another interface (ifindex ", (*entry)->ifindex,
+                                   ")"));
+  }
+  if (host.ok() && host->link.ifindex == ep.host_ifindex) {
+    auto attached = datapath_.PodProgramAttached(ep.host_ifindex);
+    if (!attached.ok()) {
+      missing.push_back(absl::StrCat("tc query on ", ep.host_ifname, " failed: ",
+                                     attached.status().message()));
+    } else if (!*attached) {
+      missing.push_back(absl::StrCat("the pod program is not attached at tc ingress of ",
+                                     ep.host_ifname));
+    }
+  }
+  if (missing.empty()) return absl::OkStatus();
+  return cni::CniStatus(api::kSluiceCheckFailed,
+                        absl::StrCat("endpoint ", ep.container_id, "/", ep.ifname, ": ",
+                                     absl::StrJoin(missing, "; ")));
+}
+
 absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::NetConf& conf) {
-  absl::ReaderMutexLock node(&node_mu_);
-  auto held = attachment_locks_.Lock(req.container_id, req.if_name);
   Count(&EndpointServiceStats::checks);
-  auto failed = [&](std::string msg) {
+  auto failed = [&](absl::Status st) {
     Count(&EndpointServiceStats::check_failures);
-    return cni::CniStatus(api::kSluiceCheckFailed, msg);
+    return st;
   };
+  auto pod_ns = OpenPodNetns(req.netns);
+  if (!pod_ns.ok()) return failed(pod_ns.status());
+  auto hold = Enter(/*exclusive=*/false, &req);
+  if (!hold.ok()) return failed(hold.status());
   auto ep = store_.Get(req.container_id, req.if_name);
   if (!ep) {
-    Count(&EndpointServiceStats::check_failures);
-    return cni::CniStatus(api::kCniUnknownContainer,
-                          absl::StrCat("no endpoint for container ", req.container_id, " ",
-                                       req.if_name));
+    return failed(cni::CniStatus(api::kCniUnknownContainer,
+                                 absl::StrCat("no endpoint for container ", req.container_id, " ",
+                                              req.if_name)));
   }
   if (!conf.prev_result.is_null()) {
     auto prev = cni::ParseResult(conf.prev_result);
-    if (!prev.ok()) return prev.status();
+    if (!prev.ok()) return failed(prev.status());
     bool listed = false;
     for (const auto& ip : prev->ips) listed |= ip.address == absl::StrCat(ep->ipv4, "/32");
-    if (!listed) return failed(absl::StrCat("prevResult does not list ", ep->ipv4));
+    if (!listed) {
+      return failed(cni::CniStatus(api::kSluiceCheckFailed,
+                                   absl::StrCat("prevResult does not list ", ep->ipv4)));
+    }
   }
-  auto host = netlink_.LinkByName(ep->host_ifname);
-  if (!host.ok()) return failed(absl::StrCat("host veth ", ep->host_ifname, " is missing"));
-  if (host->ifindex != ep->host_ifindex) {
-    return failed(absl::StrCat("host veth ", ep->host_ifname, " was recreated"));
-  }
-  auto pod = netlink_.GetPodInterface(req.netns, req.if_name);
-  if (!pod.ok()) {
-    return failed(absl::StrCat("pod interface ", req.if_name, ": ", pod.status().message()));
-  }
-  if (pod->link.mac.ToString() != ep->mac) return failed("pod interface MAC changed");
-  bool has_addr = false;
-  for (const auto& a : pod->addresses) has_addr |= a.address.ToString() == ep->ipv4;
-  if (!has_addr) return failed(absl::StrCat("pod interface lost its address ", ep->ipv4));
-  bool has_default = false;
-  for (const auto& r : pod->routes) {
-    has_default |= r.dst.length() == 0 && r.gateway && *r.gateway == ipam_.gateway();
-  }
-  if (!has_default) return failed("pod default route via the gateway is missing");
-  auto addrs = datapath_.EndpointAddresses();
-  if (!addrs.ok()) return addrs.status();
-  auto addr = IpAddress::Parse(ep->ipv4);
-  if (!addr.ok() || !addrs->contains(*addr)) return failed("endpoint map entry is missing");
+  if (auto st = Verify(*ep, pod_ns->fd_path()); !st.ok()) return failed(st);
   return absl::OkStatus();
 }
 
 absl::Status EndpointService::Gc(const cni::NetConf& conf) {
-  absl::MutexLock node(&node_mu_);
   Count(&EndpointServiceStats::gcs);
-  std::set<std::pair<std::string, std::string>> valid;
-  for (const auto& a : conf.valid_attachments) valid.insert({a.container_id, a.ifname});
+  auto hold = Enter(/*exclusive=*/true, nullptr);
+  if (!hold.ok()) return hold.status();
   absl::Status first;
-  for (const auto& ep : store_.List()) {
-    if (ep.network_name != conf.name || valid.contains({ep.container_id, ep.ifname})) continue;
-    spdlog::info("GC {}/{}: not a valid attachment, removing {}", ep.container_id, ep.ifname,
-                 ep.ipv4);
-    if (auto st = RemoveEndpoint(ep); !st.ok() && first.ok()) first = st;
-    Count(&EndpointServiceStats::gc_removed);
+  if (conf.has_valid_attachments) {
+    std::set<std::pair<std::string, std::string>> valid;
+    for (const auto& a : conf.valid_attachments) valid.insert({a.container_id, a.ifname});
+    for (const auto& ep : store_.List()) {
+      if (ep.network_name != conf.name || valid.contains({ep.container_id, ep.ifname})) continue;
+      spdlog::info("GC {}/{}: not a valid attachment, removing {}", ep.container_id, ep.ifname,
+                   ep.ipv4);
+      if (auto st = RemoveEndpoint(ep); !st.ok() && first.ok()) first = st;
+      Count(&EndpointServiceStats::gc_removed);
+    }
+  } else {
+    // No list (the key missing or null): the runtime said nothing about which attachments are
+    // valid, so every recorded one is kept; only what belongs to no record is collected.
+    spdlog::info("GC of network {} without cni.dev/valid-attachments: keeping every recorded "
+                 "endpoint, releasing only leaked resources",
+                 conf.name);
   }
   if (auto st = ReleaseLeakedAddresses(); !st.ok() && first.ok()) first = st;
+  if (auto st = RemoveLeakedEndpointEntries(); !st.ok() && first.ok()) first = st;
   if (!first.ok()) return WithCode(api::kSluiceInternal, first, "garbage collection");
+  return absl::OkStatus();
+}
+
+absl::Status EndpointService::RemoveLeakedEndpointEntries() {
+  std::set<IpAddress> live;
+  for (const auto& ep : store_.List()) {
+    if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) live.insert(*addr);
+  }
+  auto addrs = datapath_.EndpointAddresses();
+  if (!addrs.ok()) return addrs.status();
+  for (const auto& a : *addrs) {
+    if (live.contains(a)) continue;
+    spdlog::info("removing endpoint map entry {}: no endpoint owns it", a.ToString());
+    if (auto st = datapath_.DeleteEndpoint(a, EndpointDatapath::kAnyIfindex); !st.ok()) return st;
+  }
   return absl::OkStatus();
 }
 
@@ -386,7 +663,8 @@ absl::Status EndpointService::Status() {
 }
 
 absl::Status EndpointService::Restore() {
-  absl::MutexLock node(&node_mu_);
+  auto hold = Enter(/*exclusive=*/true, nullptr);
+  if (!hold.ok()) return hold.status();
   std::set<IpAddress> live_addrs;
   std::set<std::string> live_links;
   for (auto ep : store_.List()) {

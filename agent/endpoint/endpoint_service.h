@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -11,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "agent/endpoint/endpoint_store.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/kernel/netlink.h"
@@ -32,6 +34,11 @@ class EndpointDatapath {
   static constexpr int kAnyIfindex = -1;
   [[nodiscard]] virtual absl::Status DeleteEndpoint(const IpAddress& addr, int ifindex) = 0;
   [[nodiscard]] virtual absl::Status AttachPod(int host_ifindex) = 0;
+  // Whether the current pod program is the one attached at TC ingress of `host_ifindex`.
+  [[nodiscard]] virtual absl::StatusOr<bool> PodProgramAttached(int host_ifindex) = 0;
+  // The entry for `addr`; nullopt when there is none.
+  [[nodiscard]] virtual absl::StatusOr<std::optional<sluice_endpoint>> LookupEndpoint(
+      const IpAddress& addr) = 0;
   // Every IPv4 address in the endpoint map.
   [[nodiscard]] virtual absl::StatusOr<std::set<IpAddress>> EndpointAddresses() = 0;
 };
@@ -43,49 +50,76 @@ class BpfEndpointDatapath final : public EndpointDatapath {
   absl::Status UpsertEndpoint(const IpAddress& addr, const sluice_endpoint& value) override;
   absl::Status DeleteEndpoint(const IpAddress& addr, int ifindex) override;
   absl::Status AttachPod(int host_ifindex) override;
+  absl::StatusOr<bool> PodProgramAttached(int host_ifindex) override;
+  absl::StatusOr<std::optional<sluice_endpoint>> LookupEndpoint(const IpAddress& addr) override;
   absl::StatusOr<std::set<IpAddress>> EndpointAddresses() override;
 
  private:
   loader::Datapath& dp_;
 };
 
+// A reader/writer lock whose every wait ends at a deadline: one request stuck while holding it
+// turns later requests into "try again later" answers instead of hanging them. A waiting writer
+// (GC) keeps new readers out until it gets the lock or gives up.
+class DeadlineSharedMutex {
+ public:
+  [[nodiscard]] bool LockShared(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  void UnlockShared() ABSL_LOCKS_EXCLUDED(mu_);
+  [[nodiscard]] bool Lock(absl::Time deadline) ABSL_LOCKS_EXCLUDED(mu_);
+  void Unlock() ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  bool CanRead() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !writer_ && writers_waiting_ == 0;
+  }
+  bool CanWrite() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writer_ && readers_ == 0; }
+
+  absl::Mutex mu_;  // held only for the bookkeeping, never across a request
+  int readers_ ABSL_GUARDED_BY(mu_) = 0;
+  int writers_waiting_ ABSL_GUARDED_BY(mu_) = 0;
+  bool writer_ ABSL_GUARDED_BY(mu_) = false;
+};
+
 // Serialises operations on one attachment (container ID, interface name) while operations on
-// other attachments proceed.
+// other attachments proceed; a wait ends at its deadline.
 class AttachmentLocks {
  public:
   class Held {
    public:
-    Held(AttachmentLocks* owner, std::string key, absl::Mutex* mu)
-        : owner_(owner), key_(std::move(key)), mu_(mu) {}
+    Held(AttachmentLocks* owner, std::string key) : owner_(owner), key_(std::move(key)) {}
     Held(const Held&) = delete;
     Held& operator=(const Held&) = delete;
-    ~Held() { owner_->Release(key_, mu_); }
+    ~Held() { owner_->Release(key_); }
 
    private:
     AttachmentLocks* owner_;
     std::string key_;
-    absl::Mutex* mu_;
   };
+  // nullptr if another holder still has the attachment at `deadline`.
   [[nodiscard]] std::unique_ptr<Held> Lock(const std::string& container_id,
-                                           const std::string& ifname);
+                                           const std::string& ifname, absl::Time deadline)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
-  struct Entry {
-    absl::Mutex mu;
-    int users = 0;
-  };
-  void Release(const std::string& key, absl::Mutex* mu);
+  void Release(const std::string& key) ABSL_LOCKS_EXCLUDED(mu_);
   absl::Mutex mu_;
-  absl::flat_hash_map<std::string, std::unique_ptr<Entry>> entries_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> held_ ABSL_GUARDED_BY(mu_);
 };
 
 struct EndpointServiceOptions {
   int default_mtu = 1500;  // pod MTU when the network configuration sets none
+  // How long a request waits for the node (held exclusively by GC) or for another request on the
+  // same attachment before it answers code 11 "try again later". Shorter than the plugin's own
+  // deadline, so the runtime gets an answer rather than a timeout.
+  absl::Duration lock_timeout = absl::Seconds(30);
 };
 
 struct EndpointServiceStats {
   uint64_t adds = 0, add_failures = 0, dels = 0, checks = 0, check_failures = 0, gcs = 0;
   uint64_t gc_removed = 0;
+  uint64_t add_retries_in_place = 0;  // a retried ADD answered with the existing attachment
+  uint64_t lock_timeouts = 0;         // requests answered 11 because the node or attachment
+                                      // stayed busy past lock_timeout
 };
 
 class EndpointService {
@@ -111,10 +145,25 @@ class EndpointService {
   EndpointServiceStats stats() const;
 
  private:
-  [[nodiscard]] absl::Status RemoveEndpoint(const Endpoint& ep);
+  // Holds the node (shared, or exclusively for GC/Restore) and, for per-attachment requests, the
+  // attachment, until destroyed; built by Enter().
+  class Hold;
+  [[nodiscard]] absl::StatusOr<std::unique_ptr<Hold>> Enter(bool exclusive,
+                                                            const cni::EndpointRequest* req);
+  // Every resource ADD made for `ep`, looked at from the node and from the pod netns (reached
+  // through `pod_netns_path`): OK, or kSluiceCheckFailed naming everything missing or changed.
+  [[nodiscard]] absl::Status Verify(const Endpoint& ep, const std::string& pod_netns_path);
+  // The result ADD reports for `ep`, after conf's prevResult when chained.
+  [[nodiscard]] absl::StatusOr<cni::ResultV1> ChainedResult(const Endpoint& ep,
+                                                            const cni::NetConf& conf) const;
+  // Removes what ADD made for `ep`; with release_address false the IPAM reservation is kept (an
+  // ADD redone for the same owner gets the same address back).
+  [[nodiscard]] absl::Status RemoveEndpoint(const Endpoint& ep, bool release_address = true);
   [[nodiscard]] absl::Status Plumb(const Endpoint& ep);
   cni::ResultV1 ResultFor(const Endpoint& ep) const;
   [[nodiscard]] absl::Status ReleaseLeakedAddresses();
+  // Endpoint map entries for addresses no recorded endpoint has.
+  [[nodiscard]] absl::Status RemoveLeakedEndpointEntries();
   void Count(uint64_t EndpointServiceStats::*field);
 
   Netlink& netlink_;
@@ -125,7 +174,7 @@ class EndpointService {
 
   // ADD, DEL and CHECK of different attachments run side by side (shared hold on node_mu_, plus
   // the attachment's own lock); GC and Restore look at the whole node and hold it exclusively.
-  absl::Mutex node_mu_;
+  DeadlineSharedMutex node_mu_;
   AttachmentLocks attachment_locks_;
 
   mutable absl::Mutex stats_mu_;

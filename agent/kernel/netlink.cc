@@ -630,6 +630,43 @@ absl::StatusOr<PodInterface> LibnlNetlink::GetPodInterface(const std::string& ne
   return out;
 }
 
+absl::StatusOr<HostVeth> LibnlNetlink::GetHostVeth(const std::string& host_ifname) {
+  if (absl::Status s = ValidateIfname(host_ifname); !s.ok()) return s;
+  const std::string what = absl::StrCat("inspect host veth ", host_ifname);
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return Annotate(sock.status(), what);
+  absl::StatusOr<Link> link = GetLink(sock->get(), host_ifname);
+  if (!link.ok()) return Annotate(link.status(), what);
+  HostVeth out;
+  out.link = ToLinkInfo(link->get());
+  absl::StatusOr<std::vector<RouteInfo>> routes = MainIPv4Routes(sock->get());
+  if (!routes.ok()) return Annotate(routes.status(), what);
+  for (RouteInfo& r : *routes) {
+    if (r.oif == out.link.ifindex) out.routes.push_back(r);
+  }
+  nl_cache* raw = nullptr;
+  if (int err = rtnl_neigh_alloc_cache(sock->get(), &raw); err < 0) {
+    return NlStatus(err, absl::StrCat(what, ": dump neighbours"));
+  }
+  Cache cache(raw);
+  ForEach<rtnl_neigh>(cache.get(), [&](rtnl_neigh* n) {
+    if (rtnl_neigh_get_ifindex(n) != out.link.ifindex || rtnl_neigh_get_family(n) != AF_INET) {
+      return;
+    }
+    std::optional<InterfaceAddress> dst = FromNlAddr(rtnl_neigh_get_dst(n));
+    nl_addr* ll = rtnl_neigh_get_lladdr(n);
+    if (!dst) return;
+    NeighbourInfo info;
+    info.address = dst->address;
+    if (ll != nullptr && nl_addr_get_len(ll) == info.mac.bytes.size()) {
+      std::memcpy(info.mac.bytes.data(), nl_addr_get_binary_addr(ll), info.mac.bytes.size());
+    }
+    info.permanent = (rtnl_neigh_get_state(n) & NUD_PERMANENT) != 0;
+    out.neighbours.push_back(info);
+  });
+  return out;
+}
+
 absl::Status LibnlNetlink::EnsureDummyWithAddress(const std::string& name,
                                                   const InterfaceAddress& addr) {
   const std::string what = absl::StrCat("ensure dummy ", name, " with ", addr.ToString());

@@ -84,6 +84,20 @@ struct PodInterface {
   std::vector<RouteInfo> routes;  // main-table IPv4 routes whose next hop is this interface
 };
 
+// A neighbour entry the kernel holds for an interface.
+struct NeighbourInfo {
+  IpAddress address;
+  MacAddress mac;
+  bool permanent = false;  // NUD_PERMANENT
+};
+
+// What the host side of a pod veth looks like (for CNI CHECK).
+struct HostVeth {
+  LinkInfo link;
+  std::vector<RouteInfo> routes;           // main-table IPv4 routes whose next hop is this link
+  std::vector<NeighbourInfo> neighbours;   // IPv4 neighbour entries on this link
+};
+
 // The kernel-networking operations of the agent. Host-side operations act in the network
 // namespace of the calling thread (the agent itself may run inside a node netns); pod-side
 // operations take the path of the pod's netns and never move the calling thread.
@@ -128,6 +142,10 @@ class Netlink {
   // The link, its addresses and its IPv4 main-table routes, seen from inside the pod netns.
   [[nodiscard]] virtual absl::StatusOr<PodInterface> GetPodInterface(const std::string& netns_path,
                                                                      const std::string& ifname) = 0;
+
+  // The host side of a pod veth in the caller's netns: the link, its routes and neighbours;
+  // NotFound if the link does not exist.
+  [[nodiscard]] virtual absl::StatusOr<HostVeth> GetHostVeth(const std::string& host_ifname) = 0;
 
   // Ensures a dummy device `name` exists, is up and carries `addr` (e.g. the pods' gateway as
   // /32). On kernels without CONFIG_DUMMY the device is one end of a veth pair whose idle peer is
@@ -175,6 +193,7 @@ class LibnlNetlink final : public Netlink {
   absl::StatusOr<std::vector<LinkInfo>> ListLinks(absl::string_view prefix) override;
   absl::StatusOr<PodInterface> GetPodInterface(const std::string& netns_path,
                                                const std::string& ifname) override;
+  absl::StatusOr<HostVeth> GetHostVeth(const std::string& host_ifname) override;
   absl::Status EnsureDummyWithAddress(const std::string& name,
                                       const InterfaceAddress& addr) override;
   absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) override;

@@ -3,7 +3,10 @@
 #include <fcntl.h>
 #include <linux/nsfs.h>
 #include <sched.h>
+#include <linux/magic.h>
 #include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -23,22 +26,64 @@ namespace {
 
 }  // namespace
 
+static const char* FileKind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a named pipe";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISLNK(mode)) return "a symbolic link";
+  return "a regular file";
+}
+
 absl::StatusOr<NetnsFd> NetnsFd::Open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open netns ", path));
-  NetnsFd ns(fd, path);
-  int type = ::ioctl(fd, NS_GET_NSTYPE);
-  if (type < 0 && errno == ENOTTY) {
+  // O_PATH opens nothing for I/O: a FIFO does not wait for a writer, a device driver is not
+  // called. Only once the file is known to be on nsfs is it opened for real (setns and ioctl
+  // need that), through /proc/self/fd so that the path cannot be swapped in between.
+  int pfd = ::open(path.c_str(), O_PATH | O_CLOEXEC);
+  if (pfd < 0) return ErrnoStatus(errno, absl::StrCat("open netns ", path));
+  NetnsFd probe(pfd, path);
+  struct stat st {};
+  if (::fstat(pfd, &st) != 0) return ErrnoStatus(errno, absl::StrCat("stat netns ", path));
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is not a network namespace: it is ", FileKind(st.st_mode)));
+  }
+  struct statfs fs {};
+  if (::fstatfs(pfd, &fs) != 0) return ErrnoStatus(errno, absl::StrCat("statfs netns ", path));
+  if (static_cast<uint64_t>(fs.f_type) != NSFS_MAGIC) {
     // A plain file, e.g. a /run/netns entry whose namespace was mounted in another mount
     // namespace (or already unmounted).
     return absl::InvalidArgumentError(absl::StrCat(
-        path, " is not a namespace file (no namespace is mounted there in this mount namespace)"));
+        path, " is not a namespace file (a regular file, not nsfs: no namespace is mounted there "
+              "in this mount namespace)"));
   }
+  int fd = ::open(probe.fd_path().c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open netns ", path));
+  NetnsFd ns(fd, path);
+  int type = ::ioctl(fd, NS_GET_NSTYPE);
   if (type < 0) return ErrnoStatus(errno, absl::StrCat("query namespace type of ", path));
   if (type != CLONE_NEWNET) {
-    return absl::InvalidArgumentError(absl::StrCat(path, " is not a network namespace"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " is a namespace, but not a network namespace"));
   }
   return ns;
+}
+
+absl::StatusOr<NetnsFd::Identity> NetnsFd::identity() const {
+  struct stat st {};
+  if (::fstat(fd_, &st) != 0) return ErrnoStatus(errno, absl::StrCat("stat netns ", path_));
+  return Identity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
+}
+
+std::string NetnsFd::fd_path() const { return absl::StrCat("/proc/self/fd/", fd_); }
+
+absl::StatusOr<NetnsFd::Identity> CurrentNetnsIdentity() {
+  struct stat st {};
+  if (::stat("/proc/thread-self/ns/net", &st) != 0) {
+    return ErrnoStatus(errno, "stat /proc/thread-self/ns/net");
+  }
+  return NetnsFd::Identity{static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino)};
 }
 
 NetnsFd::NetnsFd(NetnsFd&& other) noexcept

@@ -3,6 +3,7 @@
 #ifndef SLUICE_AGENT_NETNS_H_
 #define SLUICE_AGENT_NETNS_H_
 
+#include <cstdint>
 #include <string>
 #include <utility>
 
@@ -16,9 +17,25 @@ namespace sluice::agent {
 // An open network namespace file (/var/run/netns/<name>, /proc/<pid>/ns/net, ...). Owns the fd.
 class NetnsFd {
  public:
-  // Opens `path` read-only and checks that it is a network namespace. A missing path is
-  // NotFound naming the path.
+  // Opens `path` and checks that it is a network namespace, without ever blocking or opening
+  // anything else for reading: the path is opened with O_PATH (a FIFO, device or directory is
+  // only looked at), checked with fstat/fstatfs (a regular file on nsfs), then reopened through
+  // /proc/self/fd and checked with NS_GET_NSTYPE == CLONE_NEWNET. Errors name the path:
+  // NotFound if it does not exist, InvalidArgument if it is not a network namespace (saying what
+  // it is instead), PermissionDenied.
   [[nodiscard]] static absl::StatusOr<NetnsFd> Open(const std::string& path);
+
+  // The namespace's identity (nsfs device and inode): two paths name the same namespace exactly
+  // when their identities are equal.
+  struct Identity {
+    uint64_t dev = 0;
+    uint64_t ino = 0;
+    friend bool operator==(const Identity&, const Identity&) = default;
+  };
+  [[nodiscard]] absl::StatusOr<Identity> identity() const;
+  // A path that names this very namespace for as long as this object lives (/proc/self/fd/N),
+  // whatever happens to the original path meanwhile.
+  std::string fd_path() const;
 
   NetnsFd() = default;
   NetnsFd(NetnsFd&& other) noexcept;
@@ -37,6 +54,9 @@ class NetnsFd {
   int fd_ = -1;
   std::string path_;
 };
+
+// The identity of the network namespace of the calling thread.
+[[nodiscard]] absl::StatusOr<NetnsFd::Identity> CurrentNetnsIdentity();
 
 // Runs `fn` on a dedicated short-lived thread that has joined the network namespace at
 // `netns_path` (setns(CLONE_NEWNET)); the caller's thread and namespace are never changed. Netlink

@@ -2,6 +2,7 @@
 
 #include <string>
 
+#include "absl/strings/escaping.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -207,6 +208,14 @@ TEST(ParseNetConf, EmptyValidAttachmentsListIsPresentAndEmpty) {
   EXPECT_TRUE(conf->valid_attachments.empty());
 }
 
+TEST(ParseNetConf, NullValidAttachmentsIsNoList) {
+  json config = MinimalConfig("1.1.0");
+  config["cni.dev/valid-attachments"] = nullptr;
+  absl::StatusOr<NetConf> conf = NetConfFromJson(config);
+  ASSERT_TRUE(conf.ok()) << conf.status();
+  EXPECT_FALSE(conf->has_valid_attachments);
+}
+
 TEST(ParseNetConf, MalformedValidAttachmentsIsInvalidConfig) {
   for (json bad : {json("c1"), json::array({"c1"}), json::array({{{"containerID", "c1"}}}),
                    json::array({{{"containerID", 1}, {"ifname", "eth0"}}})}) {
@@ -402,6 +411,77 @@ TEST(ValidateInterfaceName, FollowsLinuxAndCniRules) {
     ASSERT_FALSE(status.ok()) << bad;
     EXPECT_EQ(CniCodeOf(status), api::kCniInvalidEnvironment);
     EXPECT_THAT(status.message(), HasSubstr("CNI_IFNAME"));
+  }
+}
+
+TEST(ValidateInterfaceName, RejectsNonAsciiAndControlBytes) {
+  // U+2028 (a Unicode line separator), a lone 0xff, NUL-free control characters, DEL, and a
+  // non-ASCII letter: the kernel would take some of these, but no tool prints them unambiguously.
+  for (std::string bad : {std::string("e\xe2\x80\xa8"), std::string("eth\xff"), std::string("e\x01"),
+                          std::string("e\x7f"), std::string("\xc3\xa9th0"), std::string("e\x1b[0m")}) {
+    absl::Status status = ValidateInterfaceName(bad);
+    ASSERT_FALSE(status.ok()) << absl::CHexEscape(bad);
+    EXPECT_EQ(CniCodeOf(status), api::kCniInvalidEnvironment);
+    EXPECT_THAT(status.message(), HasSubstr("CNI_IFNAME"));
+    // The error object quotes the value: it must survive a strict JSON dump.
+    CniFailure failure = CniFailureFromStatus(status);
+    EXPECT_NO_THROW((void)FormatError(failure, "1.1.0").dump()) << absl::CHexEscape(bad);
+  }
+  EXPECT_TRUE(ValidateInterfaceName("net1_a-b.c").ok());
+}
+
+TEST(IsValidUtf8, AcceptsUnicodeAndRejectsMalformedSequences) {
+  EXPECT_TRUE(IsValidUtf8(""));
+  EXPECT_TRUE(IsValidUtf8("plain"));
+  EXPECT_TRUE(IsValidUtf8("\xc3\xa9\xe2\x80\xa8\xf0\x9f\x98\x80"));  // é, U+2028, U+1F600
+  for (std::string bad : {std::string("\xff"), std::string("\x80"), std::string("\xc3"),
+                          std::string("\xc0\xaf"),            // overlong '/'
+                          std::string("\xe0\x80\xaf"),        // overlong '/'
+                          std::string("\xed\xa0\x80"),        // surrogate U+D800
+                          std::string("\xf4\x90\x80\x80"),    // U+110000
+                          std::string("a\xe2\x80")}) {         // truncated
+    EXPECT_FALSE(IsValidUtf8(bad)) << absl::CHexEscape(bad);
+  }
+}
+
+TEST(ParseJsonBounded, RefusesDeepNestingWithoutRecursing) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  absl::StatusOr<json> parsed = ParseJsonBounded(deep, "network configuration");
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(CniCodeOf(parsed.status()), api::kCniDecodeFailure);
+  EXPECT_THAT(parsed.status().message(), HasSubstr("deeper than"));
+
+  const std::string at_limit = std::string(kMaxJsonDepth, '[') + std::string(kMaxJsonDepth, ']');
+  EXPECT_TRUE(ParseJsonBounded(at_limit, "x").ok());
+  const std::string over = "[" + at_limit + "]";
+  EXPECT_FALSE(ParseJsonBounded(over, "x").ok());
+  // Brackets inside strings (escaped quotes included) do not count.
+  const std::string in_string = "{\"a\": \"\\\"" + std::string(1000, '[') + "\"}";
+  EXPECT_TRUE(ParseJsonBounded(in_string, "x").ok()) << in_string;
+  absl::StatusOr<NetConf> deep_conf = ParseNetConf("{\"cniVersion\":\"1.1.0\",\"x\":" + deep + "}");
+  EXPECT_EQ(CniCodeOf(deep_conf.status()), api::kCniDecodeFailure);
+}
+
+TEST(ParseCniArgs, RejectsInvalidUtf8AndControlCharacters) {
+  for (std::string bad : {std::string("A=\xff"), std::string("A=b\x01"), std::string("\xc0\xaf=1")}) {
+    auto args = ParseCniArgs(bad);
+    ASSERT_FALSE(args.ok()) << absl::CHexEscape(bad);
+    EXPECT_EQ(CniCodeOf(args.status()), api::kCniInvalidEnvironment);
+    EXPECT_THAT(args.status().message(), HasSubstr("CNI_ARGS"));
+    EXPECT_NO_THROW((void)FormatError(CniFailureFromStatus(args.status()), "1.1.0").dump());
+  }
+  EXPECT_TRUE(ParseCniArgs("K8S_POD_NAME=caf\xc3\xa9").ok());
+}
+
+TEST(ValidateNetnsPath, RejectsRelativeInvalidUtf8AndControlCharacters) {
+  EXPECT_TRUE(ValidateNetnsPath("/var/run/netns/p").ok());
+  EXPECT_TRUE(ValidateNetnsPath("").ok());  // presence is the caller's check
+  for (std::string bad : {std::string("netns/p"), std::string("/x\xff"), std::string("/x\ny")}) {
+    absl::Status status = ValidateNetnsPath(bad);
+    ASSERT_FALSE(status.ok()) << absl::CHexEscape(bad);
+    EXPECT_EQ(CniCodeOf(status), api::kCniInvalidEnvironment);
+    EXPECT_THAT(status.message(), HasSubstr("CNI_NETNS"));
+    EXPECT_NO_THROW((void)FormatError(CniFailureFromStatus(status), "1.1.0").dump());
   }
 }
 

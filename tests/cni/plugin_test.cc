@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -312,6 +313,89 @@ TEST_F(PluginTest, AddWithMalformedCniArgsNamesTheVariable) {
   ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "CNI_ARGS");
 }
 
+// --- Hostile input: every byte of the environment and stdin -------------------------------
+
+TEST_F(PluginTest, DeeplyNestedConfigIsDecodeFailureNotACrash) {
+  // 100k levels: a recursive parser or printer runs out of stack long before.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), deep), api::kCniDecodeFailure, "deeper than",
+                 "1.1.0");
+  const std::string nested_field =
+      R"({"cniVersion":"1.0.0","name":"n","type":"sluice","x":)" + deep + "}";
+  ExpectCniError(RunPlugin(AttachmentEnv("ADD"), nested_field), api::kCniDecodeFailure,
+                 "deeper than", "1.1.0");
+}
+
+struct HostileVariableCase {
+  std::string variable;
+  std::string value;
+  friend void PrintTo(const HostileVariableCase& c, std::ostream* os) {
+    *os << c.variable << "=" << json(c.value).dump(-1, ' ', true, json::error_handler_t::replace);
+  }
+};
+
+class PluginHostileVariableTest : public PluginTest,
+                                  public ::testing::WithParamInterface<HostileVariableCase> {};
+
+TEST_P(PluginHostileVariableTest, IsInvalidEnvironmentNamingTheVariable) {
+  Env env = AttachmentEnv("ADD");
+  env[GetParam().variable] = GetParam().value;
+  PluginRun run = RunPlugin(env, Config().dump());
+  ExpectCniError(run, api::kCniInvalidEnvironment, GetParam().variable);
+  // Nothing of it may reach the agent: no socket exists, so a forwarded request would be 11.
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    InvalidBytes, PluginHostileVariableTest,
+    ::testing::Values(HostileVariableCase{"CNI_IFNAME", "eth\xff"},
+                      HostileVariableCase{"CNI_IFNAME", "e\xe2\x80\xa8"},  // U+2028
+                      HostileVariableCase{"CNI_IFNAME", "e\x01"},
+                      HostileVariableCase{"CNI_NETNS", "/var/run/netns/\xff"},
+                      HostileVariableCase{"CNI_NETNS", "/var/run/netns/a\nb"},
+                      HostileVariableCase{"CNI_ARGS", "K8S_POD_NAME=\xc0\xaf"},
+                      HostileVariableCase{"CNI_CONTAINERID", "c\xff"}),
+    [](const ::testing::TestParamInfo<HostileVariableCase>& info) {
+      return info.param.variable + "Case" + std::to_string(info.index);
+    });
+
+TEST_F(PluginTest, InvalidUtf8CommandStillAnswersWithAnErrorObject) {
+  Env env = AttachmentEnv("ADD");
+  env["CNI_COMMAND"] = "AD\xff";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "CNI_COMMAND",
+                 "1.0.0");
+}
+
+// --- CNI_NETNS that cannot be a pod's namespace ----------------------------------------------
+
+TEST_F(PluginTest, AddIntoThePluginsOwnNetnsIsRefused) {
+  Env env = AttachmentEnv("ADD");
+  env["CNI_NETNS"] = "/proc/self/ns/net";
+  PluginRun run = RunPlugin(env, Config().dump());
+  ExpectCniError(run, api::kCniInvalidEnvironment,
+                 "plugin's netns and CNI_NETNS must not be the same");
+  // Any path to the same namespace, by inode: the plugin's parent (this test) shares it.
+  env["CNI_NETNS"] = "/proc/" + std::to_string(getpid()) + "/ns/net";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment,
+                 "must not be the same");
+  env["CNI_COMMAND"] = "CHECK";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment,
+                 "must not be the same");
+}
+
+TEST_F(PluginTest, NetnsThatIsNotAFileIsInvalidEnvironmentAndNeverBlocks) {
+  const std::string fifo = scratch_.path() + "/fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  for (const auto& [path, kind] : std::vector<std::pair<std::string, std::string>>{
+           {fifo, "named pipe"}, {scratch_.path(), "directory"}, {"/dev/null", "character device"}}) {
+    Env env = AttachmentEnv("ADD");
+    env["CNI_NETNS"] = path;
+    const Clock::time_point start = Clock::now();
+    PluginRun run = RunPlugin(env, Config().dump());
+    ExpectCniError(run, api::kCniInvalidEnvironment, kind);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(5)) << path;
+  }
+}
+
 // --- Configuration --------------------------------------------------------------------------
 
 TEST_F(PluginTest, AddWithNonJsonConfigIsDecodeFailure) {
@@ -348,10 +432,20 @@ TEST_F(PluginTest, StatusWithPre110VersionIsIncompatibleVersion) {
                  api::kCniIncompatibleVersion, "STATUS");
 }
 
-TEST_F(PluginTest, GcWithoutValidAttachmentsIsInvalidNetworkConfig) {
-  ExpectCniError(
-      RunPlugin({{"CNI_COMMAND", "GC"}, {"CNI_PATH", "/opt/cni/bin"}}, Config("1.1.0").dump()),
-      api::kCniInvalidNetworkConfig, "cni.dev/valid-attachments", "1.1.0");
+// CNI 1.1.0 has the runtime pass the list, but libcni omits the key when it has none and Go
+// prints a nil list as null, so `cnitool gc` sends one or the other: GC is forwarded (the agent
+// then keeps every recorded attachment and collects only leaked resources; docs/operating.md).
+TEST_F(PluginTest, GcWithMissingOrNullValidAttachmentsIsForwarded) {
+  for (bool with_null : {false, true}) {
+    unlink(SocketPath().c_str());  // the previous round's agent socket
+    FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+    json config = Config("1.1.0");
+    if (with_null) config["cni.dev/valid-attachments"] = nullptr;
+    PluginRun run = RunPlugin({{"CNI_COMMAND", "GC"}, {"CNI_PATH", "/opt/cni/bin"}}, config.dump());
+    EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+    EXPECT_EQ(run.stdout_text, "");
+    EXPECT_EQ(agent.Request()["command"], "GC");
+  }
 }
 
 // --- Agent unreachable ----------------------------------------------------------------------

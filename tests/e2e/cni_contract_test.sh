@@ -38,11 +38,17 @@ in_ns p1 ip -4 -o addr show eth0 | grep -q "$ADDR/32" || fail "pod has no $ADDR/
 in_ns p1 ip route show default | grep -q 'via 10.244.0.1 dev eth0' || fail "pod default route"
 log "ok: ADD p1 -> $ADDR"
 
-# CHECK with the ADD result as prevResult passes; ADD again on the same interface errors.
+# CHECK with the ADD result as prevResult passes. ADD again of the same attachment (the retry a
+# code 11 invites) answers with the same result; another container's ADD of eth0 there is 101.
 prev=",\"prevResult\":$res"
 cni CHECK p1 "$P1" eth0 "$prev" >/dev/null || fail "CHECK of a healthy endpoint failed"
-out=$(cni ADD p1 "$P1") && fail "second ADD on eth0 succeeded"
+again=$(cni ADD p1 "$P1") || fail "retried ADD of p1/eth0 failed: $again"
+[ "$(echo "$again" | jget 'd["ips"][0]["address"]')" = "$ADDR/32" ] || fail "retried ADD: $again"
+out=$(cni ADD p1-other "$P1") && fail "ADD of an existing eth0 by another container succeeded"
 expect_error 101 "$out"
+# The node's own namespace is never a pod's.
+out=$(cni ADD p-node /proc/self/ns/net) && fail "ADD into the node's netns succeeded"
+expect_error 4 "$out"
 # A second interface in the same pod is a new attachment.
 res2=$(cni ADD p1 "$P1" net1) || fail "ADD net1: $res2"
 in_ns p1 ip link show net1 >/dev/null || fail "net1 missing"

@@ -128,6 +128,23 @@ TEST_F(ApiServerTest, InvalidJsonGetsDecodeFailureWithoutReachingTheHandler) {
   EXPECT_EQ(server.stats().bad_requests, 3u);
 }
 
+TEST_F(ApiServerTest, DeeplyNestedRequestIsDecodeFailureNotACrash) {
+  std::atomic<int> calls = 0;
+  EndpointApiServer server(options_);
+  ASSERT_TRUE(server.Start([&](const json& r) {
+                      ++calls;
+                      return Echo(r);
+                    }).ok());
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  json reply = Call(options_.socket_path, R"({"command":"ADD","config":)" + deep + "}");
+  EXPECT_EQ(reply["ok"], false);
+  EXPECT_EQ(reply["code"], kCniDecodeFailure);
+  EXPECT_THAT(reply.value("msg", ""), HasSubstr("deeper than"));
+  EXPECT_EQ(calls, 0);
+  // Still serving.
+  EXPECT_EQ(Call(options_.socket_path, R"({"command":"ADD"})")["ok"], true);
+}
+
 TEST_F(ApiServerTest, OversizedRequestIsRefused) {
   options_.max_request_bytes = 1024;
   EndpointApiServer server(options_);

@@ -1,0 +1,280 @@
+// Privileged tests of EndpointService over the real kernel: LibnlNetlink, the BPF datapath loaded
+// on a scratch bpffs, a real Ipam and EndpointStore in a scratch directory. The "agent" runs in a
+// throwaway node netns (every call goes through RunInNetns) and pods are netns of their own, all
+// named "cnihard-<pid>-<n>-...".
+#include "agent/endpoint/endpoint_service.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "agent/kernel/netns.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "loader/tc.h"
+#include "support/fixture.h"
+
+namespace sluice::agent {
+namespace {
+
+using ::testing::HasSubstr;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+int Sh(const std::string& cmd) {
+  int status = std::system((cmd + " >/dev/null 2>&1").c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+class EndpointServicePrivTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    static std::atomic<int> counter{0};
+    base_ = absl::StrCat("cnihard-", ::getpid(), "-", counter++);
+    ASSERT_EQ(Sh("ip netns add " + base_ + "-node"), 0);
+    ASSERT_EQ(Sh("ip netns add " + base_ + "-pod"), 0);
+    ASSERT_EQ(Sh("ip -n " + base_ + "-node link set lo up"), 0);
+    char pattern[] = "/tmp/cnihard-state.XXXXXX";
+    ASSERT_NE(mkdtemp(pattern), nullptr);
+    state_dir_ = pattern;
+    bpffs_ = std::make_unique<testing::ScratchBpffs>();
+    auto dp = loader::Datapath::Load(bpffs_->path());
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    dp_ = std::move(*dp);
+    auto ipam = Ipam::Open(state_dir_, *IpPrefix::Parse("10.244.7.0/24"));
+    ASSERT_TRUE(ipam.ok()) << ipam.status();
+    ipam_ = std::move(*ipam);
+    auto store = EndpointStore::Open(state_dir_);
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    endpoint_dp_ = std::make_unique<BpfEndpointDatapath>(*dp_);
+    service_ = std::make_unique<EndpointService>(
+        netlink_, *ipam_, *store_, *endpoint_dp_,
+        EndpointServiceOptions{.default_mtu = 1400, .lock_timeout = absl::Seconds(2)});
+  }
+
+  void TearDown() override {
+    service_.reset();
+    Sh("ip netns del " + base_ + "-pod");
+    Sh("ip netns del " + base_ + "-node");
+    dp_.reset();
+    bpffs_.reset();
+    std::error_code ignored;
+    std::filesystem::remove_all(state_dir_, ignored);
+  }
+
+  std::string NodePath() const { return "/var/run/netns/" + base_ + "-node"; }
+  std::string PodPath() const { return "/var/run/netns/" + base_ + "-pod"; }
+
+  template <typename Fn>
+  auto InNode(Fn fn) -> decltype(fn()) {
+    std::optional<decltype(fn())> result;
+    absl::Status entered = RunInNetns(NodePath(), [&]() {
+      result.emplace(fn());
+      return absl::OkStatus();
+    });
+    if (!entered.ok()) return entered;
+    return *std::move(result);
+  }
+
+  static json Config(std::optional<json> attachments = std::nullopt, bool with_key = false) {
+    json c = {{"cniVersion", "1.1.0"}, {"name", "cnihard-net"}, {"type", "sluice"}};
+    if (with_key) c["cni.dev/valid-attachments"] = attachments.value_or(json());
+    return c;
+  }
+
+  // One endpoint API request through Handle(), as the server would pass it, run in the node.
+  json Call(const std::string& command, const std::string& netns, const json& config = Config(),
+            const std::string& container_id = "ctr1", const std::string& ifname = "eth0") {
+    json request = {{"command", command}, {"containerID", container_id}, {"netns", netns},
+                    {"ifName", ifname},   {"args", "K8S_POD_NAME=p"},  {"config", config}};
+    absl::StatusOr<json> reply = InNode([&]() -> absl::StatusOr<json> {
+      return service_->Handle(request);
+    });
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : json();
+  }
+
+  static int Code(const json& reply) { return reply.value("code", 0); }
+  static std::string Msg(const json& reply) {
+    return reply.value("msg", "") + " | " + reply.value("details", "");
+  }
+
+  const Endpoint& Recorded() {
+    recorded_ = store_->Get("ctr1", "eth0");
+    EXPECT_TRUE(recorded_.has_value());
+    if (!recorded_) recorded_.emplace();
+    return *recorded_;
+  }
+
+  std::string base_, state_dir_;
+  std::unique_ptr<testing::ScratchBpffs> bpffs_;
+  std::unique_ptr<loader::Datapath> dp_;
+  std::unique_ptr<Ipam> ipam_;
+  std::unique_ptr<EndpointStore> store_;
+  LibnlNetlink netlink_;
+  std::unique_ptr<BpfEndpointDatapath> endpoint_dp_;
+  std::unique_ptr<EndpointService> service_;
+  std::optional<Endpoint> recorded_;
+};
+
+TEST_F(EndpointServicePrivTest, AddIntoTheAgentsOwnNetnsIsRefusedAndTouchesNothing) {
+  // The node netns by its /var/run path and by /proc, and the namespace of the agent process.
+  for (const std::string& path :
+       {NodePath(), std::string("/proc/thread-self/ns/net"), std::string("/proc/self/ns/net")}) {
+    json reply = Call("ADD", path);
+    EXPECT_EQ(reply["ok"], false) << path;
+    EXPECT_EQ(Code(reply), api::kCniInvalidEnvironment) << path << ": " << Msg(reply);
+    EXPECT_THAT(Msg(reply), HasSubstr("must not be the same")) << path;
+  }
+  auto links = InNode([&] { return netlink_.ListLinks("lxc"); });
+  ASSERT_TRUE(links.ok()) << links.status();
+  EXPECT_TRUE(links->empty()) << "a veth was created for a refused ADD";
+  EXPECT_TRUE(ipam_->Allocated().empty());
+  EXPECT_EQ(store_->size(), 0u);
+  EXPECT_EQ(Code(Call("CHECK", NodePath())), api::kCniInvalidEnvironment);
+}
+
+TEST_F(EndpointServicePrivTest, NetnsThatIsNotANamespaceIsInvalidEnvironmentAndNeverBlocks) {
+  const std::string fifo = state_dir_ + "/fifo", file = state_dir_ + "/file";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  ASSERT_EQ(Sh("touch " + file), 0);
+  for (const auto& [path, why] : std::vector<std::pair<std::string, std::string>>{
+           {fifo, "named pipe"},
+           {state_dir_, "directory"},
+           {"/dev/null", "character device"},
+           {file, "not a namespace file"},
+           {"/proc/self/ns/mnt", "not a network namespace"},
+           {state_dir_ + "/absent", "No such file"}}) {
+    const Clock::time_point start = Clock::now();
+    json reply = Call("ADD", path);
+    EXPECT_LT(Clock::now() - start, std::chrono::seconds(1)) << path;
+    EXPECT_EQ(Code(reply), api::kCniInvalidEnvironment) << path << ": " << Msg(reply);
+    EXPECT_THAT(Msg(reply), HasSubstr(why)) << path;
+  }
+  // Nothing was left holding a lock: GC (exclusive) and a real ADD go through at once.
+  EXPECT_EQ(Call("GC", "", Config(json::array(), true))["ok"], true);
+  json added = Call("ADD", PodPath());
+  EXPECT_EQ(added["ok"], true) << added;
+}
+
+TEST_F(EndpointServicePrivTest, RetriedAddOfTheSameAttachmentAnswersWithTheExistingResult) {
+  json first = Call("ADD", PodPath());
+  ASSERT_EQ(first["ok"], true) << first;
+  const std::string address = first["result"]["ips"][0]["address"];
+  // The retry the plugin's code 11 invites, after the first ADD completed in the agent anyway.
+  json retry = Call("ADD", PodPath());
+  ASSERT_EQ(retry["ok"], true) << retry;
+  EXPECT_EQ(retry["result"], first["result"]);
+  EXPECT_EQ(service_->stats().add_retries_in_place, 1u);
+  EXPECT_EQ(ipam_->Allocated().size(), 1u);
+
+  // A half-broken earlier attachment is redone, not refused with "interface exists".
+  ASSERT_EQ(Sh("ip -n " + base_ + "-pod route del default"), 0);
+  json redone = Call("ADD", PodPath());
+  ASSERT_EQ(redone["ok"], true) << redone;
+  EXPECT_EQ(redone["result"]["ips"][0]["address"], address);  // same owner, same address
+  EXPECT_EQ(service_->stats().add_retries_in_place, 1u);
+  EXPECT_EQ(Call("CHECK", PodPath())["ok"], true);
+}
+
+TEST_F(EndpointServicePrivTest, CheckNamesEveryMissingResourceAndAddRepairsIt) {
+  ASSERT_EQ(Call("ADD", PodPath())["ok"], true);
+  ASSERT_EQ(Call("CHECK", PodPath())["ok"], true) << Msg(Call("CHECK", PodPath()));
+  const std::string node = base_ + "-node", pod = base_ + "-pod";
+
+  struct Damage {
+    std::string name;
+    std::function<void()> apply;
+    std::string expected;
+  };
+  std::vector<Damage> damages = {
+      {"tc program detached",
+       [&] {
+         int ifindex = Recorded().host_ifindex;
+         ASSERT_TRUE(InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kIngress); })
+                         .ok());
+       },
+       "pod program is not attached"},
+      {"host route deleted",
+       [&] {
+         ASSERT_EQ(Sh(absl::StrCat("ip -n ", node, " route del ", Recorded().ipv4, "/32 dev ",
+                                   Recorded().host_ifname)),
+                   0);
+       },
+       "host route"},
+      {"neighbour deleted",
+       [&] {
+         ASSERT_EQ(Sh(absl::StrCat("ip -n ", node, " neigh del ", Recorded().ipv4, " dev ",
+                                   Recorded().host_ifname)),
+                   0);
+       },
+       "permanent neighbour"},
+      {"IPAM reservation released",
+       [&] { ASSERT_TRUE(ipam_->Release({"cnihard-net", "ctr1", "eth0"}).ok()); },
+       "IPAM reservation"},
+      {"endpoint map entry deleted",
+       [&] {
+         ASSERT_TRUE(endpoint_dp_
+                         ->DeleteEndpoint(*IpAddress::Parse(Recorded().ipv4),
+                                          EndpointDatapath::kAnyIfindex)
+                         .ok());
+       },
+       "endpoint map entry"},
+      {"pod gateway route deleted",
+       [&] {
+         ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod, " route flush 10.244.7.1/32")), 0);
+       },
+       "gateway"},
+      {"pod address deleted",
+       [&] { ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod, " addr flush dev eth0")), 0); },
+       "lost its address"},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.name);
+    d.apply();
+    json check = Call("CHECK", PodPath());
+    EXPECT_EQ(check["ok"], false);
+    EXPECT_EQ(Code(check), api::kSluiceCheckFailed) << Msg(check);
+    EXPECT_THAT(Msg(check), HasSubstr(d.expected));
+    json repaired = Call("ADD", PodPath());
+    EXPECT_EQ(repaired["ok"], true) << repaired;
+    json again = Call("CHECK", PodPath());
+    EXPECT_EQ(again["ok"], true) << Msg(again);
+  }
+  // The record itself: CHECK of an attachment never added is "unknown container" (3).
+  EXPECT_EQ(Code(Call("CHECK", PodPath(), Config(), "ctr2")), api::kCniUnknownContainer);
+}
+
+TEST_F(EndpointServicePrivTest, GcWithoutAListKeepsRecordedEndpointsAndAnEmptyListRemovesThem) {
+  ASSERT_EQ(Call("ADD", PodPath())["ok"], true);
+  // A leaked reservation (no endpoint record) is collected by every GC.
+  ASSERT_TRUE(ipam_->Allocate({"cnihard-net", "leaked", "eth0"}).ok());
+  json missing = Call("GC", "", Config());
+  EXPECT_EQ(missing["ok"], true) << missing;
+  EXPECT_TRUE(store_->Get("ctr1", "eth0").has_value());
+  EXPECT_EQ(ipam_->Allocated().size(), 1u);
+  json null_list = Call("GC", "", Config(json(), true));
+  EXPECT_EQ(null_list["ok"], true) << null_list;
+  EXPECT_TRUE(store_->Get("ctr1", "eth0").has_value());
+  EXPECT_EQ(Call("CHECK", PodPath())["ok"], true);
+
+  json listed = Call("GC", "", Config(json::array({{{"containerID", "ctr1"}, {"ifname", "eth0"}}}), true));
+  EXPECT_EQ(listed["ok"], true) << listed;
+  EXPECT_TRUE(store_->Get("ctr1", "eth0").has_value());
+
+  json empty = Call("GC", "", Config(json::array(), true));
+  EXPECT_EQ(empty["ok"], true) << empty;
+  EXPECT_FALSE(store_->Get("ctr1", "eth0").has_value());
+  EXPECT_TRUE(ipam_->Allocated().empty());
+}
+
+}  // namespace
+}  // namespace sluice::agent
