@@ -150,13 +150,14 @@ class FakeNetlink final : public agent::Netlink {
   }
 
   absl::Status ConfigureHostVeth(const std::string& host_ifname, const agent::IpAddress& pod_addr,
-                                 const agent::MacAddress&) override {
+                                 const agent::MacAddress& pod_mac) override {
     if (auto st = script_.Enter("ConfigureHostVeth"); !st.ok()) return st;
     absl::MutexLock l(&mu_);
     auto link = host_.links.find(host_ifname);
     if (link == host_.links.end()) return absl::NotFoundError("host link not found");
     link->second.up = true;
     host_veth_routes_[host_ifname] = pod_addr;
+    host_veth_macs_[host_ifname] = pod_mac;
     return absl::OkStatus();
   }
 
@@ -227,6 +228,29 @@ class FakeNetlink final : public agent::Netlink {
       def.oif = link->second.ifindex;
       def.table = 254;
       out.routes.push_back(def);
+    }
+    return out;
+  }
+
+  absl::StatusOr<agent::HostVeth> GetHostVeth(const std::string& host_ifname) override {
+    if (auto st = script_.Enter("GetHostVeth"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    auto link = host_.links.find(host_ifname);
+    if (link == host_.links.end()) return absl::NotFoundError(absl::StrCat("link ", host_ifname));
+    agent::HostVeth out;
+    out.link = link->second;
+    if (auto r = host_veth_routes_.find(host_ifname); r != host_veth_routes_.end()) {
+      agent::RouteInfo route;
+      route.dst = *agent::IpPrefix::Make(r->second, 32);
+      route.oif = link->second.ifindex;
+      route.scope = 253;  // RT_SCOPE_LINK
+      route.table = 254;  // RT_TABLE_MAIN
+      out.routes.push_back(route);
+      agent::NeighbourInfo neigh;
+      neigh.address = r->second;
+      neigh.mac = host_veth_macs_[host_ifname];
+      neigh.permanent = true;
+      out.neighbours.push_back(neigh);
     }
     return out;
   }
@@ -311,6 +335,7 @@ class FakeNetlink final : public agent::Netlink {
   // host veth -> (pod netns path, pod ifname)
   std::map<std::string, std::pair<std::string, std::string>> peer_of_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, agent::IpAddress> host_veth_routes_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, agent::MacAddress> host_veth_macs_ ABSL_GUARDED_BY(mu_);
   std::map<agent::IpPrefix, agent::IpAddress> peer_routes_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, agent::IpAddress> first_v4_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, std::string> sysctls_ ABSL_GUARDED_BY(mu_);
@@ -358,6 +383,19 @@ class FakeEndpointDatapath final : public agent::EndpointDatapath {
     absl::MutexLock l(&mu_);
     attached_.insert(host_ifindex);
     return absl::OkStatus();
+  }
+  absl::StatusOr<bool> PodProgramAttached(int host_ifindex) override {
+    if (auto st = script_.Enter("PodProgramAttached"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    return attached_.contains(host_ifindex);
+  }
+  absl::StatusOr<std::optional<sluice_endpoint>> LookupEndpoint(
+      const agent::IpAddress& addr) override {
+    if (auto st = script_.Enter("LookupEndpoint"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    auto it = endpoints_.find(addr);
+    if (it == endpoints_.end()) return std::optional<sluice_endpoint>();
+    return std::optional<sluice_endpoint>(it->second);
   }
   absl::StatusOr<std::set<agent::IpAddress>> EndpointAddresses() override {
     if (auto st = script_.Enter("EndpointAddresses"); !st.ok()) return st;
