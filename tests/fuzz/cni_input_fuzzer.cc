@@ -86,8 +86,8 @@ void SetEnvironment(std::string_view env) {
 
 // Makes fd 0 a file holding exactly `bytes`, positioned at its start.
 void SetStdin(std::string_view bytes) {
-  if (ftruncate(stdin_fd, 0) != 0 || pwrite(stdin_fd, bytes.data(), bytes.size(), 0) !=
-                                         static_cast<ssize_t>(bytes.size())) {
+  if (ftruncate(stdin_fd, 0) != 0 ||
+      pwrite(stdin_fd, bytes.data(), bytes.size(), 0) != static_cast<ssize_t>(bytes.size())) {
     perror("cni_input_fuzzer: stdin memfd");
     abort();
   }

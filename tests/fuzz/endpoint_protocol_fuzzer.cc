@@ -36,7 +36,9 @@ using namespace sluice::cni;
 }
 
 // What the server writes back (server.cc's Dump: never throws on a handler's strings).
-std::string Dump(const json& reply) { return reply.dump(-1, ' ', false, json::error_handler_t::replace); }
+std::string Dump(const json& reply) {
+  return reply.dump(-1, ' ', false, json::error_handler_t::replace);
+}
 
 // EndpointService::Handle re-parses every encoded reply; a reply it cannot parse would become an
 // exception (answered as "agent error") instead of the CNI error the client deserves.

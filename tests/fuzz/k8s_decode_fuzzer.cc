@@ -2,8 +2,8 @@
 // reflector runs it (agent/k8s/reflector.cc): a list body through ListFramer, its metadata into
 // ListMeta and every item into a StoreSink<T>; a watch stream through EventFramer, every event
 // into RawEvent and then by type: ADDED/MODIFIED/DELETED into the sink, BOOKMARK's
-// resourceVersion, ERROR's Status. Every input is tried as a list body and as a watch stream, for
-// every kind the agent watches.
+// resourceVersion, ERROR's Status. Every input is tried as an error body (Status), as a list body
+// and as a watch stream, for every kind the agent watches.
 //
 // Beyond "no crash, no leak, no UB", it checks that framing does not depend on how the body is cut
 // into reads: the bytes are also fed in pieces (sizes derived from the input) and must give the
@@ -169,6 +169,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string_view body(reinterpret_cast<const char*>(data), size);
   const std::vector<std::string_view> whole = {body};
   const std::vector<std::string_view> pieces = Pieces(body);
+
+  // A non-2xx response body is decoded as a Status (reflector.cc's ResponseStatus).
+  ApiStatus status;
+  (void)decoder->Decode(body, &status);
 
   const Framed list = FrameList(whole);
   if (!SameFraming(list, FrameList(pieces))) Fail("list framing depends on read boundaries");
