@@ -2,7 +2,7 @@
 # `make test`, `make bench`, `make demo`, `make fuzz`.
 BUILD ?= build
 CMAKE_FLAGS ?=
-# `make fuzz`: seconds per libFuzzer target (CI's ctest runs give each SLUICE_FUZZ_SECONDS, 35).
+# `make fuzz`: seconds per libFuzzer target (CI's ctest runs give each SLUICE_FUZZ_SECONDS, 30).
 FUZZ_SECONDS ?= 600
 
 DEB_PACKAGES := \
