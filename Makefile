@@ -1,13 +1,15 @@
 # Front door to the CMake build. `make deps` once on a fresh Debian bookworm, then `make`,
-# `make test`, `make bench`, `make demo`.
+# `make test`, `make bench`, `make demo`, `make fuzz`.
 BUILD ?= build
 CMAKE_FLAGS ?=
 # Unit tests run in parallel; privileged and e2e tests carry RUN_SERIAL and run alone.
 NPROC ?= $(shell nproc)
+# `make fuzz`: seconds per libFuzzer target (CI's ctest runs give each SLUICE_FUZZ_SECONDS, 30).
+FUZZ_SECONDS ?= 600
 
 DEB_PACKAGES := \
 	build-essential cmake ninja-build pkg-config git \
-	clang llvm libbpf-dev bpftool libelf-dev zlib1g-dev \
+	clang llvm libclang-rt-dev libbpf-dev bpftool libelf-dev zlib1g-dev \
 	libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
 	libnl-3-dev libnl-route-3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev \
 	libsimdjson-dev libcurl4-openssl-dev libcpp-httplib-dev libyaml-cpp-dev libssl-dev \
@@ -15,7 +17,7 @@ DEB_PACKAGES := \
 	openssl curl util-linux \
 	podman runc containernetworking-plugins busybox-static
 
-.PHONY: all build deps test test-unit test-privileged bench demo clean format
+.PHONY: all build deps test test-unit test-privileged bench demo fuzz clean format
 
 all: build
 
@@ -53,6 +55,11 @@ bench: build
 
 demo: deps build
 	tests/e2e/demo.sh $(BUILD)
+
+# The libFuzzer targets (tests/fuzz), FUZZ_SECONDS each, in their own clang build ($(BUILD)/fuzz);
+# libFuzzer comes from libclang-rt-dev. Crashes land in $(BUILD)/fuzz/work/<target>/.
+fuzz:
+	tests/fuzz/fuzz.sh all $(BUILD)/fuzz $(FUZZ_SECONDS)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c' | grep -v '^bpf/')
