@@ -1,5 +1,7 @@
 #include "cni/agent_client.h"
 
+#include "agent/base/errno.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -33,24 +35,13 @@ class UniqueFd {
   int fd_;
 };
 
-absl::Status ErrnoStatus(int err, std::string_view what, std::string_view path) {
-  std::string message =
-      StrCat(what, " ", path, ": ", strerrordesc_np(err) ? strerrordesc_np(err) : "unknown error",
-             " (", strerrorname_np(err) ? strerrorname_np(err) : "?", ")");
-  switch (err) {
-    case ENOENT:
-    case ECONNREFUSED:
-    case EAGAIN:
-    case ECONNRESET:
-      return absl::UnavailableError(message);
-    case EACCES:
-    case EPERM:
-      return absl::PermissionDeniedError(message);
-    case ETIMEDOUT:
-      return absl::DeadlineExceededError(message);
-    default:
-      return absl::InternalError(message);
-  }
+// The project's errno mapping, except that a missing socket means the agent is not up yet:
+// Unavailable, like a refused or reset connection, which the plugin answers with CNI code 11
+// ("try again later").
+absl::Status SocketError(int err, std::string_view what, std::string_view path) {
+  absl::Status st = sluice::ErrnoStatus(err, StrCat(what, " ", path));
+  if (err == ENOENT) return absl::UnavailableError(st.message());
+  return st;
 }
 
 // Waits for `events` on `fd` until `deadline`; returns false on timeout.
@@ -64,7 +55,7 @@ absl::StatusOr<bool> WaitFor(int fd, short events, Clock::time_point deadline,
     const int ready = poll(&pfd, 1, static_cast<int>(std::min<int64_t>(left.count(), INT32_MAX)));
     if (ready < 0) {
       if (errno == EINTR) continue;
-      return ErrnoStatus(errno, "poll on socket", path);
+      return SocketError(errno, "poll on socket", path);
     }
     if (ready > 0) return true;
   }
@@ -87,11 +78,11 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
   std::copy(socket_path.begin(), socket_path.end(), address.sun_path);
 
   UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return ErrnoStatus(errno, "socket() for", socket_path);
+  if (fd.get() < 0) return SocketError(errno, "socket() for", socket_path);
 
   if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0) {
     if (errno != EINPROGRESS && errno != EAGAIN) {
-      return ErrnoStatus(errno, "connect to", socket_path);
+      return SocketError(errno, "connect to", socket_path);
     }
     // A unix socket whose backlog is full reports EAGAIN; treat it as a slow agent and wait for
     // writability until the connect deadline, then retry once.
@@ -105,13 +96,13 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     if (backlog_full) {
       if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&address), sizeof(address)) != 0 &&
           errno != EISCONN) {
-        return ErrnoStatus(errno, "connect to", socket_path);
+        return SocketError(errno, "connect to", socket_path);
       }
     } else {
       int err = 0;
       socklen_t len = sizeof(err);
       if (getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0) err = errno;
-      if (err != 0) return ErrnoStatus(err, "connect to", socket_path);
+      if (err != 0) return SocketError(err, "connect to", socket_path);
     }
   }
 
@@ -123,7 +114,7 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
       continue;
     }
     if (errno == EINTR) continue;
-    if (errno != EAGAIN) return ErrnoStatus(errno, "send request to", socket_path);
+    if (errno != EAGAIN) return SocketError(errno, "send request to", socket_path);
     absl::StatusOr<bool> ready = WaitFor(fd.get(), POLLOUT, deadline, socket_path);
     if (!ready.ok()) return ready.status();
     if (!*ready) {
@@ -132,7 +123,7 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     }
   }
   if (shutdown(fd.get(), SHUT_WR) != 0)
-    return ErrnoStatus(errno, "shutdown(SHUT_WR) on", socket_path);
+    return SocketError(errno, "shutdown(SHUT_WR) on", socket_path);
 
   std::string reply;
   char buffer[16 * 1024];
@@ -148,7 +139,7 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     }
     if (n == 0) return reply;
     if (errno == EINTR) continue;
-    if (errno != EAGAIN) return ErrnoStatus(errno, "receive reply from", socket_path);
+    if (errno != EAGAIN) return SocketError(errno, "receive reply from", socket_path);
     absl::StatusOr<bool> ready = WaitFor(fd.get(), POLLIN, deadline, socket_path);
     if (!ready.ok()) return ready.status();
     if (!*ready) {
