@@ -12,7 +12,7 @@ namespace {
 
 using nlohmann::json;
 using testing::LabClient;
-using testing::WaitFor;
+using ::sluice::testing::Eventually;
 using testing::WatchReader;
 
 constexpr char kPods[] = "/api/v1/namespaces/default/pods";

@@ -11,7 +11,7 @@ namespace sluice::lab {
 namespace {
 
 using nlohmann::json;
-using testing::WaitFor;
+using ::sluice::testing::Eventually;
 
 json Service(const std::string& name, json spec) {
   return {{"metadata", {{"namespace", "default"}, {"name", name}}}, {"spec", spec}};

@@ -16,7 +16,7 @@ namespace sluice::lab {
 namespace {
 
 using nlohmann::json;
-using testing::WaitFor;
+using ::sluice::testing::Eventually;
 
 struct KubectlRun {
   int rc;
