@@ -140,9 +140,6 @@ class ApiServer {
 
 // kube-apiserver's metav1.Status for an error.
 nlohmann::json StatusObject(int code, const std::string& reason, const std::string& message);
-// Strategic merge patch for the kinds the lab serves (list merge keys: containers/env/volumes
-// by name, container ports by containerPort, Service ports by port, conditions by type, ...).
-nlohmann::json StrategicMergePatch(const nlohmann::json& original, const nlohmann::json& patch);
 
 }  // namespace sluice::lab
 
