@@ -4,6 +4,8 @@
 
 #include <httplib.h>
 #include <openssl/pem.h>
+#include <openssl/ssl.h>
+#include <openssl/x509.h>
 
 #include <algorithm>
 
@@ -117,6 +119,7 @@ void ApiServer::Stop() {
   }
   lifecycle_cv_.notify_all();
   stall_cv_.notify_all();
+  frozen_cv_.notify_all();
   if (lifecycle_thread_.joinable()) lifecycle_thread_.join();
   Shutdown(true);
   controllers_->Stop();
@@ -137,6 +140,25 @@ absl::Status ApiServer::Listen() {
   X509_free(cert);
   EVP_PKEY_free(key);
   if (!server->is_valid()) return absl::InternalError("TLS server setup failed");
+  if (!options_.client_ca_pem.empty()) {
+    // Ask for a client certificate but let clients without one through to token authentication
+    // (Go's VerifyClientCertIfGiven, as kube-apiserver does).
+    X509_STORE* cas = X509_STORE_new();
+    BIO* bio = BIO_new_mem_buf(options_.client_ca_pem.data(),
+                               static_cast<int>(options_.client_ca_pem.size()));
+    int loaded = 0;
+    while (X509* ca = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr)) {
+      loaded += X509_STORE_add_cert(cas, ca);
+      X509_free(ca);
+    }
+    BIO_free(bio);
+    if (loaded == 0) {
+      X509_STORE_free(cas);
+      return absl::InvalidArgumentError("client_ca_pem holds no certificate");
+    }
+    SSL_CTX_set_cert_store(server->ssl_context(), cas);  // the context owns it now
+    SSL_CTX_set_verify(server->ssl_context(), SSL_VERIFY_PEER, nullptr);
+  }
   int threads = options_.worker_threads;
   server->new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   // Like kube-apiserver: small writes (watch events, a PUT's answer) go out at once, not after
@@ -184,6 +206,7 @@ void ApiServer::Shutdown(bool wait) {
     }
   }
   stall_cv_.notify_all();
+  frozen_cv_.notify_all();
   if (server != nullptr) {
     server->stop();
     if (thread.joinable()) thread.join();
@@ -212,13 +235,94 @@ void ApiServer::CutWatches(WatchCut cut) {
   ++cut_generation_;
   cut_ = cut;
   for (const auto& w : watches_) w->stream->Interrupt();
+  frozen_cv_.notify_all();
   spdlog::info("lab fault: cut {} watch streams (mid_event={}, at_next_event={})", watches_.size(),
                cut.mid_event, cut.at_next_event);
+}
+
+void ApiServer::CutNextWatchAfter(int events) {
+  std::lock_guard<std::mutex> lock(mu_);
+  cut_next_after_ = events;
+}
+
+void ApiServer::FreezeWatches() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : watches_) {
+    w->frozen = true;
+    w->stream->Interrupt();  // a stream blocked waiting for events notices at once
+  }
+  spdlog::info("lab fault: froze {} watch streams", watches_.size());
+}
+
+void ApiServer::EndWatchesAtOnce(bool on) {
+  std::lock_guard<std::mutex> lock(mu_);
+  end_watches_at_once_ = on;
 }
 
 void ApiServer::FailNextWatches(int count) {
   std::lock_guard<std::mutex> lock(mu_);
   fail_watches_ = count;
+}
+
+void ApiServer::SetExpiredWatchReply(ExpiredWatchReply reply) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expired_reply_ = reply;
+}
+
+void ApiServer::ExpireNextContinues(int count) {
+  std::lock_guard<std::mutex> lock(mu_);
+  expire_continues_ = count;
+}
+
+void ApiServer::SlowLists(size_t chunk_bytes, absl::Duration pause) {
+  std::lock_guard<std::mutex> lock(mu_);
+  slow_list_chunk_ = chunk_bytes;
+  slow_list_pause_ = pause;
+}
+
+void ApiServer::SendBookmarks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (const auto& w : watches_) {
+    w->bookmark_now = true;
+    w->stream->Interrupt();
+  }
+}
+
+bool RecordedRequest::watch() const {
+  const std::string v = param("watch");
+  return v == "true" || v == "1";
+}
+
+std::string RecordedRequest::param(const std::string& name) const {
+  auto it = params.find(name);
+  return it == params.end() ? "" : it->second;
+}
+
+void ApiServer::Record(const httplib::Request& req) {
+  if (options_.request_log_limit == 0) return;
+  RecordedRequest r{req.method, req.path, {req.params.begin(), req.params.end()},
+                    req.get_header_value("Authorization")};
+  std::lock_guard<std::mutex> lock(mu_);
+  requests_.push_back(std::move(r));
+  while (requests_.size() > options_.request_log_limit) requests_.pop_front();
+}
+
+std::vector<RecordedRequest> ApiServer::requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {requests_.begin(), requests_.end()};
+}
+
+int ApiServer::watch_requests() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return static_cast<int>(
+      std::count_if(requests_.begin(), requests_.end(), [](const auto& r) { return r.watch(); }));
+}
+
+bool ApiServer::ClientCertificateAccepted(const httplib::Request& req) const {
+  // The handshake already rejected certificates from other CAs; this tells "verified" from "none".
+  if (options_.client_ca_pem.empty() || req.ssl == nullptr) return false;
+  return SSL_get0_peer_certificate(req.ssl) != nullptr &&
+         SSL_get_verify_result(req.ssl) == X509_V_OK;
 }
 
 void ApiServer::Stall(absl::Duration duration) {
@@ -290,8 +394,9 @@ void ApiServer::InstallHandlers(httplib::Server& server) {
   server.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     // Compressed watch streams would be buffered by the deflater: never compress.
     const_cast<httplib::Request&>(req).headers.erase("Accept-Encoding");
+    Record(req);
     static const std::set<std::string> kAnonymous = {"/healthz", "/livez", "/readyz", "/version"};
-    if (!kAnonymous.contains(req.path)) {
+    if (!kAnonymous.contains(req.path) && !ClientCertificateAccepted(req)) {
       std::string auth = req.get_header_value("Authorization");
       if (auth != "Bearer " + token()) {
         ReplyStatus(res, 401, "Unauthorized", "Unauthorized");
@@ -347,6 +452,14 @@ void ApiServer::HandleFaults(const httplib::Request& req, httplib::Response& res
     PostGoAway(absl::Seconds(seconds));
   } else if (action == "compact") {
     Compact();
+  } else if (action == "freeze-watches") {
+    FreezeWatches();
+  } else if (action == "cut-next-watch") {
+    CutNextWatchAfter(body.value("count", 0));
+  } else if (action == "expire-continues") {
+    ExpireNextContinues(body.value("count", 1));
+  } else if (action == "bookmark") {
+    SendBookmarks();
   } else {
     return ReplyStatus(res, 400, "BadRequest", absl::StrCat("unknown fault action ", action));
   }

@@ -3,6 +3,9 @@
 // Watches go to apiserver_watch.cc.
 #include <httplib.h>
 
+#include <algorithm>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -157,37 +160,7 @@ void ApiServer::Handle(const httplib::Request& req, httplib::Response& res) {
 
   if (req.method == "GET" && name.empty()) {
     if (ParamTrue(req, "watch")) return HandleWatch(req, res, type, ns);
-    ListOptions opts;
-    opts.namespace_name = ns;
-    auto labels = LabelSelector::Parse(req.get_param_value("labelSelector"));
-    if (!labels.ok())
-      return ReplyStatus(res, 400, "BadRequest", std::string(labels.status().message()));
-    auto fields = FieldSelector::Parse(req.get_param_value("fieldSelector"), type.plural);
-    if (!fields.ok())
-      return ReplyStatus(res, 400, "BadRequest", std::string(fields.status().message()));
-    opts.labels = *labels;
-    opts.fields = *fields;
-    if (req.has_param("limit") && !absl::SimpleAtoi(req.get_param_value("limit"), &opts.limit)) {
-      return ReplyStatus(res, 400, "BadRequest", "limit must be an integer");
-    }
-    opts.continue_token = req.get_param_value("continue");
-    auto list = store_->List(type, opts);
-    if (!list.ok()) return ReplyError(res, list.status(), &type);
-    std::string out =
-        absl::StrCat("{\"kind\":\"", type.kind, "List\",\"apiVersion\":\"", type.ApiVersion(),
-                     "\",\"metadata\":{\"resourceVersion\":\"", list->resource_version, "\"");
-    if (!list->continue_token.empty()) {
-      absl::StrAppend(&out, ",\"continue\":\"", list->continue_token, "\"");
-    }
-    absl::StrAppend(&out, "},\"items\":[");
-    for (size_t i = 0; i < list->items.size(); ++i) {
-      if (i > 0) out.push_back(',');
-      out += list->items[i]->dump();
-    }
-    out += "]}";
-    res.status = 200;
-    res.set_content(out, kJson);
-    return;
+    return HandleList(req, res, type, ns);
   }
   if (req.method == "GET") {
     auto obj = store_->Get(type, ns, name);
@@ -323,6 +296,73 @@ void ApiServer::Handle(const httplib::Request& req, httplib::Response& res) {
   }
   ReplyStatus(res, 405, "MethodNotAllowed",
               absl::StrCat(req.method, " is not supported on ", path));
+}
+
+void ApiServer::HandleList(const httplib::Request& req, httplib::Response& res,
+                           const ResourceType& type, const std::string& ns) {
+  ListOptions opts;
+  opts.namespace_name = ns;
+  auto labels = LabelSelector::Parse(req.get_param_value("labelSelector"));
+  if (!labels.ok())
+    return ReplyStatus(res, 400, "BadRequest", std::string(labels.status().message()));
+  auto fields = FieldSelector::Parse(req.get_param_value("fieldSelector"), type.plural);
+  if (!fields.ok())
+    return ReplyStatus(res, 400, "BadRequest", std::string(fields.status().message()));
+  opts.labels = *labels;
+  opts.fields = *fields;
+  if (req.has_param("limit") && !absl::SimpleAtoi(req.get_param_value("limit"), &opts.limit)) {
+    return ReplyStatus(res, 400, "BadRequest", "limit must be an integer");
+  }
+  opts.continue_token = req.get_param_value("continue");
+  size_t slow_chunk = 0;
+  absl::Duration slow_pause;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!opts.continue_token.empty() && expire_continues_ > 0) {
+      --expire_continues_;
+      return ReplyError(res,
+                        absl::OutOfRangeError(
+                            "The provided continue parameter is too old to display a consistent "
+                            "list result. You can start a new list without the continue "
+                            "parameter."),
+                        &type);
+    }
+    slow_chunk = slow_list_chunk_;
+    slow_pause = slow_list_pause_;
+  }
+  auto list = store_->List(type, opts);
+  if (!list.ok()) return ReplyError(res, list.status(), &type);
+  std::string out =
+      absl::StrCat("{\"kind\":\"", type.kind, "List\",\"apiVersion\":\"", type.ApiVersion(),
+                   "\",\"metadata\":{\"resourceVersion\":\"", list->resource_version, "\"");
+  if (!list->continue_token.empty()) {
+    absl::StrAppend(&out, ",\"continue\":\"", list->continue_token, "\"");
+  }
+  absl::StrAppend(&out, "},\"items\":[");
+  for (size_t i = 0; i < list->items.size(); ++i) {
+    if (i > 0) out.push_back(',');
+    out += list->items[i]->dump();
+  }
+  out += "]}";
+  res.status = 200;
+  if (slow_chunk == 0) return res.set_content(out, kJson);
+  auto body = std::make_shared<std::string>(std::move(out));
+  res.set_chunked_content_provider(
+      kJson, [this, body, slow_chunk, slow_pause](size_t offset, httplib::DataSink& sink) {
+        if (offset >= body->size()) {
+          sink.done();
+          return true;
+        }
+        {
+          // The server being slow (not waiting for anything); a Stop() cuts the wait short.
+          std::unique_lock<std::mutex> lock(mu_);
+          if (stall_cv_.wait_for(lock, absl::ToChronoNanoseconds(slow_pause),
+                                 [this] { return stopping_ || server_ == nullptr; })) {
+            return false;
+          }
+        }
+        return sink.write(body->data() + offset, std::min(slow_chunk, body->size() - offset));
+      });
 }
 
 }  // namespace sluice::lab

@@ -54,6 +54,8 @@ struct ApiServer::ActiveWatch {
   std::unique_ptr<WatchStream> stream;
   uint64_t cut_generation;
   std::atomic<bool> shutdown{false};
+  std::atomic<bool> frozen{false};         // FreezeWatches
+  std::atomic<bool> bookmark_now{false};   // SendBookmarks
 };
 
 }  // namespace sluice::lab

@@ -51,25 +51,46 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
       absl::SimpleAtoi(req.get_param_value("timeoutSeconds"), &seconds) && seconds > 0) {
     timeout = absl::Seconds(seconds);
   }
+  ExpiredWatchReply expired_reply;
+  bool end_at_once;
   {
     std::lock_guard<std::mutex> lock(mu_);
+    expired_reply = expired_reply_;
+    end_at_once = end_watches_at_once_;
     if (fail_watches_ > 0) {
       --fail_watches_;
-      return ReplyStatus(res, 410, "Expired",
-                         absl::StrCat("too old resource version: ", rv.empty() ? "0" : rv, " (",
-                                      store_->CurrentResourceVersion(), ")"));
+      return ReplyWatchExpired(res, expired_reply,
+                               absl::StrCat("too old resource version: ", rv.empty() ? "0" : rv,
+                                            " (", store_->CurrentResourceVersion(), ")"),
+                               type);
     }
   }
   uint64_t start_rv = store_->CurrentResourceVersion();
   auto stream = store_->Watch(type, opts);
-  if (!stream.ok()) return ReplyError(res, stream.status(), &type);
+  if (!stream.ok()) {
+    if (stream.status().code() == absl::StatusCode::kOutOfRange) {
+      return ReplyWatchExpired(res, expired_reply, std::string(stream.status().message()), type);
+    }
+    return ReplyError(res, stream.status(), &type);
+  }
+  if (end_at_once) {
+    res.status = 200;
+    res.set_chunked_content_provider(kJson, [](size_t, httplib::DataSink& sink) {
+      sink.done();
+      return true;
+    });
+    return;
+  }
   auto watch = std::make_shared<ActiveWatch>();
   watch->stream = std::move(*stream);
   size_t initial = send_initial ? watch->stream->queued() : 0;
+  int cut_after = -1;
   {
     std::lock_guard<std::mutex> lock(mu_);
     watch->cut_generation = cut_generation_;
     watches_.insert(watch);
+    cut_after = cut_next_after_;
+    cut_next_after_ = -1;
   }
 
   struct StreamState {
@@ -79,6 +100,10 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
     bool initial_bookmark_pending;
     uint64_t start_rv;
     std::optional<WatchCut> pending_cut;
+    bool bookmarks;
+    bool bookmark_requested = false;  // SendBookmarks, waiting for the queue to drain
+    int cut_after;                    // CutNextWatchAfter: events to send before the torn one
+    int sent = 0;                     // events (not bookmarks) written
   };
   auto st = std::make_shared<StreamState>();
   st->deadline = absl::Now() + timeout;
@@ -86,6 +111,8 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
   st->initial_left = initial;
   st->initial_bookmark_pending = send_initial && bookmarks;
   st->start_rv = start_rv;
+  st->bookmarks = bookmarks;
+  st->cut_after = cut_after;
   const ResourceType* t = &type;
 
   auto bookmark = [t](uint64_t rv, bool initial_end) {
@@ -109,18 +136,38 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
         };
         while (true) {
           if (watch->shutdown) return false;
+          // Frozen: what this stream holds (even `batch`) is never sent; it only ends.
+          if (watch->frozen) return HoldFrozen(*watch, st->deadline, sink);
           if (st->initial_left == 0 && st->initial_bookmark_pending) {
             st->initial_bookmark_pending = false;
             batch += bookmark(st->start_rv, true);
             return flush();
+          }
+          if (st->bookmark_requested && batch.empty()) {
+            // As for the periodic bookmark: rv first, then an empty queue means nothing below it
+            // is unsent.
+            uint64_t rv = store_->CurrentResourceVersion();
+            if (watch->stream->queued() == 0) {
+              st->bookmark_requested = false;
+              batch += bookmark(rv, false);
+              return flush();
+            }
           }
           absl::Time wake = std::min(st->deadline, st->next_bookmark);
           if (!batch.empty()) wake = absl::InfinitePast();  // only drain what is queued
           Event ev;
           WatchStream::Result r = watch->stream->Next(wake, &ev);
           if (r == WatchStream::Result::kEvent) {
+            if (watch->frozen) return HoldFrozen(*watch, st->deadline, sink);
             if (st->initial_left > 0) --st->initial_left;
             std::string line = EventLine(EventTypeName(ev.type), *ev.object);
+            if (st->cut_after >= 0 && st->sent == st->cut_after) {
+              if (!flush()) return false;
+              std::string half = line.substr(0, line.size() / 2);
+              sink.write(half.data(), half.size());
+              return false;
+            }
+            ++st->sent;
             if (st->pending_cut) {
               if (!flush()) return false;
               if (st->pending_cut->mid_event) {
@@ -147,6 +194,9 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
           }
           if (r == WatchStream::Result::kInterrupted) {
             if (watch->shutdown) return false;
+            if (watch->bookmark_now.exchange(false) && st->bookmarks) {
+              st->bookmark_requested = true;
+            }
             std::optional<WatchCut> cut;
             {
               std::lock_guard<std::mutex> lock(mu_);
@@ -196,6 +246,34 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
         std::lock_guard<std::mutex> lock(mu_);
         watches_.erase(watch);
       });
+}
+
+bool ApiServer::HoldFrozen(ActiveWatch& watch, absl::Time deadline, httplib::DataSink& sink) {
+  std::unique_lock<std::mutex> lock(mu_);
+  while (!watch.shutdown && !stopping_ && cut_generation_ == watch.cut_generation) {
+    if (absl::Now() >= deadline) {
+      lock.unlock();
+      sink.done();  // the watch's timeout: a clean end, the client re-watches
+      return true;
+    }
+    frozen_cv_.wait_for(lock, absl::ToChronoNanoseconds(deadline - absl::Now()));
+  }
+  return false;  // cut or shut down: the connection drops with what the stream held
+}
+
+void ApiServer::ReplyWatchExpired(httplib::Response& res, ExpiredWatchReply how,
+                                  const std::string& message, const ResourceType& type) {
+  if (how == ExpiredWatchReply::kHttpStatus) {
+    return ReplyError(res, absl::OutOfRangeError(message), &type);
+  }
+  auto line = std::make_shared<std::string>(
+      EventLine("ERROR", StatusObject(410, "Expired", message)));
+  res.status = 200;
+  res.set_chunked_content_provider(kJson, [line](size_t, httplib::DataSink& sink) {
+    sink.write(line->data(), line->size());
+    sink.done();
+    return true;
+  });
 }
 
 }  // namespace sluice::lab
