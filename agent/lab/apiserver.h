@@ -7,6 +7,8 @@
 
 #include <atomic>
 #include <condition_variable>
+#include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -28,6 +30,7 @@ namespace httplib {
 class Server;
 class Request;
 class Response;
+class DataSink;
 }  // namespace httplib
 
 namespace sluice::lab {
@@ -44,6 +47,31 @@ struct ApiServerOptions {
   ControllerOptions controllers;
   bool run_controllers = true;
   int worker_threads = 256;  // every open watch holds one
+  // PEM CA bundle: a request may authenticate with a client certificate signed by one of these
+  // instead of the bearer token (kube-apiserver's --client-ca-file; a certificate from another
+  // CA fails the TLS handshake). Empty: bearer token only.
+  std::string client_ca_pem;
+  // Keep the last this-many requests for ApiServer::requests() (0: no request log).
+  size_t request_log_limit = 0;
+};
+
+// One request as the server understood it (the query decoded), recorded before authentication.
+struct RecordedRequest {
+  std::string method;
+  std::string path;
+  std::multimap<std::string, std::string> params;
+  std::string authorization;  // the Authorization header as sent ("" if none)
+
+  bool watch() const;
+  std::string param(const std::string& name) const;  // "" when absent
+};
+
+// How a watch from a resourceVersion older than the retained history (and FailNextWatches) is
+// answered. kube-apiserver does both, depending on version and on whether the watch cache serves
+// the request; a client must handle either.
+enum class ExpiredWatchReply {
+  kHttpStatus,  // HTTP 410 with a Status body
+  kErrorEvent,  // HTTP 200 and one ERROR event carrying the 410 Status, then the stream ends
 };
 
 // How CutWatches ends the open watch streams. Either way the stream ends without the terminating
@@ -78,10 +106,33 @@ class ApiServer {
   ObjectStore& store() { return *store_; }
   Controllers& controllers() { return *controllers_; }
 
+  // The retained request log, oldest first (ApiServerOptions::request_log_limit).
+  std::vector<RecordedRequest> requests() const;
+  int watch_requests() const;  // how many of those are watches
+
   // ---- faults ----
   void CutWatches(WatchCut cut = {});
-  // The next `count` watch requests get HTTP 410 Expired.
+  // The next watch request sends `events` events whole, then the first half of the next event's
+  // bytes, then closes without the terminating chunk (bookmarks pass and are not counted).
+  void CutNextWatchAfter(int events);
+  // The open watch streams stop sending (they stay connected, send nothing, not even bookmarks)
+  // until they are cut (CutWatches, GoAway: they then end at once, without what they held) or
+  // reach their timeout (clean end). Watches opened later are not frozen.
+  void FreezeWatches();
+  // While on, every new watch is answered 200 and ends cleanly at once, with no event.
+  void EndWatchesAtOnce(bool on);
+  // The next `count` watch requests are answered 410 Expired (see SetExpiredWatchReply).
   void FailNextWatches(int count);
+  void SetExpiredWatchReply(ExpiredWatchReply reply);  // default kHttpStatus
+  // The next `count` list requests that carry a continue token get 410 Expired (the token's
+  // snapshot is gone), as after a compaction.
+  void ExpireNextContinues(int count);
+  // List responses are written `chunk_bytes` at a time with `pause` before each piece (a slow or
+  // far-away apiserver); chunk_bytes 0 turns it off.
+  void SlowLists(size_t chunk_bytes, absl::Duration pause);
+  // A BOOKMARK at the current resourceVersion on every open watch that allows bookmarks, now
+  // instead of at the next bookmark_interval (once the events it has queued are sent).
+  void SendBookmarks();
   // Requests arriving in the next `duration` are held until it has passed (not /lab/ ones).
   void Stall(absl::Duration duration);
   // Closes the listener (connections are refused) and ends every open stream. With
@@ -90,8 +141,8 @@ class ApiServer {
   void GoAway(std::optional<absl::Duration> come_back_after = std::nullopt);
   absl::Status ComeBack();
   bool serving() const;
-  // Drops the watch history: watches from an older RV get HTTP 410, running watches get an
-  // in-stream ERROR 410 and end.
+  // Drops the watch history: watches from an older RV get 410 (SetExpiredWatchReply), continue
+  // tokens expire, running watches get an in-stream ERROR 410 and end (frozen ones stay frozen).
   void Compact();
 
   int open_watches() const;
@@ -105,6 +156,14 @@ class ApiServer {
   void HandleFaults(const httplib::Request& req, httplib::Response& res);
   void HandleWatch(const httplib::Request& req, httplib::Response& res, const ResourceType& type,
                    const std::string& ns);
+  void HandleList(const httplib::Request& req, httplib::Response& res, const ResourceType& type,
+                  const std::string& ns);
+  void ReplyWatchExpired(httplib::Response& res, ExpiredWatchReply how,
+                         const std::string& message, const ResourceType& type);
+  // A frozen stream's wait; the content provider's result.
+  bool HoldFrozen(ActiveWatch& watch, absl::Time deadline, httplib::DataSink& sink);
+  void Record(const httplib::Request& req);
+  bool ClientCertificateAccepted(const httplib::Request& req) const;
   void LifecycleLoop();
   void PostGoAway(std::optional<absl::Duration> come_back_after);
 
@@ -126,8 +185,16 @@ class ApiServer {
   WatchCut cut_;
   int fail_watches_ = 0;
   absl::Time stall_until_ = absl::InfinitePast();
-  std::condition_variable stall_cv_;
+  std::condition_variable stall_cv_;  // also paces SlowLists
   bool stopping_ = false;
+  int cut_next_after_ = -1;
+  std::condition_variable frozen_cv_;  // wakes frozen streams: a cut, a shutdown
+  bool end_watches_at_once_ = false;
+  ExpiredWatchReply expired_reply_ = ExpiredWatchReply::kHttpStatus;
+  int expire_continues_ = 0;
+  size_t slow_list_chunk_ = 0;
+  absl::Duration slow_list_pause_;
+  std::deque<RecordedRequest> requests_;
 
   // GoAway / ComeBack run on this thread (an admin request cannot stop its own server).
   std::thread lifecycle_thread_;
@@ -140,9 +207,6 @@ class ApiServer {
 
 // kube-apiserver's metav1.Status for an error.
 nlohmann::json StatusObject(int code, const std::string& reason, const std::string& message);
-// Strategic merge patch for the kinds the lab serves (list merge keys: containers/env/volumes
-// by name, container ports by containerPort, Service ports by port, conditions by type, ...).
-nlohmann::json StrategicMergePatch(const nlohmann::json& original, const nlohmann::json& patch);
 
 }  // namespace sluice::lab
 

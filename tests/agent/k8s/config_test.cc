@@ -8,14 +8,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "agent/base/fake_clock.h"
-#include "agent/k8s/test_apiserver.h"
+#include "support/temp_dir.h"
+#include "support/test_certs.h"
 
 namespace sluice::k8s {
 namespace {
 
 using ::sluice::FakeClock;
-using testing::TempDir;
-using testing::WriteFile;
+using ::sluice::testing::TempDir;
+using ::sluice::testing::WriteFile;
 using ::testing::HasSubstr;
 
 std::string B64(const std::string& s) {
@@ -37,12 +38,12 @@ std::string Kubeconfig(const std::string& cluster, const std::string& user,
 
 TEST(KubeconfigTest, InlineDataIsDecoded) {
   TempDir dir;
-  WriteFile(dir.File("kc"),
+  WriteFile(dir / "kc",
             Kubeconfig("    server: https://192.168.1.10:6443/\n    certificate-authority-data: " +
                            B64("CA-PEM") + "\n",
                        "    client-certificate-data: " + B64("CERT-PEM") +
                            "\n    client-key-data: " + B64("KEY-PEM") + "\n"));
-  auto cfg = LoadKubeconfig(dir.File("kc"), "");
+  auto cfg = LoadKubeconfig(dir / "kc", "");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->server, "https://192.168.1.10:6443");
   EXPECT_EQ(cfg->ca_pem, "CA-PEM");
@@ -53,28 +54,28 @@ TEST(KubeconfigTest, InlineDataIsDecoded) {
 
 TEST(KubeconfigTest, FilesResolveRelativeToTheKubeconfig) {
   TempDir dir;
-  WriteFile(dir.File("kc"),
+  WriteFile(dir / "kc",
             Kubeconfig("    server: https://[fd00::1]:6443\n    certificate-authority: ca.crt\n",
                        "    client-certificate: certs/client.crt\n    client-key: /abs/client.key\n"
                        "    tokenFile: tok\n"));
-  auto cfg = LoadKubeconfig(dir.File("kc"), "");
+  auto cfg = LoadKubeconfig(dir / "kc", "");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->server, "https://[fd00::1]:6443");
-  EXPECT_EQ(cfg->ca_file, dir.File("ca.crt"));
-  EXPECT_EQ(cfg->client_cert_file, dir.File("certs/client.crt"));
+  EXPECT_EQ(cfg->ca_file, dir / "ca.crt");
+  EXPECT_EQ(cfg->client_cert_file, dir / "certs/client.crt");
   EXPECT_EQ(cfg->client_key_file, "/abs/client.key");
-  EXPECT_EQ(cfg->token_file, dir.File("tok"));
+  EXPECT_EQ(cfg->token_file, dir / "tok");
 }
 
 TEST(KubeconfigTest, ContextOverrideAndStaticToken) {
   TempDir dir;
-  WriteFile(dir.File("kc"), Kubeconfig("    server: https://a:1\n", "    token: abc\n"));
-  auto cfg = LoadKubeconfig(dir.File("kc"), "other");
+  WriteFile(dir / "kc", Kubeconfig("    server: https://a:1\n", "    token: abc\n"));
+  auto cfg = LoadKubeconfig(dir / "kc", "other");
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->server, "https://10.0.0.2:443");
   EXPECT_EQ(cfg->ca_file, "/abs/ca2.crt");
   EXPECT_EQ(cfg->token, "abc");
-  EXPECT_FALSE(LoadKubeconfig(dir.File("kc"), "missing").ok());
+  EXPECT_FALSE(LoadKubeconfig(dir / "kc", "missing").ok());
 }
 
 TEST(KubeconfigTest, RefusesWhatWouldWeakenOrBreakAuthentication) {
@@ -91,21 +92,21 @@ TEST(KubeconfigTest, RefusesWhatWouldWeakenOrBreakAuthentication) {
        "base64"},
   };
   for (const Case& c : cases) {
-    WriteFile(dir.File("kc"), Kubeconfig(c.cluster, c.user));
-    auto cfg = LoadKubeconfig(dir.File("kc"), "");
+    WriteFile(dir / "kc", Kubeconfig(c.cluster, c.user));
+    auto cfg = LoadKubeconfig(dir / "kc", "");
     ASSERT_FALSE(cfg.ok()) << c.why;
     EXPECT_THAT(std::string(cfg.status().message()), HasSubstr(c.why));
   }
-  WriteFile(dir.File("kc"), "{ not: [yaml");
-  EXPECT_FALSE(LoadKubeconfig(dir.File("kc"), "").ok());
-  EXPECT_FALSE(LoadKubeconfig(dir.File("absent"), "").ok());
+  WriteFile(dir / "kc", "{ not: [yaml");
+  EXPECT_FALSE(LoadKubeconfig(dir / "kc", "").ok());
+  EXPECT_FALSE(LoadKubeconfig(dir / "absent", "").ok());
 }
 
 class InClusterTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    WriteFile(dir_.File("token"), "tok-1\n");
-    WriteFile(dir_.File("ca.crt"), "CA");
+    WriteFile(dir_ / "token", "tok-1\n");
+    WriteFile(dir_ / "ca.crt", "CA");
     opts_.service_account_dir = dir_.path();
     opts_.getenv = [this](const std::string& k) -> std::optional<std::string> {
       auto it = env_.find(k);
@@ -123,8 +124,8 @@ TEST_F(InClusterTest, ServiceAccountAndEnvironment) {
   auto cfg = LoadClientConfig(opts_);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->server, "https://10.96.0.1:443");
-  EXPECT_EQ(cfg->token_file, dir_.File("token"));
-  EXPECT_EQ(cfg->ca_file, dir_.File("ca.crt"));
+  EXPECT_EQ(cfg->token_file, dir_ / "token");
+  EXPECT_EQ(cfg->ca_file, dir_ / "ca.crt");
   env_["KUBERNETES_SERVICE_HOST"] = "fd00::1";
   cfg = LoadClientConfig(opts_);
   ASSERT_TRUE(cfg.ok());
@@ -138,7 +139,7 @@ TEST_F(InClusterTest, ExplicitAddressOverridesTheServiceIp) {
   auto cfg = LoadClientConfig(opts_);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->server, "https://192.168.0.10:6443");
-  EXPECT_EQ(cfg->token_file, dir_.File("token"));
+  EXPECT_EQ(cfg->token_file, dir_ / "token");
   // Works without the env vars too (the agent's pod before its datapath is up).
   env_.clear();
   cfg = LoadClientConfig(opts_);
@@ -150,8 +151,8 @@ TEST_F(InClusterTest, ExplicitAddressOverridesTheServiceIp) {
 
 TEST_F(InClusterTest, KubeconfigFlagBeatsInClusterAndExplicitAddressBeatsBoth) {
   env_ = {{"KUBERNETES_SERVICE_HOST", "10.96.0.1"}, {"KUBERNETES_SERVICE_PORT", "443"}};
-  WriteFile(dir_.File("kc"), Kubeconfig("    server: https://kc:6443\n", "    token: kctok\n"));
-  opts_.kubeconfig = dir_.File("kc");
+  WriteFile(dir_ / "kc", Kubeconfig("    server: https://kc:6443\n", "    token: kctok\n"));
+  opts_.kubeconfig = dir_ / "kc";
   auto cfg = LoadClientConfig(opts_);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->server, "https://kc:6443");
@@ -165,8 +166,8 @@ TEST_F(InClusterTest, KubeconfigFlagBeatsInClusterAndExplicitAddressBeatsBoth) {
 }
 
 TEST_F(InClusterTest, KubeconfigEnvIsTheLastResort) {
-  WriteFile(dir_.File("kc"), Kubeconfig("    server: https://kc:6443\n", "    token: t\n"));
-  env_ = {{"KUBECONFIG", dir_.File("missing") + ":" + dir_.File("kc")}};
+  WriteFile(dir_ / "kc", Kubeconfig("    server: https://kc:6443\n", "    token: t\n"));
+  env_ = {{"KUBECONFIG", dir_ / "missing" + ":" + dir_ / "kc"}};
   auto cfg = LoadClientConfig(opts_);
   ASSERT_TRUE(cfg.ok()) << cfg.status();
   EXPECT_EQ(cfg->server, "https://kc:6443");
@@ -176,20 +177,20 @@ TEST_F(InClusterTest, KubeconfigEnvIsTheLastResort) {
 
 TEST_F(InClusterTest, TokenIsReReadEveryMinuteAndOnDemand) {
   FakeClock clock;
-  TokenSource tokens("", dir_.File("token"), absl::Minutes(1), &clock);
+  TokenSource tokens("", dir_ / "token", absl::Minutes(1), &clock);
   EXPECT_EQ(tokens.Token(), "tok-1");
-  WriteFile(dir_.File("token"), "tok-2\n");
+  WriteFile(dir_ / "token", "tok-2\n");
   clock.Advance(absl::Seconds(30));
   EXPECT_EQ(tokens.Token(), "tok-1");  // cached
   clock.Advance(absl::Seconds(31));
   EXPECT_EQ(tokens.Token(), "tok-2");  // a minute old: re-read
-  WriteFile(dir_.File("token"), "tok-3");
+  WriteFile(dir_ / "token", "tok-3");
   EXPECT_EQ(tokens.Token(), "tok-2");
   EXPECT_TRUE(tokens.Invalidate());  // what a 401 does
   EXPECT_EQ(tokens.Token(), "tok-3");
   EXPECT_EQ(tokens.file_reads(), 3u);
   // A vanished file keeps the last good token.
-  std::filesystem::remove(dir_.File("token"));
+  std::filesystem::remove(dir_ / "token");
   clock.Advance(absl::Minutes(2));
   EXPECT_EQ(tokens.Token(), "tok-3");
 

@@ -1,6 +1,7 @@
-// The reflector end to end against a real HTTPS apiserver in the test (TLS verified with a CA made
-// for the test): pagination, ordered events, bookmarks, cut streams, 410 in both forms, an absent
-// then present server, slow lists, back-off timing on a fake clock, token re-read on 401.
+// The reflector end to end against the lab's apiserver over HTTPS on loopback (TLS verified with
+// the lab's CA, read from a file): pagination, ordered events, bookmarks, cut streams, 410 in both
+// forms, an absent then present server, slow lists, back-off timing on a fake clock, token re-read
+// on 401, x509 client authentication. The server holds only the Services a test creates.
 #include "agent/k8s/reflector.h"
 
 #include <functional>
@@ -9,22 +10,81 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "agent/base/fake_clock.h"
+#include "agent/lab/apiserver.h"
+#include "agent/lab/object_store.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "agent/base/fake_clock.h"
-#include "agent/k8s/test_apiserver.h"
+#include "nlohmann/json.hpp"
 #include "support/eventually.h"
+#include "support/temp_dir.h"
+#include "support/test_certs.h"
 
 namespace sluice::k8s {
 namespace {
 
+using ::nlohmann::json;
 using ::sluice::FakeClock;
 using ::sluice::testing::Eventually;
-using testing::TestApiServer;
-using testing::TestCerts;
+using ::sluice::testing::ReadFile;
+using ::sluice::testing::TempDir;
+using ::sluice::testing::TestCerts;
+using ::sluice::testing::WriteFile;
 using ::testing::ElementsAre;
 
 constexpr absl::Duration kDeadline = absl::Seconds(20);
+constexpr char kServicesPath[] = "/api/v1/services";
+
+// A lab apiserver serving one collection: no controllers (nothing else moves the
+// resourceVersion), bookmarks only when a test sends them, every request logged.
+lab::ApiServerOptions OneCollectionOptions() {
+  lab::ApiServerOptions o;
+  o.run_controllers = false;
+  o.bookmark_interval = absl::Hours(1);
+  o.request_log_limit = 100'000;
+  return o;
+}
+
+// Start()s `server` and deletes the bootstrap's default/kubernetes Service, so the server holds
+// exactly the Services the test makes.
+void StartOneCollection(lab::ApiServer& server) {
+  absl::Status s = server.Start();
+  ASSERT_TRUE(s.ok()) << s;
+  lab::ObjectStore::DeleteOptions now;
+  now.grace_period_seconds = 0;
+  auto r = server.store().Delete(lab::Resource("services"), "default", "kubernetes", now);
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+// Creates or updates default/<name> with a port (the port tells versions apart). Returns the new
+// resourceVersion.
+std::string UpsertService(lab::ApiServer& server, const std::string& name, int port) {
+  const lab::ResourceType& services = lab::Resource("services");
+  absl::StatusOr<json> r = server.store().Update(services, "default", name, [&](json& o) {
+    o["spec"]["ports"][0]["port"] = port;
+    return absl::OkStatus();
+  });
+  if (absl::IsNotFound(r.status())) {
+    r = server.store().Create(
+        services,
+        {{"apiVersion", "v1"},
+         {"kind", "Service"},
+         {"metadata",
+          {{"name", name},
+           {"namespace", "default"},
+           {"managedFields", json::array({{{"manager", "x"}}})}}},
+         {"spec",
+          {{"type", "ClusterIP"},
+           {"ports", json::array({{{"name", "p"},
+                                   {"port", port},
+                                   {"protocol", "TCP"},
+                                   {"targetPort", 8080}}})}}}});
+  }
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? (*r)["metadata"].value("resourceVersion", "") : "";
+}
 
 class ReflectorTest : public ::testing::Test {
  protected:
@@ -36,8 +96,56 @@ class ReflectorTest : public ::testing::Test {
 
   void TearDown() override {
     if (reflector_) reflector_->Stop();
-    server_.Stop();
+    server_->Stop();
   }
+
+  void StartServer() {
+    StartOneCollection(*server_);
+    WriteFile(ca_file_, server_->ca_cert_pem());
+  }
+
+  // ---- the server's Services --------------------------------------------------------------
+  std::string Upsert(const std::string& name, int port) {
+    return UpsertService(*server_, name, port);
+  }
+  // Returns the resourceVersion after the delete.
+  std::string Remove(const std::string& name) {
+    lab::ObjectStore::DeleteOptions now;
+    now.grace_period_seconds = 0;
+    auto r = server_->store().Delete(lab::Resource("services"), "default", name, now);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return ResourceVersion();
+  }
+  // A BOOKMARK at a fresh resourceVersion with no Service change: a write the Service watch does
+  // not select moves the resourceVersion (as any write does in etcd), then the server bookmarks.
+  std::string Bookmark() {
+    auto r = server_->store().Create(
+        lab::Resource("namespaces"),
+        {{"metadata", {{"name", absl::StrCat("bookmark-", ++bookmark_namespaces_)}}}});
+    EXPECT_TRUE(r.ok()) << r.status();
+    server_->SendBookmarks();
+    return ResourceVersion();
+  }
+  std::string ResourceVersion() const {
+    return absl::StrCat(server_->store().CurrentResourceVersion());
+  }
+  // name -> port of the server's Services.
+  std::map<std::string, int> Snapshot() const { return ServicePorts(*server_); }
+  static std::map<std::string, int> ServicePorts(lab::ApiServer& server) {
+    std::map<std::string, int> out;
+    auto list = server.store().List(lab::Resource("services"), {});
+    EXPECT_TRUE(list.ok()) << list.status();
+    if (!list.ok()) return out;
+    for (const auto& o : list->items) {
+      const json& ports = (*o)["spec"]["ports"];
+      out[(*o)["metadata"].value("name", "")] = ports.empty() ? 0 : ports[0].value("port", 0);
+    }
+    return out;
+  }
+  bool WaitOpenWatches(int n, absl::Duration timeout) const {
+    return Eventually([&] { return server_->open_watches() >= n; }, timeout);
+  }
+
 
   static ReflectorOptions FastOptions() {
     ReflectorOptions o;
@@ -50,8 +158,9 @@ class ReflectorTest : public ::testing::Test {
 
   ClientConfig Config() {
     ClientConfig cfg;
-    cfg.server = server_.url();
-    cfg.ca_file = certs_->ca_crt;
+    cfg.server = server_->url();
+    cfg.ca_file = ca_file_;
+    cfg.token = server_->token();
     return cfg;
   }
 
@@ -78,7 +187,7 @@ class ReflectorTest : public ::testing::Test {
     return out;
   }
   bool StoreMatchesServer() {
-    return Eventually([&] { return StoreContents() == server_.Snapshot(); });
+    return Eventually([&] { return StoreContents() == Snapshot(); });
   }
   std::vector<std::string> Changes() {
     absl::MutexLock lock(&changes_mu_);
@@ -91,7 +200,11 @@ class ReflectorTest : public ::testing::Test {
 
   static TestCerts* certs_;
   FakeClock clock_;  // outlives the reflector (stopped in TearDown)
-  TestApiServer server_{*certs_};
+  TempDir dir_{"sluice-reflector"};
+  const std::string ca_file_ = dir_ / "lab-ca.crt";
+  std::unique_ptr<lab::ApiServer> server_ =
+      std::make_unique<lab::ApiServer>(OneCollectionOptions());
+  int bookmark_namespaces_ = 0;
   SyncGate gate_;
   Store<Service> store_{&gate_};
   std::unique_ptr<HttpClient> http_;
@@ -103,24 +216,24 @@ class ReflectorTest : public ::testing::Test {
 TestCerts* ReflectorTest::certs_ = nullptr;
 
 TEST_F(ReflectorTest, InitialPaginatedListEqualsServerObjects) {
-  server_.Start();
-  for (int i = 0; i < 1234; ++i) server_.Upsert(absl::StrCat("svc-", i), 1000 + i);
+  StartServer();
+  for (int i = 0; i < 1234; ++i) Upsert(absl::StrCat("svc-", i), 1000 + i);
   ReflectorOptions o = FastOptions();
   o.page_limit = 100;
   EXPECT_FALSE(gate_.AllSynced());
   StartReflector(o);
   ASSERT_TRUE(gate_.WaitAllSynced(kDeadline)) << "pending: " << gate_.Pending().size();
   EXPECT_TRUE(store_.HasSynced());
-  EXPECT_EQ(StoreContents(), server_.Snapshot());
+  EXPECT_EQ(StoreContents(), Snapshot());
   const auto c = reflector_->counters();
   EXPECT_EQ(c.lists, 1u);
   EXPECT_EQ(c.list_pages, 13u);
   EXPECT_EQ(c.list_items, 1234u);
-  EXPECT_EQ(store_.resource_version(), server_.resource_version());
+  EXPECT_EQ(store_.resource_version(), ResourceVersion());
   // The protocol as sent: first list RV "0" + limit, then continue tokens without RV, then a
   // watch from the list's RV with bookmarks.
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
-  const auto reqs = server_.requests();
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+  const auto reqs = server_->requests();
   ASSERT_GE(reqs.size(), 14u);
   EXPECT_EQ(reqs[0].param("limit"), "100");
   EXPECT_EQ(reqs[0].param("resourceVersion"), "0");
@@ -128,7 +241,7 @@ TEST_F(ReflectorTest, InitialPaginatedListEqualsServerObjects) {
   EXPECT_NE(reqs[1].param("continue"), "");
   EXPECT_EQ(reqs[1].param("resourceVersion"), "");
   EXPECT_TRUE(reqs[13].watch());
-  EXPECT_EQ(reqs[13].param("resourceVersion"), server_.resource_version());
+  EXPECT_EQ(reqs[13].param("resourceVersion"), ResourceVersion());
   EXPECT_EQ(reqs[13].param("allowWatchBookmarks"), "true");
   int timeout_s = 0;
   ASSERT_TRUE(absl::SimpleAtoi(reqs[13].param("timeoutSeconds"), &timeout_s));
@@ -137,67 +250,67 @@ TEST_F(ReflectorTest, InitialPaginatedListEqualsServerObjects) {
 }
 
 TEST_F(ReflectorTest, SelectorsAreSentUrlEncoded) {
-  server_.Start();
+  StartServer();
   ReflectorOptions o = FastOptions();
   o.label_selector = kServiceProxyLabelSelector;
-  o.field_selector = "spec.nodeName=n1";
+  o.field_selector = "spec.type!=ExternalName";  // a field selector Services support
   StartReflector(o);
   ASSERT_TRUE(store_.WaitSynced(kDeadline));
-  const auto reqs = server_.requests();
+  const auto reqs = server_->requests();
   ASSERT_FALSE(reqs.empty());
   // httplib decodes the query, so this checks what the server understood.
   EXPECT_EQ(reqs[0].param("labelSelector"), kServiceProxyLabelSelector);
-  EXPECT_EQ(reqs[0].param("fieldSelector"), "spec.nodeName=n1");
+  EXPECT_EQ(reqs[0].param("fieldSelector"), "spec.type!=ExternalName");
   EXPECT_EQ(QueryEscape("!a/b,c=d"), "%21a%2Fb%2Cc%3Dd");
 }
 
 TEST_F(ReflectorTest, WatchEventsAreAppliedInOrder) {
-  server_.Start();
-  server_.Upsert("a", 1);
+  StartServer();
+  Upsert("a", 1);
   StartReflector();
   ASSERT_TRUE(store_.WaitSynced(kDeadline));
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
   ClearChanges();
-  server_.Upsert("b", 2);
-  server_.Upsert("a", 3);
-  server_.Remove("b");
-  server_.Upsert("c", 4);
+  Upsert("b", 2);
+  Upsert("a", 3);
+  Remove("b");
+  Upsert("c", 4);
   ASSERT_TRUE(Eventually([&] { return Changes().size() == 4; }));
   EXPECT_THAT(Changes(), ElementsAre("add b 2", "update a 3", "delete b 2", "add c 4"));
-  EXPECT_EQ(StoreContents(), server_.Snapshot());
-  EXPECT_EQ(reflector_->last_resource_version(), server_.resource_version());
+  EXPECT_EQ(StoreContents(), Snapshot());
+  EXPECT_EQ(reflector_->last_resource_version(), ResourceVersion());
   EXPECT_EQ(reflector_->counters().events, 4u);
 }
 
 TEST_F(ReflectorTest, BookmarkAdvancesResourceVersion) {
-  server_.Start();
-  server_.Upsert("a", 1);
+  StartServer();
+  Upsert("a", 1);
   StartReflector();
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
-  const std::string rv = server_.Bookmark();
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+  const std::string rv = Bookmark();
   ASSERT_TRUE(Eventually([&] { return reflector_->last_resource_version() == rv; }));
   EXPECT_EQ(reflector_->counters().bookmarks, 1u);
   // A later re-watch starts from the bookmark's RV.
-  server_.Disconnect();
+  server_->CutWatches();
   ASSERT_TRUE(Eventually([&] {
-    auto reqs = server_.requests();
+    auto reqs = server_->requests();
     return reqs.back().watch() && reqs.back().param("resourceVersion") == rv;
   }));
   EXPECT_EQ(reflector_->counters().lists, 1u);
 }
 
 TEST_F(ReflectorTest, StreamCutMidEventRewatchesFromLastAppliedEvent) {
-  server_.Start();
-  server_.Upsert("a", 1);
+  StartServer();
+  Upsert("a", 1);
   StartReflector();
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
-  server_.CutNextWatchAfter(0);  // applies to the next watch
-  server_.Disconnect();
-  ASSERT_TRUE(Eventually([&] { return server_.watch_requests() >= 2; }));
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+  server_->CutNextWatchAfter(0);  // applies to the next watch
+  server_->CutWatches();
+  ASSERT_TRUE(Eventually([&] { return server_->watch_requests() >= 2; }));
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
   ClearChanges();
-  const std::string rv_b = server_.Upsert("b", 2);  // sent half, then the connection drops
-  server_.Upsert("a", 3);
+  const std::string rv_b = Upsert("b", 2);  // sent half, then the connection drops
+  Upsert("a", 3);
   ASSERT_TRUE(StoreMatchesServer());
   // Each change applied exactly once, the torn event never as garbage.
   EXPECT_THAT(Changes(), ElementsAre("add b 2", "update a 3"));
@@ -208,18 +321,19 @@ TEST_F(ReflectorTest, StreamCutMidEventRewatchesFromLastAppliedEvent) {
 }
 
 TEST_F(ReflectorTest, HttpGoneRelistsAndDropsObjectsDeletedInTheGap) {
-  server_.set_expired_as_http(true);
-  server_.Start();
-  for (const char* n : {"a", "b", "c"}) server_.Upsert(n, 1);
+  server_->SetExpiredWatchReply(lab::ExpiredWatchReply::kHttpStatus);
+  StartServer();
+  for (const char* n : {"a", "b", "c"}) Upsert(n, 1);
   StartReflector();
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
-  server_.FreezeWatches();
-  server_.Remove("b");
-  server_.Upsert("a", 2);
-  server_.Remove("c");
-  server_.Upsert("c", 3);  // recreated: new UID
-  server_.Upsert("d", 4);
-  server_.CompactAndDisconnect();
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+  server_->FreezeWatches();
+  Remove("b");
+  Upsert("a", 2);
+  Remove("c");
+  Upsert("c", 3);  // recreated: new UID
+  Upsert("d", 4);
+  server_->Compact();
+  server_->CutWatches();
   ASSERT_TRUE(Eventually([&] { return reflector_->counters().relists >= 1; }));
   ASSERT_TRUE(StoreMatchesServer());
   const auto c = reflector_->counters();
@@ -232,69 +346,70 @@ TEST_F(ReflectorTest, HttpGoneRelistsAndDropsObjectsDeletedInTheGap) {
 }
 
 TEST_F(ReflectorTest, InStreamExpiredErrorRelists) {
-  server_.Start();
-  server_.Upsert("a", 1);
-  server_.Upsert("b", 1);
+  server_->SetExpiredWatchReply(lab::ExpiredWatchReply::kErrorEvent);
+  StartServer();
+  Upsert("a", 1);
+  Upsert("b", 1);
   StartReflector();
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
-  server_.FreezeWatches();
-  server_.Remove("a");
-  server_.CompactAndDisconnect();
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+  server_->FreezeWatches();
+  Remove("a");
+  server_->Compact();
+  server_->CutWatches();
   ASSERT_TRUE(Eventually([&] { return reflector_->counters().relists >= 1; }));
   ASSERT_TRUE(StoreMatchesServer());
   EXPECT_EQ(StoreContents(), (std::map<std::string, int>{{"b", 1}}));
   EXPECT_GE(reflector_->counters().expired, 1u);
   // And it watches again from the new list.
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
-  server_.Upsert("e", 5);
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+  Upsert("e", 5);
   ASSERT_TRUE(StoreMatchesServer());
 }
 
 TEST_F(ReflectorTest, ExpiredContinueTokenRestartsTheList) {
-  server_.Start();
-  for (int i = 0; i < 30; ++i) server_.Upsert(absl::StrCat("s", i), i);
-  server_.ExpireNextContinues(1);
+  StartServer();
+  for (int i = 0; i < 30; ++i) Upsert(absl::StrCat("s", i), i);
+  server_->ExpireNextContinues(1);
   ReflectorOptions o = FastOptions();
   o.page_limit = 10;
   StartReflector(o);
   ASSERT_TRUE(store_.WaitSynced(kDeadline));
-  EXPECT_EQ(StoreContents(), server_.Snapshot());
+  EXPECT_EQ(StoreContents(), Snapshot());
   EXPECT_EQ(reflector_->counters().expired, 1u);
   // The restart is a fresh list with RV "" (never stitched onto the expired snapshot).
-  const auto reqs = server_.requests();
+  const auto reqs = server_->requests();
   ASSERT_GE(reqs.size(), 3u);
   EXPECT_EQ(reqs[2].param("continue"), "");
   EXPECT_EQ(reqs[2].param("resourceVersion"), "");
 }
 
 TEST_F(ReflectorTest, ServerAbsentAtStartThenAppears) {
-  server_.Start();
-  const int port = server_.port();
+  StartServer();
   const ClientConfig cfg = Config();
-  server_.Stop();
+  server_->GoAway();
   StartReflector(FastOptions(), cfg);
   ASSERT_TRUE(Eventually([&] { return reflector_->counters().transport_errors >= 2; }));
   EXPECT_FALSE(gate_.AllSynced());
-  server_.Upsert("a", 1);
-  server_.Start(port);
+  Upsert("a", 1);
+  ASSERT_TRUE(server_->ComeBack().ok());  // the same port
   ASSERT_TRUE(gate_.WaitAllSynced(kDeadline));
-  EXPECT_EQ(StoreContents(), server_.Snapshot());
+  EXPECT_EQ(StoreContents(), Snapshot());
   EXPECT_GE(reflector_->counters().backoffs, 2u);
 }
 
 TEST_F(ReflectorTest, SlowListStillSyncs) {
-  server_.Start();
-  for (int i = 0; i < 40; ++i) server_.Upsert(absl::StrCat("s", i), i);
-  server_.set_slow_list(512, absl::Milliseconds(5));
+  StartServer();
+  for (int i = 0; i < 40; ++i) Upsert(absl::StrCat("s", i), i);
+  server_->SlowLists(512, absl::Milliseconds(5));
   StartReflector();
   ASSERT_TRUE(store_.WaitSynced(kDeadline));
-  EXPECT_EQ(StoreContents(), server_.Snapshot());
+  EXPECT_EQ(StoreContents(), Snapshot());
 }
 
 TEST_F(ReflectorTest, ImmediateStreamEndsBackOffOnTheClockWithoutATightLoop) {
-  server_.Start();
-  server_.Upsert("a", 1);
-  server_.set_close_watches_at_once(true);
+  StartServer();
+  Upsert("a", 1);
+  server_->EndWatchesAtOnce(true);
   ReflectorOptions o;  // production back-off: 800 ms x2, cap 30 s
   o.clock = &clock_;
   o.random = [] { return 0.5; };
@@ -306,7 +421,7 @@ TEST_F(ReflectorTest, ImmediateStreamEndsBackOffOnTheClockWithoutATightLoop) {
   for (size_t i = 0; i < expected.size(); ++i) {
     ASSERT_TRUE(clock_.WaitForSleeps(i + 1, kDeadline)) << i;
     // While it sleeps, exactly one watch per back-off has been made: no reconnect loop.
-    EXPECT_EQ(server_.watch_requests(), static_cast<int>(i + 1));
+    EXPECT_EQ(server_->watch_requests(), static_cast<int>(i + 1));
     clock_.Advance(clock_.sleeps().back());
   }
   EXPECT_EQ(clock_.sleeps(), expected);
@@ -319,42 +434,42 @@ TEST_F(ReflectorTest, ImmediateStreamEndsBackOffOnTheClockWithoutATightLoop) {
 }
 
 TEST_F(ReflectorTest, TokenIsReReadAfter401) {
-  testing::TempDir dir;
-  const std::string token_file = dir.File("token");
-  testing::WriteFile(token_file, "first-token\n");
-  server_.set_required_token("first-token");
-  server_.Start();
-  server_.Upsert("a", 1);
+  const std::string token_file = dir_ / "token";
+  WriteFile(token_file, "first-token\n");
+  server_->SetToken("first-token");
+  StartServer();
+  Upsert("a", 1);
   ClientConfig cfg = Config();
+  cfg.token.clear();
   cfg.token_file = token_file;
   cfg.token_refresh = absl::Hours(1);  // only the 401 can make it re-read
   StartReflector(FastOptions(), cfg);
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
   const uint64_t reads = http_->tokens()->file_reads();
   // Rotation: the old token stops working, the file has the new one.
-  testing::WriteFile(token_file, "second-token\n");
-  server_.set_required_token("second-token");
-  server_.Disconnect();
-  server_.Upsert("b", 2);
+  WriteFile(token_file, "second-token\n");
+  server_->SetToken("second-token");
+  server_->CutWatches();
+  Upsert("b", 2);
   ASSERT_TRUE(StoreMatchesServer());
   EXPECT_GT(http_->tokens()->file_reads(), reads);
-  const auto reqs = server_.requests();
+  const auto reqs = server_->requests();
   EXPECT_EQ(reqs.back().authorization, "Bearer second-token");
   EXPECT_EQ(reflector_->counters().lists, 1u);
 }
 
 TEST_F(ReflectorTest, StopIsPromptDuringAnIdleWatch) {
-  server_.Start();
+  StartServer();
   StartReflector();
-  ASSERT_TRUE(server_.WaitOpenWatches(1, kDeadline));
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
   const absl::Time start = absl::Now();
   reflector_->Stop();
   EXPECT_LT(absl::Now() - start, absl::Milliseconds(500));
 }
 
 TEST_F(ReflectorTest, SyncGateWaitsForEveryStore) {
-  server_.Start();
-  server_.Upsert("a", 1);
+  StartServer();
+  Upsert("a", 1);
   Store<Service> never_listed(&gate_, "other");
   StartReflector();
   ASSERT_TRUE(store_.WaitSynced(kDeadline));
@@ -365,7 +480,7 @@ TEST_F(ReflectorTest, SyncGateWaitsForEveryStore) {
 }
 
 TEST_F(ReflectorTest, ServerSignedByAnotherCaIsRejected) {
-  server_.Start();
+  StartServer();
   ClientConfig cfg = Config();
   cfg.ca_file = certs_->other_ca_crt;
   StartReflector(FastOptions(), cfg);
@@ -375,21 +490,23 @@ TEST_F(ReflectorTest, ServerSignedByAnotherCaIsRejected) {
 
 TEST(ClientCertTest, ClientCertificateFromPemBlobs) {
   TestCerts certs;
-  TestApiServer server(certs, /*require_client_cert=*/true);
-  server.Start();
-  server.Upsert("a", 7);
-  ClientConfig cfg;
+  lab::ApiServerOptions o = OneCollectionOptions();
+  o.client_ca_pem = ReadFile(certs.ca_crt);  // kube-apiserver's --client-ca-file
+  lab::ApiServer server(o);
+  StartOneCollection(server);
+  UpsertService(server, "a", 7);
+  ClientConfig cfg;  // no token: only the certificate can authenticate
   cfg.server = server.url();
-  cfg.ca_pem = testing::ReadAll(certs.ca_crt);
+  cfg.ca_pem = server.ca_cert_pem();
   HttpClient no_cert(cfg);
-  HttpResult r = no_cert.Get({TestApiServer::kPath}, [](std::string_view) { return true; });
+  HttpResult r = no_cert.Get({kServicesPath}, [](std::string_view) { return true; });
   EXPECT_FALSE(r.ok()) << r.Describe();
 
-  cfg.client_cert_pem = testing::ReadAll(certs.client_crt);
-  cfg.client_key_pem = testing::ReadAll(certs.client_key);
+  cfg.client_cert_pem = ReadFile(certs.client_crt);
+  cfg.client_key_pem = ReadFile(certs.client_key);
   HttpClient with_cert(cfg);
   std::string body;
-  r = with_cert.Get({TestApiServer::kPath}, [&](std::string_view b) {
+  r = with_cert.Get({kServicesPath}, [&](std::string_view b) {
     body.append(b);
     return true;
   });

@@ -315,5 +315,185 @@ TEST_F(ApiServerTest, AdminEndpointTriggersFaults) {
   EXPECT_TRUE(Eventually([&] { return LabClient(*server_).Get("/healthz").status == 200; }));
 }
 
+// ---- the fault knobs the k8s client tests use -----------------------------------------------
+
+// A server of its own for the tests that need options the fixture's server lacks.
+std::unique_ptr<ApiServer> StartServer(ApiServerOptions o) {
+  auto server = std::make_unique<ApiServer>(o);
+  absl::Status s = server->Start();
+  EXPECT_TRUE(s.ok()) << s;
+  return server;
+}
+
+TEST_F(ApiServerTest, RequestLogKeepsTheLastRequestsWithTheirDecodedQuery) {
+  ApiServerOptions o;
+  o.request_log_limit = 2;
+  auto server = StartServer(o);
+  LabClient api(*server);
+  EXPECT_EQ(server->requests().size(), 0u);
+  ASSERT_EQ(api.Get("/healthz").status, 200);
+  ASSERT_EQ(api.Get(absl::StrCat(kPods, "?limit=5&labelSelector=app%3Dweb%2C%21gone")).status, 200);
+  server->EndWatchesAtOnce(true);
+  ASSERT_EQ(api.Get(absl::StrCat(kPods, "?watch=1&resourceVersion=7")).status, 200);
+  const auto reqs = server->requests();
+  ASSERT_EQ(reqs.size(), 2u);  // the oldest (/healthz) was dropped
+  EXPECT_EQ(reqs[0].method, "GET");
+  EXPECT_EQ(reqs[0].path, kPods);
+  EXPECT_EQ(reqs[0].param("labelSelector"), "app=web,!gone");
+  EXPECT_EQ(reqs[0].param("limit"), "5");
+  EXPECT_EQ(reqs[0].param("continue"), "");
+  EXPECT_EQ(reqs[0].authorization, "Bearer " + server->token());
+  EXPECT_FALSE(reqs[0].watch());
+  EXPECT_TRUE(reqs[1].watch());
+  EXPECT_EQ(reqs[1].param("resourceVersion"), "7");
+  EXPECT_EQ(server->watch_requests(), 1);
+  EXPECT_TRUE(server_->requests().empty());  // off by default
+}
+
+TEST_F(ApiServerTest, FaultEndWatchesAtOnceAnswersAnEmptyCleanStream) {
+  std::string rv = ListRv(kPods);
+  ASSERT_EQ(api_->Post(kPods, Pod("a")).status, 201);
+  server_->EndWatchesAtOnce(true);
+  auto r = api_->Get(absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  EXPECT_EQ(r.status, 200);
+  EXPECT_EQ(r.error, httplib::Error::Success);
+  EXPECT_EQ(r.raw, "");  // not even the pending ADDED
+  server_->EndWatchesAtOnce(false);
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_TRUE(w.WaitForEvents(1));
+  EXPECT_EQ(w.events()[0]["object"]["metadata"]["name"], "a");
+}
+
+TEST_F(ApiServerTest, FaultCutNextWatchAfterTearsTheEventAfterN) {
+  std::string rv = ListRv(kPods);
+  server_->CutNextWatchAfter(1);
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  ASSERT_EQ(api_->Post(kPods, Pod("one")).status, 201);
+  ASSERT_EQ(api_->Post(kPods, Pod("two")).status, 201);
+  ASSERT_TRUE(w.WaitDone());
+  EXPECT_NE(w.error(), httplib::Error::Success);
+  ASSERT_EQ(w.events().size(), 1u);
+  EXPECT_EQ(w.events()[0]["object"]["metadata"]["name"], "one");
+  EXPECT_FALSE(w.tail().empty());
+  EXPECT_EQ(w.tail().find('\n'), std::string::npos);
+  // Only the next watch: this one gets both events whole.
+  WatchReader again(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_TRUE(again.WaitForEvents(2));
+  EXPECT_EQ(again.events()[1]["object"]["metadata"]["name"], "two");
+}
+
+TEST_F(ApiServerTest, FaultFreezeWatchesHoldsEventsAndTheCutDropsThem) {
+  std::string rv = ListRv(kPods);
+  WatchReader frozen(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  server_->FreezeWatches();
+  ASSERT_EQ(api_->Post(kPods, Pod("held")).status, 201);
+  // A watch opened after the freeze is not frozen: once it has the event, the frozen one had
+  // every chance to send it too.
+  WatchReader later(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+  ASSERT_TRUE(later.WaitForEvents(1));
+  EXPECT_EQ(later.events()[0]["object"]["metadata"]["name"], "held");
+  server_->CutWatches();
+  ASSERT_TRUE(frozen.WaitDone());
+  EXPECT_NE(frozen.error(), httplib::Error::Success);
+  EXPECT_TRUE(frozen.events().empty());
+  EXPECT_TRUE(Eventually([&] { return server_->open_watches() == 0; }));
+}
+
+TEST_F(ApiServerTest, FaultExpiredWatchReplyAsAnErrorEvent) {
+  std::string rv = ListRv(kPods);
+  ASSERT_EQ(api_->Post(kPods, Pod("a")).status, 201);
+  server_->Compact();
+  server_->SetExpiredWatchReply(ExpiredWatchReply::kErrorEvent);
+  auto check = [&](const std::string& what) {
+    auto r = api_->Get(absl::StrCat(kPods, "?watch=1&resourceVersion=", rv));
+    EXPECT_EQ(r.status, 200) << what;
+    ASSERT_FALSE(r.raw.empty()) << what;
+    EXPECT_EQ(r.raw.find('\n'), r.raw.size() - 1) << what << ": one event line";
+    json e = json::parse(r.raw, nullptr, false);
+    EXPECT_EQ(e["type"], "ERROR") << what;
+    EXPECT_EQ(e["object"]["code"], 410) << what;
+    EXPECT_EQ(e["object"]["reason"], "Expired") << what;
+  };
+  check("compacted");
+  server_->FailNextWatches(1);
+  rv = ListRv(kPods);
+  check("FailNextWatches");
+  server_->SetExpiredWatchReply(ExpiredWatchReply::kHttpStatus);
+  server_->FailNextWatches(1);
+  EXPECT_EQ(api_->Get(absl::StrCat(kPods, "?watch=1&resourceVersion=", rv)).status, 410);
+}
+
+TEST_F(ApiServerTest, FaultExpireNextContinuesAnswers410ThenServesThePage) {
+  for (const char* n : {"a", "b", "c"}) ASSERT_EQ(api_->Post(kPods, Pod(n)).status, 201);
+  auto first = api_->Get(absl::StrCat(kPods, "?limit=1"));
+  ASSERT_EQ(first.status, 200);
+  std::string cont = first.body["metadata"]["continue"];
+  ASSERT_FALSE(cont.empty());
+  server_->ExpireNextContinues(1);
+  auto expired = api_->Get(absl::StrCat(kPods, "?limit=1&continue=", cont));
+  EXPECT_EQ(expired.status, 410);
+  EXPECT_EQ(expired.body["reason"], "Expired");
+  EXPECT_EQ(api_->Get(absl::StrCat(kPods, "?limit=1")).status, 200);  // no token: not counted
+  auto second = api_->Get(absl::StrCat(kPods, "?limit=1&continue=", cont));
+  ASSERT_EQ(second.status, 200);
+  EXPECT_EQ(second.body["items"][0]["metadata"]["name"], "b");
+}
+
+TEST_F(ApiServerTest, FaultSlowListsTrickleTheSameBody) {
+  for (int i = 0; i < 5; ++i) ASSERT_EQ(api_->Post(kPods, Pod(absl::StrCat("p", i))).status, 201);
+  auto fast = api_->Get(kPods);
+  ASSERT_EQ(fast.status, 200);
+  server_->SlowLists(256, absl::Milliseconds(20));
+  const absl::Time start = absl::Now();
+  auto slow = api_->Get(kPods);
+  const absl::Duration took = absl::Now() - start;
+  ASSERT_EQ(slow.status, 200);
+  EXPECT_EQ(slow.raw, fast.raw);
+  const size_t pieces = (fast.raw.size() + 255) / 256;
+  ASSERT_GE(pieces, 4u);
+  EXPECT_GE(took, absl::Milliseconds(20) * static_cast<int64_t>(pieces));
+  server_->SlowLists(0, absl::ZeroDuration());
+  EXPECT_EQ(api_->Get(kPods).raw, fast.raw);
+}
+
+TEST_F(ApiServerTest, FaultSendBookmarksBookmarksEveryOpenWatchNow) {
+  ApiServerOptions o;
+  o.bookmark_interval = absl::Hours(1);  // only SendBookmarks can make one
+  auto server = StartServer(o);
+  LabClient api(*server);
+  auto list = api.Get(kPods);
+  ASSERT_EQ(list.status, 200);
+  std::string rv = list.body["metadata"]["resourceVersion"];
+  WatchReader w(*server,
+                absl::StrCat(kPods, "?watch=1&allowWatchBookmarks=true&resourceVersion=", rv));
+  ASSERT_TRUE(Eventually([&] { return server->open_watches() == 1; }));
+  // Another resource's write moves the resourceVersion without a pod event.
+  ASSERT_EQ(api.Post("/api/v1/namespaces", {{"metadata", {{"name", "elsewhere"}}}}).status, 201);
+  const std::string now = absl::StrCat(server->store().CurrentResourceVersion());
+  ASSERT_NE(now, rv);
+  server->SendBookmarks();
+  ASSERT_TRUE(w.WaitForEvents(1));
+  EXPECT_EQ(w.events()[0]["type"], "BOOKMARK");
+  EXPECT_EQ(w.events()[0]["object"]["metadata"]["resourceVersion"], now);
+}
+
+TEST_F(ApiServerTest, AdminEndpointTriggersTheClientTestFaults) {
+  for (const char* n : {"a", "b"}) ASSERT_EQ(api_->Post(kPods, Pod(n)).status, 201);
+  std::string cont = api_->Get(absl::StrCat(kPods, "?limit=1")).body["metadata"]["continue"];
+  ASSERT_EQ(api_->Post("/lab/faults", {{"action", "expire-continues"}, {"count", 1}}).status, 200);
+  EXPECT_EQ(api_->Get(absl::StrCat(kPods, "?limit=1&continue=", cont)).status, 410);
+  EXPECT_EQ(api_->Post("/lab/faults", {{"action", "cut-next-watch"}, {"count", 0}}).status, 200);
+  WatchReader w(*server_, absl::StrCat(kPods, "?watch=1&resourceVersion=", ListRv(kPods)));
+  ASSERT_TRUE(Eventually([&] { return server_->open_watches() == 1; }));
+  ASSERT_EQ(api_->Post(kPods, Pod("torn")).status, 201);
+  ASSERT_TRUE(w.WaitDone());
+  EXPECT_TRUE(w.events().empty());
+  EXPECT_FALSE(w.tail().empty());
+  EXPECT_EQ(api_->Post("/lab/faults", {{"action", "freeze-watches"}}).status, 200);
+  EXPECT_EQ(api_->Post("/lab/faults", {{"action", "bookmark"}}).status, 200);
+}
+
 }  // namespace
 }  // namespace sluice::lab

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "absl/strings/str_cat.h"
+#include "agent/base/fake_clock.h"
 #include "agent/lab/lab_client.h"
 
 namespace sluice::lab {

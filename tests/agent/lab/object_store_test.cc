@@ -7,6 +7,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "agent/base/fake_clock.h"
 
 namespace sluice::lab {
 namespace {
