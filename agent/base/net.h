@@ -57,4 +57,11 @@ class IpPrefix {
 struct MacAddress {
   std::array<uint8_t, 6> bytes{};
 
+  [[nodiscard]] static absl::StatusOr<MacAddress> Parse(absl::string_view text);  // aa:bb:...
+  std::string ToString() const;                                                   // lowercase
+  bool IsZero() const;
+
+  friend bool operator==(const MacAddress&, const MacAddress&) = default;
+};
+
 }  // namespace sluice::agent
