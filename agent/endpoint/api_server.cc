@@ -22,8 +22,6 @@
 namespace sluice::api {
 namespace {
 
-using agent::ErrnoError;
-using agent::ErrnoText;
 using agent::MakeDirs;
 
 using nlohmann::json;

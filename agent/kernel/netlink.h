@@ -35,13 +35,6 @@ struct InterfaceAddress {
 };
 
 
-  [[nodiscard]] static absl::StatusOr<MacAddress> Parse(absl::string_view text);  // aa:bb:...
-  std::string ToString() const;                                                   // lowercase
-  bool IsZero() const;
-
-  friend bool operator==(const MacAddress&, const MacAddress&) = default;
-};
-
 struct LinkInfo {
   std::string name;
   int ifindex = 0;
