@@ -406,6 +406,230 @@ std::string Minify(std::string_view raw) {
   return out;
 }
 
+// ---- NetworkPolicy spec, typed ----------------------------------------------------------
+// A NetworkPolicy that fails to decode would vanish from the store and open what it denies, so
+// the typed spec is decoded leniently: a field of the wrong JSON type marks the selector, rule or
+// spec it belongs to as bad (kept in `error`), and the translator rejects that part, failing
+// closed. Values that are not read are skipped by On-Demand.
+
+bool IsType(od::value& v, json_type t) { return v.type() == t; }
+
+// A string, or null (""); anything else leaves *out unchanged and returns false.
+bool LenientStr(od::value& v, std::string* out) {
+  json_type t = v.type();
+  if (t == json_type::null) {
+    out->clear();
+    return true;
+  }
+  if (t != json_type::string) return false;
+  std::string_view sv;
+  if (v.get_string().get(sv) != simdjson::SUCCESS) return false;
+  *out = std::string(sv);
+  return true;
+}
+
+bool LenientInt64(od::value& v, int64_t* out) {
+  if (!IsType(v, json_type::number)) return false;
+  return v.get_int64().get(*out) == simdjson::SUCCESS;
+}
+
+bool LenientStrList(od::value& v, std::vector<std::string>* out) {
+  if (IsNull(v)) return true;
+  if (!IsType(v, json_type::array)) return false;
+  bool ok = true;
+  for (auto el : v.get_array()) {
+    od::value x = el.value();
+    std::string s;
+    if (!LenientStr(x, &s)) {
+      ok = false;
+      continue;
+    }
+    out->push_back(std::move(s));
+  }
+  return ok;
+}
+
+LabelSelector DecodeLabelSelector(od::value& v) {
+  LabelSelector sel;
+  if (IsNull(v)) return sel;
+  if (!IsType(v, json_type::object)) {
+    sel.error = "selector is not an object";
+    return sel;
+  }
+  ForFields(v, [&](std::string_view key, od::value& val) {
+    if (key == "matchLabels") {
+      if (IsNull(val)) return;
+      if (!IsType(val, json_type::object)) {
+        sel.error = "matchLabels is not an object";
+        return;
+      }
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        std::string value;
+        if (!LenientStr(x, &value)) {
+          sel.error = absl::StrCat("matchLabels[", std::string(k), "] is not a string");
+          return;
+        }
+        sel.match_labels[std::string(k)] = std::move(value);
+      });
+    } else if (key == "matchExpressions") {
+      if (IsNull(val)) return;
+      if (!IsType(val, json_type::array)) {
+        sel.error = "matchExpressions is not a list";
+        return;
+      }
+      ForElements(val, [&](od::value& ev) {
+        LabelSelectorRequirement req;
+        if (!IsType(ev, json_type::object)) {
+          sel.error = "a matchExpression is not an object";
+          return;
+        }
+        ForFields(ev, [&](std::string_view k, od::value& x) {
+          bool ok = true;
+          if (k == "key") {
+            ok = LenientStr(x, &req.key);
+          } else if (k == "operator") {
+            ok = LenientStr(x, &req.op);
+          } else if (k == "values") {
+            ok = LenientStrList(x, &req.values);
+          }
+          if (!ok) sel.error = absl::StrCat("matchExpressions[].", std::string(k), " has the wrong type");
+        });
+        sel.match_expressions.push_back(std::move(req));
+      });
+    }
+  });
+  return sel;
+}
+
+void DecodePolicyPeer(od::value& v, NetworkPolicyRule* rule) {
+  NetworkPolicyPeer peer;
+  if (!IsType(v, json_type::object)) {
+    rule->error = "a peer is not an object";
+    return;
+  }
+  ForFields(v, [&](std::string_view key, od::value& val) {
+    if (IsNull(val)) return;
+    if (key == "podSelector") {
+      peer.pod_selector = DecodeLabelSelector(val);
+    } else if (key == "namespaceSelector") {
+      peer.namespace_selector = DecodeLabelSelector(val);
+    } else if (key == "ipBlock") {
+      IpBlock block;
+      if (!IsType(val, json_type::object)) {
+        rule->error = "ipBlock is not an object";
+        return;
+      }
+      ForFields(val, [&](std::string_view k, od::value& x) {
+        bool ok = true;
+        if (k == "cidr") {
+          ok = LenientStr(x, &block.cidr);
+        } else if (k == "except") {
+          ok = LenientStrList(x, &block.except);
+        }
+        if (!ok) rule->error = absl::StrCat("ipBlock.", std::string(k), " has the wrong type");
+      });
+      peer.ip_block = std::move(block);
+    }
+  });
+  rule->peers.push_back(std::move(peer));
+}
+
+void DecodePolicyPort(od::value& v, NetworkPolicyRule* rule) {
+  NetworkPolicyPort port;
+  if (!IsType(v, json_type::object)) {
+    rule->error = "a port is not an object";
+    return;
+  }
+  ForFields(v, [&](std::string_view key, od::value& val) {
+    if (IsNull(val)) return;
+    if (key == "protocol") {
+      if (!LenientStr(val, &port.protocol)) rule->error = "ports[].protocol is not a string";
+    } else if (key == "port") {
+      IntOrString p;
+      int64_t n = 0;
+      if (IsType(val, json_type::string)) {
+        p.is_name = true;
+        LenientStr(val, &p.name);
+      } else if (LenientInt64(val, &n) && n >= INT32_MIN && n <= INT32_MAX) {
+        p.number = static_cast<int32_t>(n);
+      } else {
+        rule->error = "ports[].port is neither an integer nor a name";
+        return;
+      }
+      port.port = std::move(p);
+    } else if (key == "endPort") {
+      int64_t n = 0;
+      if (!LenientInt64(val, &n)) {
+        rule->error = "ports[].endPort is not an integer";
+        return;
+      }
+      port.end_port = n;
+    }
+  });
+  rule->ports.push_back(std::move(port));
+}
+
+// ingress[] ({from, ports}) or egress[] ({to, ports}).
+void DecodePolicyRules(od::value& v, std::string_view peers_key,
+                       std::vector<NetworkPolicyRule>* rules, std::string* spec_error) {
+  if (IsNull(v)) return;
+  if (!IsType(v, json_type::array)) {
+    *spec_error = absl::StrCat(peers_key == "from" ? "ingress" : "egress", " is not a list");
+    return;
+  }
+  ForElements(v, [&](od::value& rv) {
+    NetworkPolicyRule rule;
+    if (!IsType(rv, json_type::object)) {
+      rule.error = "rule is not an object";
+    } else {
+      ForFields(rv, [&](std::string_view key, od::value& val) {
+        if (IsNull(val)) return;
+        if (key != peers_key && key != "ports") return;
+        if (!IsType(val, json_type::array)) {
+          rule.error = absl::StrCat(std::string(key), " is not a list");
+          return;
+        }
+        const bool is_ports = key == "ports";
+        ForElements(val, [&](od::value& item) {
+          if (is_ports) {
+            DecodePolicyPort(item, &rule);
+          } else {
+            DecodePolicyPeer(item, &rule);
+          }
+        });
+      });
+    }
+    rules->push_back(std::move(rule));
+  });
+}
+
+void DecodeNetworkPolicySpec(std::string_view json, NetworkPolicySpec* spec) {
+  // The spec was taken whole (raw_json) for spec_json; it is read a second time, typed, with a
+  // parser of its own (a policy spec is small).
+  thread_local od::parser parser;
+  simdjson::padded_string padded(json);
+  try {
+    od::document doc = parser.iterate(padded);
+    od::object root = doc.get_object();
+    ForFields(root, [&](std::string_view key, od::value& val) {
+      if (key == "podSelector") {
+        spec->pod_selector = DecodeLabelSelector(val);
+      } else if (key == "policyTypes") {
+        if (!LenientStrList(val, &spec->policy_types)) {
+          spec->error = "policyTypes is not a list of strings";
+        }
+      } else if (key == "ingress") {
+        DecodePolicyRules(val, "from", &spec->ingress, &spec->error);
+      } else if (key == "egress") {
+        DecodePolicyRules(val, "to", &spec->egress, &spec->error);
+      }
+    });
+  } catch (const simdjson::simdjson_error& e) {
+    *spec = NetworkPolicySpec{};
+    spec->error = absl::StrCat("spec: ", e.what());
+  }
+}
+
 void DecodeObject(od::object root, NetworkPolicy* np) {
   ForFields(root, [&](std::string_view key, od::value& val) {
     if (key == "metadata") {
@@ -413,6 +637,7 @@ void DecodeObject(od::object root, NetworkPolicy* np) {
     } else if (key == "spec") {
       od::object spec = val.get_object();
       np->spec_json = Minify(std::string_view(spec.raw_json()));
+      DecodeNetworkPolicySpec(np->spec_json, &np->spec);
     }
   });
 }

@@ -140,11 +140,69 @@ struct Node {
   bool operator==(const Node&) const = default;
 };
 
+// metav1.LabelSelector. Operators are kept as written; the policy translator rejects unknown ones.
+struct LabelSelectorRequirement {
+  std::string key;
+  std::string op;  // In | NotIn | Exists | DoesNotExist
+  std::vector<std::string> values;
+  bool operator==(const LabelSelectorRequirement&) const = default;
+};
+
+struct LabelSelector {
+  StringMap match_labels;
+  std::vector<LabelSelectorRequirement> match_expressions;
+  std::string error;  // why it could not be decoded ("" when fine); it then matches nothing
+  bool operator==(const LabelSelector&) const = default;
+};
+
+// networking.k8s.io/v1 IPBlock. CIDRs stay strings: the translator validates and masks them.
+struct IpBlock {
+  std::string cidr;
+  std::vector<std::string> except;
+  bool operator==(const IpBlock&) const = default;
+};
+
+// One entry of from / to. The API allows either selectors (one or both) or an ipBlock.
+struct NetworkPolicyPeer {
+  std::optional<LabelSelector> pod_selector;
+  std::optional<LabelSelector> namespace_selector;
+  std::optional<IpBlock> ip_block;
+  bool operator==(const NetworkPolicyPeer&) const = default;
+};
+
+struct NetworkPolicyPort {
+  std::string protocol;  // as written ("" = TCP, the API default)
+  std::optional<IntOrString> port;  // absent: every port of the protocol
+  std::optional<int64_t> end_port;  // kept wide so an out-of-range value is seen as such
+  bool operator==(const NetworkPolicyPort&) const = default;
+};
+
+// An ingress (from) or egress (to) rule: peers x ports; an empty list means "all".
+struct NetworkPolicyRule {
+  std::vector<NetworkPolicyPeer> peers;
+  std::vector<NetworkPolicyPort> ports;
+  std::string error;  // a field of the wrong JSON type: the translator rejects the rule
+  bool operator==(const NetworkPolicyRule&) const = default;
+};
+
+struct NetworkPolicySpec {
+  LabelSelector pod_selector;
+  std::vector<std::string> policy_types;  // as written; empty = defaulted by the translator
+  std::vector<NetworkPolicyRule> ingress;
+  std::vector<NetworkPolicyRule> egress;
+  std::string error;  // the spec could not be decoded: the translator fails closed
+  bool operator==(const NetworkPolicySpec&) const = default;
+};
+
 struct NetworkPolicy {
   ObjectMeta meta;
   std::string spec_json;  // the whole spec, minified JSON
+  NetworkPolicySpec spec;  // the same, typed
   bool operator==(const NetworkPolicy&) const = default;
 };
+
+// Labels the apiserver sets on every Namespace (and the policy translator assumes).
+inline constexpr std::string_view kLabelNamespaceName = "kubernetes.io/metadata.name";
 
 // A metav1.Status (errors on HTTP responses and in watch ERROR events).
 struct ApiStatus {

@@ -1,0 +1,668 @@
+#include "agent/policy/translator.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace sluice::agent {
+namespace {
+
+using k8s::LabelSelector;
+using k8s::StringMap;
+
+constexpr uint8_t kIngress = SLUICE_POLICY_INGRESS;
+constexpr uint8_t kEgress = SLUICE_POLICY_EGRESS;
+
+uint8_t IpProto(k8s::Protocol p) {
+  switch (p) {
+    case k8s::Protocol::kTCP:
+      return IPPROTO_TCP;
+    case k8s::Protocol::kUDP:
+      return IPPROTO_UDP;
+    case k8s::Protocol::kSCTP:
+      return IPPROTO_SCTP;
+    case k8s::Protocol::kUnknown:
+      break;
+  }
+  return 0;
+}
+
+// ---- selectors -----------------------------------------------------------------------------
+
+absl::Status ValidateSelector(const LabelSelector& s) {
+  if (!s.error.empty()) return absl::InvalidArgumentError(s.error);
+  for (const auto& req : s.match_expressions) {
+    if (req.key.empty()) return absl::InvalidArgumentError("matchExpressions: empty key");
+    if (req.op == "In" || req.op == "NotIn") {
+      if (req.values.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("matchExpressions ", req.key, " ", req.op, ": no values"));
+      }
+    } else if (req.op == "Exists" || req.op == "DoesNotExist") {
+      if (!req.values.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("matchExpressions ", req.key, " ", req.op, ": values given"));
+      }
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("matchExpressions ", req.key, ": unknown operator \"", req.op, "\""));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Only for selectors that passed ValidateSelector.
+bool Matches(const LabelSelector& s, const StringMap& labels) {
+  for (const auto& [k, v] : s.match_labels) {
+    auto it = labels.find(k);
+    if (it == labels.end() || it->second != v) return false;
+  }
+  for (const auto& req : s.match_expressions) {
+    auto it = labels.find(req.key);
+    const bool has = it != labels.end();
+    const bool in = has && std::find(req.values.begin(), req.values.end(), it->second) !=
+                               req.values.end();
+    if (req.op == "In" && !in) return false;
+    if (req.op == "NotIn" && in) return false;
+    if (req.op == "Exists" && !has) return false;
+    if (req.op == "DoesNotExist" && has) return false;
+  }
+  return true;
+}
+
+// ---- prefixes ------------------------------------------------------------------------------
+
+// A CIDR with its host bits cleared ("10.1.2.3/16" -> 10.1.0.0/16), as ipBlock allows.
+absl::StatusOr<IpPrefix> ParseMaskedPrefix(const std::string& text) {
+  std::pair<std::string, std::string> parts = absl::StrSplit(text, absl::MaxSplits('/', 1));
+  int length = -1;
+  absl::StatusOr<IpAddress> addr = IpAddress::Parse(parts.first);
+  if (!addr.ok() || parts.second.empty() || !absl::SimpleAtoi(parts.second, &length) ||
+      length < 0 || length > addr->bit_length()) {
+    return absl::InvalidArgumentError(absl::StrCat("invalid CIDR \"", text, "\""));
+  }
+  std::array<uint8_t, 16> bytes = addr->bytes();
+  for (int i = 0; i < addr->bit_length() / 8; ++i) {
+    int keep = std::clamp(length - i * 8, 0, 8);
+    bytes[i] &= static_cast<uint8_t>(keep == 0 ? 0 : 0xff << (8 - keep));
+  }
+  char buf[INET6_ADDRSTRLEN];
+  inet_ntop(addr->is_v4() ? AF_INET : AF_INET6, bytes.data(), buf, sizeof(buf));
+  absl::StatusOr<IpAddress> network = IpAddress::Parse(buf);
+  if (!network.ok()) return network.status();
+  return IpPrefix::Make(*network, length);
+}
+
+// `outer` contains all of `inner`.
+bool Covers(const IpPrefix& outer, const IpPrefix& inner) {
+  return outer.length() <= inner.length() && outer.Contains(inner.network());
+}
+
+IpPrefix Host32(const IpAddress& a) { return *IpPrefix::Make(a, a.bit_length()); }
+
+// ---- policies, validated -------------------------------------------------------------------
+
+struct CompiledPeer {
+  bool is_block = false;
+  // selectors
+  std::optional<LabelSelector> pod_selector;
+  std::optional<LabelSelector> namespace_selector;
+  // ipBlock (IPv4 only: an IPv6 block matches no IPv4 address)
+  bool v4 = true;
+  IpPrefix cidr;
+  std::vector<IpPrefix> except;
+};
+
+struct CompiledPort {
+  uint8_t proto = 0;
+  bool all_ports = false;
+  uint16_t first = 0, last = 0;
+  std::string name;  // a named port when not empty
+};
+
+struct CompiledRule {
+  std::vector<CompiledPeer> peers;  // empty: every peer
+  std::vector<CompiledPort> ports;  // empty: every protocol and port
+};
+
+struct CompiledPolicy {
+  std::string key;
+  std::string ns;
+  LabelSelector pod_selector;  // validated
+  bool ingress = false, egress = false;
+  std::vector<CompiledRule> ingress_rules, egress_rules;
+};
+
+absl::StatusOr<CompiledPeer> CompilePeer(const k8s::NetworkPolicyPeer& peer) {
+  CompiledPeer out;
+  const bool has_selector = peer.pod_selector || peer.namespace_selector;
+  if (peer.ip_block && has_selector) {
+    return absl::InvalidArgumentError("a peer with ipBlock and a selector");
+  }
+  if (!peer.ip_block && !has_selector) return absl::InvalidArgumentError("an empty peer");
+  if (has_selector) {
+    for (const auto* sel : {&peer.pod_selector, &peer.namespace_selector}) {
+      if (!sel->has_value()) continue;
+      absl::Status st = ValidateSelector(**sel);
+      if (!st.ok()) return st;
+    }
+    out.pod_selector = peer.pod_selector;
+    out.namespace_selector = peer.namespace_selector;
+    return out;
+  }
+  out.is_block = true;
+  absl::StatusOr<IpPrefix> cidr = ParseMaskedPrefix(peer.ip_block->cidr);
+  if (!cidr.ok()) return absl::InvalidArgumentError(absl::StrCat("ipBlock: ", cidr.status().message()));
+  out.cidr = *cidr;
+  out.v4 = cidr->network().is_v4();
+  for (const std::string& text : peer.ip_block->except) {
+    absl::StatusOr<IpPrefix> ex = ParseMaskedPrefix(text);
+    if (!ex.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("ipBlock except: ", ex.status().message()));
+    }
+    if (!Covers(*cidr, *ex)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("ipBlock except ", ex->ToString(), " is not inside ", cidr->ToString()));
+    }
+    out.except.push_back(*ex);
+  }
+  return out;
+}
+
+absl::StatusOr<CompiledPort> CompilePort(const k8s::NetworkPolicyPort& port) {
+  CompiledPort out;
+  k8s::Protocol proto = k8s::ParseProtocol(port.protocol);
+  if (proto == k8s::Protocol::kUnknown) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown protocol \"", port.protocol, "\""));
+  }
+  out.proto = IpProto(proto);
+  if (!port.port) {
+    if (port.end_port) return absl::InvalidArgumentError("endPort without port");
+    out.all_ports = true;
+    return out;
+  }
+  if (port.port->is_name) {
+    if (port.end_port) return absl::InvalidArgumentError("endPort with a named port");
+    if (port.port->name.empty()) return absl::InvalidArgumentError("empty port name");
+    out.name = port.port->name;
+    return out;
+  }
+  int64_t first = port.port->number;
+  int64_t last = port.end_port.value_or(first);
+  if (first < 1 || first > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("port ", first, " out of range"));
+  }
+  if (last < first || last > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat("endPort ", last, " out of range"));
+  }
+  out.first = static_cast<uint16_t>(first);
+  out.last = static_cast<uint16_t>(last);
+  return out;
+}
+
+absl::StatusOr<CompiledRule> CompileRule(const k8s::NetworkPolicyRule& rule) {
+  if (!rule.error.empty()) return absl::InvalidArgumentError(rule.error);
+  CompiledRule out;
+  for (const auto& peer : rule.peers) {
+    absl::StatusOr<CompiledPeer> p = CompilePeer(peer);
+    if (!p.ok()) return p.status();
+    out.peers.push_back(std::move(*p));
+  }
+  for (const auto& port : rule.ports) {
+    absl::StatusOr<CompiledPort> p = CompilePort(port);
+    if (!p.ok()) return p.status();
+    out.ports.push_back(std::move(*p));
+  }
+  return out;
+}
+
+CompiledPolicy CompilePolicy(const k8s::NetworkPolicy& np, std::vector<PolicyProblem>* problems) {
+  CompiledPolicy out;
+  out.key = np.meta.Key();
+  out.ns = np.meta.namespace_;
+  auto problem = [&](std::string where, absl::string_view reason) {
+    if (problems) problems->push_back({out.key, std::move(where), std::string(reason)});
+  };
+  const k8s::NetworkPolicySpec& spec = np.spec;
+  if (!spec.error.empty()) {
+    // Nothing of it can be trusted: every pod of the namespace, both directions, no allow.
+    problem("spec", spec.error);
+    out.ingress = out.egress = true;
+    return out;
+  }
+  if (spec.policy_types.empty()) {
+    out.ingress = true;
+    out.egress = !spec.egress.empty();
+  } else {
+    for (const std::string& t : spec.policy_types) {
+      if (t == "Ingress") {
+        out.ingress = true;
+      } else if (t == "Egress") {
+        out.egress = true;
+      } else {
+        problem("policyTypes", absl::StrCat("unknown policy type \"", t, "\": enforcing both"));
+        out.ingress = out.egress = true;
+      }
+    }
+  }
+  if (absl::Status st = ValidateSelector(spec.pod_selector); !st.ok()) {
+    // Which pods it means is unknown: it selects them all and allows nothing.
+    problem("podSelector", st.message());
+    return out;
+  }
+  out.pod_selector = spec.pod_selector;
+  auto compile_rules = [&](const std::vector<k8s::NetworkPolicyRule>& rules, const char* dir,
+                           std::vector<CompiledRule>* compiled) {
+    for (size_t i = 0; i < rules.size(); ++i) {
+      absl::StatusOr<CompiledRule> r = CompileRule(rules[i]);
+      if (!r.ok()) {
+        problem(absl::StrCat(dir, "[", i, "]"), r.status().message());
+        continue;
+      }
+      compiled->push_back(std::move(*r));
+    }
+  };
+  if (out.ingress) compile_rules(spec.ingress, "ingress", &out.ingress_rules);
+  if (out.egress) compile_rules(spec.egress, "egress", &out.egress_rules);
+  return out;
+}
+
+std::vector<CompiledPolicy> CompileAll(const PolicyInput& in,
+                                       std::vector<PolicyProblem>* problems) {
+  std::vector<std::shared_ptr<const k8s::NetworkPolicy>> sorted;
+  for (const auto& np : in.policies) {
+    if (np) sorted.push_back(np);
+  }
+  std::sort(sorted.begin(), sorted.end(),
+            [](const auto& a, const auto& b) { return a->meta.Key() < b->meta.Key(); });
+  std::vector<CompiledPolicy> out;
+  for (const auto& np : sorted) out.push_back(CompilePolicy(*np, problems));
+  return out;
+}
+
+bool Selects(const CompiledPolicy& p, const k8s::Pod& pod) {
+  return p.ns == pod.meta.namespace_ && Matches(p.pod_selector, pod.meta.labels);
+}
+
+std::string NamedPortKey(uint8_t proto, std::string_view name) {
+  const char* p = proto == IPPROTO_UDP ? "UDP" : proto == IPPROTO_SCTP ? "SCTP" : "TCP";
+  return absl::StrCat(p, "/", std::string(name));
+}
+
+// ---- what an identity is, read back from its labels -----------------------------------------
+
+struct IdentityView {
+  uint32_t id = 0;
+  bool is_pod = false;  // has a namespace: selectors may match it
+  bool is_host = false;
+  std::string ns;
+  StringMap pod_labels, ns_labels;
+  std::set<IpPrefix> cidrs;
+  std::map<std::string, uint16_t> named_ports;  // "TCP/name" -> port
+};
+
+IdentityView ViewOf(uint32_t id, const LabelSet& labels) {
+  IdentityView v;
+  v.id = id;
+  for (const std::string& l : labels) {
+    std::string_view s = l;
+    auto split = [](std::string_view kv) {
+      size_t eq = kv.find('=');
+      if (eq == std::string_view::npos) return std::pair<std::string, std::string>{kv, ""};
+      return std::pair<std::string, std::string>{kv.substr(0, eq), kv.substr(eq + 1)};
+    };
+    if (s.starts_with(kNamespaceLabelSource)) {
+      auto [k, val] = split(s.substr(kNamespaceLabelSource.size()));
+      v.ns_labels[k] = val;
+    } else if (s.starts_with(kNamespaceNameLabel)) {
+      v.ns = std::string(s.substr(kNamespaceNameLabel.size()));
+      v.is_pod = true;
+    } else if (s.starts_with(kPodLabelSource)) {
+      auto [k, val] = split(s.substr(kPodLabelSource.size()));
+      v.pod_labels[k] = val;
+    } else if (s.starts_with(kCidrSource)) {
+      absl::StatusOr<IpPrefix> p = IpPrefix::Parse(std::string(s.substr(kCidrSource.size())));
+      if (p.ok()) v.cidrs.insert(*p);
+    } else if (s.starts_with(kNamedPortSource)) {
+      auto [k, val] = split(s.substr(kNamedPortSource.size()));
+      uint32_t port = 0;
+      if (absl::SimpleAtoi(val, &port) && port <= 65535) v.named_ports[k] = port;
+    } else if (s == absl::StrCat(std::string(kReservedSource), "host")) {
+      v.is_host = true;
+    }
+  }
+  return v;
+}
+
+bool PeerMatches(const CompiledPeer& p, const std::string& policy_ns, const IdentityView& v) {
+  if (p.is_block) {
+    if (!p.v4 || !v.cidrs.contains(p.cidr)) return false;
+    for (const IpPrefix& ex : p.except) {
+      if (v.cidrs.contains(ex)) return false;
+    }
+    return true;
+  }
+  if (!v.is_pod) return false;
+  if (p.namespace_selector) {
+    if (!Matches(*p.namespace_selector, v.ns_labels)) return false;
+  } else if (v.ns != policy_ns) {
+    return false;
+  }
+  return !p.pod_selector || Matches(*p.pod_selector, v.pod_labels);
+}
+
+// ---- allow entries -------------------------------------------------------------------------
+
+void AddPortRange(std::set<PolicyAllow>* out, uint32_t id, uint8_t dir, uint8_t proto,
+                  uint16_t first, uint16_t last) {
+  for (auto [port, n] : PortRangePrefixes(first, last)) {
+    out->insert({id, dir, proto, port, static_cast<uint8_t>(8 + n)});
+  }
+}
+
+// Drops entries that a shorter prefix of the same identity and direction already allows.
+std::vector<PolicyAllow> Minimal(const std::set<PolicyAllow>& all) {
+  std::vector<PolicyAllow> out;
+  for (const PolicyAllow& a : all) {
+    bool covered = false;
+    for (int bits = 0; bits < a.proto_port_bits && !covered; ++bits) {
+      if (bits > 0 && bits < 8) continue;
+      PolicyAllow shorter{a.identity, a.direction, 0, 0, static_cast<uint8_t>(bits)};
+      if (bits >= 8) {
+        shorter.proto = a.proto;
+        int port_bits = bits - 8;
+        uint16_t mask = port_bits == 0 ? 0 : static_cast<uint16_t>(0xffffu << (16 - port_bits));
+        shorter.port = a.port & mask;
+      }
+      covered = all.contains(shorter);
+    }
+    if (!covered) out.push_back(a);
+  }
+  return out;
+}
+
+LabelSet PodLabelSet(const k8s::Pod& pod, const StringMap* ns_labels) {
+  LabelSet out;
+  const std::string& ns = pod.meta.namespace_;
+  for (const auto& [k, v] : pod.meta.labels) {
+    // Keys under the namespace prefix would read as the namespace: reserved.
+    if (std::string_view(k).starts_with("io.kubernetes.pod.namespace")) continue;
+    out.push_back(absl::StrCat(std::string(kPodLabelSource), k, "=", v));
+  }
+  out.push_back(absl::StrCat(std::string(kNamespaceNameLabel), ns));
+  StringMap nsl = ns_labels ? *ns_labels : StringMap{};
+  nsl.emplace(std::string(k8s::kLabelNamespaceName), ns);
+  for (const auto& [k, v] : nsl) {
+    out.push_back(absl::StrCat(std::string(kNamespaceLabelSource), k, "=", v));
+  }
+  return out;
+}
+
+bool PodHasAddresses(const k8s::Pod& pod) {
+  return !pod.host_network && pod.phase != "Succeeded" && pod.phase != "Failed";
+}
+
+}  // namespace
+
+std::vector<std::pair<uint16_t, int>> PortRangePrefixes(uint16_t first, uint16_t last) {
+  std::vector<std::pair<uint16_t, int>> out;
+  uint32_t lo = first;
+  const uint32_t hi = last;
+  while (lo <= hi) {
+    int n = 16;
+    while (n > 0) {
+      uint32_t size = 1u << (16 - (n - 1));
+      if ((lo & (size - 1)) != 0 || lo + size - 1 > hi) break;
+      --n;
+    }
+    out.emplace_back(static_cast<uint16_t>(lo), n);
+    lo += 1u << (16 - n);
+  }
+  return out;
+}
+
+std::vector<PolicyAddress> ClassifyAddresses(const PolicyInput& in) {
+  std::vector<CompiledPolicy> policies = CompileAll(in, nullptr);
+  std::set<IpPrefix> referenced;
+  std::set<std::pair<uint8_t, std::string>> named;  // egress named ports
+  for (const CompiledPolicy& p : policies) {
+    for (const auto* rules : {&p.ingress_rules, &p.egress_rules}) {
+      for (const CompiledRule& r : *rules) {
+        for (const CompiledPeer& peer : r.peers) {
+          if (!peer.is_block || !peer.v4) continue;
+          referenced.insert(peer.cidr);
+          referenced.insert(peer.except.begin(), peer.except.end());
+        }
+        if (rules != &p.egress_rules) continue;
+        for (const CompiledPort& port : r.ports) {
+          if (!port.name.empty()) named.insert({port.proto, port.name});
+        }
+      }
+    }
+  }
+
+  std::map<std::string, const StringMap*> ns_labels;
+  for (const auto& ns : in.namespaces) {
+    if (ns) ns_labels[ns->meta.name] = &ns->meta.labels;
+  }
+  std::map<std::string, const k8s::Pod*> pods_by_key;
+  std::vector<const k8s::Pod*> pods;
+  for (const auto& p : in.pods) {
+    if (!p) continue;
+    pods_by_key[p->meta.Key()] = p.get();
+    if (PodHasAddresses(*p)) pods.push_back(p.get());
+  }
+  // Two pods claiming one address (one is going away): the live one, then the first by key.
+  std::sort(pods.begin(), pods.end(), [](const k8s::Pod* a, const k8s::Pod* b) {
+    if (a->meta.deleting != b->meta.deleting) return !a->meta.deleting;
+    return a->meta.Key() < b->meta.Key();
+  });
+
+  std::map<IpPrefix, LabelSet> out;  // the first claim of a prefix wins
+  auto pod_labels = [&](const k8s::Pod& pod) {
+    auto it = ns_labels.find(pod.meta.namespace_);
+    LabelSet labels = PodLabelSet(pod, it == ns_labels.end() ? nullptr : it->second);
+    for (const auto& [proto, name] : named) {
+      for (const k8s::ContainerPort& cp : pod.container_ports) {
+        if (cp.name == name && IpProto(cp.protocol) == proto && cp.port > 0 && cp.port <= 65535) {
+          labels.push_back(
+              absl::StrCat(std::string(kNamedPortSource), NamedPortKey(proto, name), "=", cp.port));
+          break;
+        }
+      }
+    }
+    return labels;
+  };
+  // Local endpoints first: their address is known before the Pod's status says it.
+  for (const PolicyEndpoint& ep : in.endpoints) {
+    if (!ep.address.is_v4()) continue;
+    auto it = pods_by_key.find(absl::StrCat(ep.pod_namespace, "/", ep.pod_name));
+    out.emplace(Host32(ep.address), it == pods_by_key.end()
+                                        ? ReservedLabels(SLUICE_IDENTITY_UNMANAGED)
+                                        : pod_labels(*it->second));
+  }
+  for (const k8s::Pod* pod : pods) {
+    for (const std::string& ip : pod->pod_ips) {
+      absl::StatusOr<IpAddress> a = IpAddress::Parse(ip);
+      if (!a.ok() || !a->is_v4()) continue;
+      out.emplace(Host32(*a), pod_labels(*pod));
+    }
+  }
+  std::vector<IpPrefix> pod_cidrs;
+  for (const auto& node : in.nodes) {
+    if (!node) continue;
+    uint32_t base = node->meta.name == in.node_name ? SLUICE_IDENTITY_HOST
+                                                    : SLUICE_IDENTITY_REMOTE_NODE;
+    for (const std::string& ip : node->internal_ips) {
+      absl::StatusOr<IpAddress> a = IpAddress::Parse(ip);
+      if (a.ok() && a->is_v4()) out.emplace(Host32(*a), ReservedLabels(base));
+    }
+    for (const std::string& c : node->pod_cidrs) {
+      absl::StatusOr<IpPrefix> p = ParseMaskedPrefix(c);
+      if (p.ok() && p->network().is_v4()) pod_cidrs.push_back(*p);
+    }
+  }
+  for (const IpPrefix& p : pod_cidrs) out.emplace(p, ReservedLabels(SLUICE_IDENTITY_UNMANAGED));
+  for (const IpPrefix& r : referenced) {
+    bool in_pods = std::any_of(pod_cidrs.begin(), pod_cidrs.end(),
+                               [&](const IpPrefix& c) { return Covers(c, r); });
+    out.emplace(r, ReservedLabels(in_pods ? SLUICE_IDENTITY_UNMANAGED : SLUICE_IDENTITY_WORLD));
+  }
+  out.emplace(*IpPrefix::Make(IpAddress::V4(0), 0), ReservedLabels(SLUICE_IDENTITY_WORLD));
+
+  std::vector<PolicyAddress> result;
+  result.reserve(out.size());
+  for (auto& [prefix, labels] : out) {
+    for (const IpPrefix& r : referenced) {
+      if (Covers(r, prefix)) labels.push_back(absl::StrCat(std::string(kCidrSource), r.ToString()));
+    }
+    std::sort(labels.begin(), labels.end());
+    labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+    result.push_back({prefix, std::move(labels)});
+  }
+  return result;
+}
+
+PolicyTranslation TranslatePolicy(const PolicyInput& in,
+                                  const std::vector<PolicyAddress>& addresses,
+                                  const IdentityAllocator& ids) {
+  PolicyTranslation out;
+  std::map<IpPrefix, uint32_t> identity_of;
+  std::map<uint32_t, IdentityView> views;
+  for (const PolicyAddress& a : addresses) {
+    uint32_t id = ids.Find(a.labels).value_or(SLUICE_IDENTITY_UNMANAGED);
+    out.ipcache.push_back({a.prefix, id});
+    identity_of[a.prefix] = id;
+    if (!views.contains(id)) {
+      const LabelSet* labels = ids.Labels(id);
+      views[id] = ViewOf(id, labels ? *labels : LabelSet{});
+    }
+  }
+  std::sort(out.ipcache.begin(), out.ipcache.end());
+
+  std::vector<CompiledPolicy> policies = CompileAll(in, &out.problems);
+  std::map<std::string, const k8s::Pod*> pods_by_key;
+  for (const auto& p : in.pods) {
+    if (p) pods_by_key[p->meta.Key()] = p.get();
+  }
+
+  std::vector<PolicyEndpoint> endpoints = in.endpoints;
+  std::sort(endpoints.begin(), endpoints.end(),
+            [](const auto& a, const auto& b) { return a.endpoint_id < b.endpoint_id; });
+  for (const PolicyEndpoint& ep : endpoints) {
+    EndpointPolicy result;
+    result.endpoint_id = ep.endpoint_id;
+    result.pod = absl::StrCat(ep.pod_namespace, "/", ep.pod_name);
+    if (ep.address.is_v4()) {
+      auto it = identity_of.find(Host32(ep.address));
+      if (it != identity_of.end()) result.identity = it->second;
+    }
+    auto pit = pods_by_key.find(result.pod);
+    const k8s::Pod* pod = pit == pods_by_key.end() ? nullptr : pit->second;
+
+    std::set<PolicyAllow> allows;
+    auto add_rule = [&](const CompiledPolicy& policy, const CompiledRule& rule, uint8_t dir) {
+      std::vector<uint32_t> targets;
+      if (rule.peers.empty()) {
+        targets.push_back(SLUICE_IDENTITY_ANY);
+      } else {
+        for (const auto& [id, view] : views) {
+          for (const CompiledPeer& peer : rule.peers) {
+            if (PeerMatches(peer, policy.ns, view)) {
+              targets.push_back(id);
+              break;
+            }
+          }
+        }
+      }
+      if (rule.ports.empty()) {
+        for (uint32_t t : targets) allows.insert({t, dir, 0, 0, 0});
+        return;
+      }
+      for (const CompiledPort& port : rule.ports) {
+        if (port.name.empty()) {
+          for (uint32_t t : targets) {
+            if (port.all_ports) {
+              allows.insert({t, dir, port.proto, 0, 8});
+            } else {
+              AddPortRange(&allows, t, dir, port.proto, port.first, port.last);
+            }
+          }
+          continue;
+        }
+        if (dir == kIngress) {
+          // The destination is this endpoint: its own container port of that name.
+          for (const k8s::ContainerPort& cp : pod->container_ports) {
+            if (cp.name != port.name || IpProto(cp.protocol) != port.proto) continue;
+            if (cp.port < 1 || cp.port > 65535) continue;
+            for (uint32_t t : targets) {
+              AddPortRange(&allows, t, dir, port.proto, cp.port, cp.port);
+            }
+          }
+          continue;
+        }
+        // Egress: the destination is the peer, and each peer identity knows its named ports.
+        const std::string key = NamedPortKey(port.proto, port.name);
+        auto add_for = [&](const IdentityView& view) {
+          auto np = view.named_ports.find(key);
+          if (np == view.named_ports.end()) return;
+          AddPortRange(&allows, view.id, dir, port.proto, np->second, np->second);
+        };
+        for (uint32_t t : targets) {
+          if (t == SLUICE_IDENTITY_ANY) {
+            for (const auto& [id, view] : views) add_for(view);
+          } else {
+            add_for(views[t]);
+          }
+        }
+      }
+    };
+
+    for (const CompiledPolicy& policy : policies) {
+      if (policy.ns != ep.pod_namespace) continue;
+      // Without its Pod the endpoint's labels are unknown: any policy of its namespace may
+      // select it, and none of their allows is trusted.
+      if (pod != nullptr && !Selects(policy, *pod)) continue;
+      if (policy.ingress) result.enforce_ingress = true;
+      if (policy.egress) result.enforce_egress = true;
+      if (pod == nullptr) continue;
+      if (policy.ingress) {
+        for (const CompiledRule& r : policy.ingress_rules) add_rule(policy, r, kIngress);
+      }
+      if (policy.egress) {
+        for (const CompiledRule& r : policy.egress_rules) add_rule(policy, r, kEgress);
+      }
+    }
+    // The node itself (kubelet probes) always reaches its pods.
+    if (result.enforce_ingress) {
+      for (const auto& [id, view] : views) {
+        if (view.is_host) allows.insert({id, kIngress, 0, 0, 0});
+      }
+    }
+    result.allows = Minimal(allows);
+    out.endpoints.push_back(std::move(result));
+  }
+  return out;
+}
+
+PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids) {
+  std::vector<PolicyAddress> addresses = ClassifyAddresses(in);
+  std::set<LabelSet> wanted;
+  for (const PolicyAddress& a : addresses) wanted.insert(a.labels);
+  absl::Status st = ids->Assign(wanted);
+  PolicyTranslation out = TranslatePolicy(in, addresses, *ids);
+  if (!st.ok()) out.problems.insert(out.problems.begin(), {"", "identities", std::string(st.message())});
+  return out;
+}
+
+}  // namespace sluice::agent
