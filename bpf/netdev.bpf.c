@@ -17,13 +17,14 @@ static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb)
 	return ip;
 }
 
-SEC("tc")
-int sluice_to_net(struct __sk_buff *skb)
+/* Returns a TC verdict or minus a drop reason. */
+static __always_inline int to_net(struct __sk_buff *skb)
 {
 	const struct sluice_node_config *cfg;
 	struct sluice_lpm4_key dst;
 	struct nat4_pkt p;
 	struct iphdr *ip;
+	int ret;
 
 	ip = ipv4_header(skb);
 	if (!ip)
@@ -37,22 +38,21 @@ int sluice_to_net(struct __sk_buff *skb)
 	if (bpf_map_lookup_elem(&sluice_nomasq4, &dst))
 		return TC_ACT_OK;
 
-	switch (nat4_load(skb, ETH_HLEN_, ip, 1, &p)) {
-	case NAT4_OK:
-		break;
-	case NAT4_FRAGMENT:
-		return drop(skb, SLUICE_DROP_FRAGMENT);
-	case NAT4_UNSUPPORTED:
-		return drop(skb, SLUICE_DROP_NAT_UNSUPPORTED_L4);
-	default:
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
-	}
+	ret = nat4_load(skb, ETH_HLEN_, ip, 1, &p);
+	if (ret < 0)
+		return ret;
 	return nat4_masquerade(skb, ETH_HLEN_, cfg, &p);
+}
+
+SEC("tc")
+int sluice_to_net(struct __sk_buff *skb)
+{
+	return verdict_or_drop(skb, to_net(skb));
 }
 
 /* A packet DNATed onto a backend arrived from the network: a backend on this node gets it
  * directly; one on another node gets it masqueraded to this node's address (so the reply comes
- * back here to be translated) and routed there. */
+ * back here to be translated) and routed there. Returns a TC verdict or minus a drop reason. */
 static __always_inline int lb4_forward_from_net(struct __sk_buff *skb,
 						const struct sluice_node_config *cfg)
 {
@@ -63,22 +63,22 @@ static __always_inline int lb4_forward_from_net(struct __sk_buff *skb,
 
 	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
 	if (!ip)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+		return -SLUICE_DROP_INVALID_PACKET;
 	ep = lookup_ep4(ip->daddr);
 	if (ep)
 		return redirect_to_endpoint(skb, ep, ETH_HLEN_, ip->ttl, ip->protocol);
 	if (!cfg)
-		return drop(skb, SLUICE_DROP_NO_NODE_CONFIG);
-	if (nat4_load(skb, ETH_HLEN_, ip, 1, &np) != NAT4_OK)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+		return -SLUICE_DROP_NO_NODE_CONFIG;
+	if (nat4_load(skb, ETH_HLEN_, ip, 1, &np) < 0)
+		return -SLUICE_DROP_INVALID_PACKET;
 	verdict = nat4_masquerade(skb, ETH_HLEN_, cfg, &np);
 	if (verdict != TC_ACT_OK)
 		return verdict;
 	return redirect_by_fib(skb, ETH_HLEN_);
 }
 
-SEC("tc")
-int sluice_from_net(struct __sk_buff *skb)
+/* Returns a TC verdict or minus a drop reason. */
+static __always_inline int from_net(struct __sk_buff *skb)
 {
 	const struct sluice_node_config *cfg;
 	const struct sluice_lb4_service *svc;
@@ -95,12 +95,12 @@ int sluice_from_net(struct __sk_buff *skb)
 	cfg = node_config();
 
 	/* NodePorts, ExternalIPs and LoadBalancer IPs: balanced here, before the stack. */
-	if (ct4_load(skb, ETH_HLEN_, ip, &cp) == 0) {
+	if (ct4_load(skb, ETH_HLEN_, ip, &cp) == CT4_TUPLE) {
 		ret = lb4_frontend(&cp, cfg, &key, &svc);
 		if (ret == LB4_DNAT)
 			ret = lb4_dnat(skb, ETH_HLEN_, &cp, &key, svc, 0);
 		if (ret < 0)
-			return drop(skb, -ret);
+			return ret;
 		if (ret == LB4_REJECT)
 			return reject(skb, ETH_HLEN_, ip);
 		if (ret == LB4_DNAT)
@@ -111,47 +111,53 @@ int sluice_from_net(struct __sk_buff *skb)
 		/* A reply of a backend elsewhere to a client pod here, which reached a service
 		 * through this node: it must come from the frontend the client used. */
 		ep = lookup_ep4(ip->daddr);
-		if (!ep || ct4_load(skb, ETH_HLEN_, ip, &cp))
+		if (!ep || ct4_load(skb, ETH_HLEN_, ip, &cp) != CT4_TUPLE)
 			return TC_ACT_OK;
 		ret = lb4_rev_nat(skb, ETH_HLEN_, &cp);
 		if (ret < 0)
-			return drop(skb, -ret);
+			return ret;
 		if (ret == LB4_NONE)
 			return TC_ACT_OK;
 		ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
 		if (!ip)
-			return drop(skb, SLUICE_DROP_INVALID_PACKET);
+			return -SLUICE_DROP_INVALID_PACKET;
 		return redirect_to_endpoint(skb, ep, ETH_HLEN_, ip->ttl, ip->protocol);
 	}
 
 	/* Whatever cannot be a reply to a masqueraded flow is the node's own traffic. */
-	if (nat4_load(skb, ETH_HLEN_, ip, 0, &p) != NAT4_OK)
+	if (nat4_load(skb, ETH_HLEN_, ip, 0, &p) < 0)
 		return TC_ACT_OK;
 	ret = nat4_unmasquerade(skb, ETH_HLEN_, &p);
-	if (ret == 0)
-		return TC_ACT_OK;
 	if (ret < 0)
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+		return ret;
+	if (ret == NAT4_NONE)
+		return TC_ACT_OK;
 
 	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
 	if (!ip)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+		return -SLUICE_DROP_INVALID_PACKET;
 	/* The reply of a remote backend to a NodePort client masqueraded on its way there: back
 	 * from the frontend, and out to the client. */
-	if (ct4_load(skb, ETH_HLEN_, ip, &cp) == 0) {
+	if (ct4_load(skb, ETH_HLEN_, ip, &cp) == CT4_TUPLE) {
 		ret = lb4_rev_nat(skb, ETH_HLEN_, &cp);
 		if (ret < 0)
-			return drop(skb, -ret);
+			return ret;
 		if (ret == LB4_REVNAT)
 			return redirect_by_fib(skb, ETH_HLEN_);
 		ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
 		if (!ip)
-			return drop(skb, SLUICE_DROP_INVALID_PACKET);
+			return -SLUICE_DROP_INVALID_PACKET;
 	}
 	ep = lookup_ep4(ip->daddr);
 	if (ep)
 		return redirect_to_endpoint(skb, ep, ETH_HLEN_, ip->ttl, ip->protocol);
 	return TC_ACT_OK;
+}
+
+SEC("tc")
+int sluice_from_net(struct __sk_buff *skb)
+{
+	return verdict_or_drop(skb, from_net(skb));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

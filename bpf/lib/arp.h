@@ -18,6 +18,7 @@ struct arp_ip4 {
 	__u8 tip[4];
 } __attribute__((packed));
 
+/* Returns a TC verdict or minus a drop reason. */
 static __always_inline int pod_arp(struct __sk_buff *skb)
 {
 	struct arp_ip4 *arp = SKB_HDR(skb, ETH_HLEN_, struct arp_ip4);
@@ -27,10 +28,10 @@ static __always_inline int pod_arp(struct __sk_buff *skb)
 	__be32 sip, tip;
 
 	if (!arp)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+		return -SLUICE_DROP_INVALID_PACKET;
 	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) ||
 	    arp->hlen != ETH_ALEN || arp->plen != 4)
-		return drop(skb, SLUICE_DROP_ARP_UNSUPPORTED);
+		return -SLUICE_DROP_ARP_UNSUPPORTED;
 	/* Replies (to the node's own requests for the pod) and anything else go to the stack. */
 	if (arp->op != bpf_htons(ARPOP_REQUEST))
 		return TC_ACT_OK;
@@ -42,7 +43,7 @@ static __always_inline int pod_arp(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	ep = lookup_ep4(sip);
 	if (!ep || ep->ifindex != skb->ifindex)
-		return drop(skb, SLUICE_DROP_SPOOFED_SOURCE);
+		return -SLUICE_DROP_SPOOFED_SOURCE;
 
 	__builtin_memcpy(reply_eth.h_dest, arp->sha, ETH_ALEN);
 	__builtin_memcpy(reply_eth.h_source, ep->host_mac, ETH_ALEN);
@@ -59,7 +60,7 @@ static __always_inline int pod_arp(struct __sk_buff *skb)
 
 	if (bpf_skb_store_bytes(skb, 0, &reply_eth, sizeof(reply_eth), 0) ||
 	    bpf_skb_store_bytes(skb, ETH_HLEN_, &reply, sizeof(reply), 0))
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+		return -SLUICE_DROP_PACKET_WRITE;
 	/* Back out of the host side: the pod receives the reply. */
 	return bpf_redirect(skb->ifindex, 0);
 }

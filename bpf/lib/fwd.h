@@ -6,7 +6,8 @@
 #include "lib/csum.h"
 #include "lib/drop.h"
 
-/* l3_off is the IPv4 header offset; ttl and proto are that header's values. */
+/* l3_off is the IPv4 header offset; ttl and proto are that header's values. Returns a TC verdict
+ * or minus a drop reason. */
 static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
 						const struct sluice_endpoint *ep, __u32 l3_off,
 						__u8 ttl, __u8 proto)
@@ -15,16 +16,14 @@ static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
 	int ret;
 
 	ret = ip4_dec_ttl(skb, l3_off, ttl, proto);
-	if (ret > 0)
-		return drop(skb, SLUICE_DROP_TTL_EXCEEDED);
 	if (ret < 0)
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+		return ret;
 
 	/* The pod drops frames not addressed to its MAC; the source is its gateway's MAC. */
 	__builtin_memcpy(macs, ep->mac, 6);
 	__builtin_memcpy(macs + 6, ep->host_mac, 6);
 	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+		return -SLUICE_DROP_PACKET_WRITE;
 	return bpf_redirect_peer(ep->ifindex, 0);
 }
 
@@ -33,7 +32,7 @@ static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
 /* Routes a packet the node's stack must not see (its source is a node or service address, which
  * the stack would take for a martian) with the kernel's FIB and sends it out of the device the
  * route names, as a router would. When the FIB has no answer the packet continues into the stack.
- * l3_off is the IPv4 header offset. Returns a TC verdict. */
+ * l3_off is the IPv4 header offset. Returns a TC verdict or minus a drop reason. */
 static __always_inline int redirect_by_fib(struct __sk_buff *skb, __u32 l3_off)
 {
 	struct bpf_fib_lookup fib = {};
@@ -43,7 +42,7 @@ static __always_inline int redirect_by_fib(struct __sk_buff *skb, __u32 l3_off)
 	int found, ret;
 
 	if (!ip)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+		return -SLUICE_DROP_INVALID_PACKET;
 	fib.family = SLUICE_AF_INET;
 	fib.tos = ip->tos;
 	fib.l4_protocol = ip->protocol;
@@ -56,15 +55,13 @@ static __always_inline int redirect_by_fib(struct __sk_buff *skb, __u32 l3_off)
 	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return TC_ACT_OK;
 	ret = ip4_dec_ttl(skb, l3_off, ip->ttl, ip->protocol);
-	if (ret > 0)
-		return drop(skb, SLUICE_DROP_TTL_EXCEEDED);
 	if (ret < 0)
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+		return ret;
 	if (found == BPF_FIB_LKUP_RET_SUCCESS) {
 		__builtin_memcpy(macs, fib.dmac, 6);
 		__builtin_memcpy(macs + 6, fib.smac, 6);
 		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
-			return drop(skb, SLUICE_DROP_CSUM_ERROR);
+			return -SLUICE_DROP_PACKET_WRITE;
 		return bpf_redirect(fib.ifindex, 0);
 	}
 	/* The next hop (fib.ipv4_dst now names it) has no neighbour entry yet: let the kernel

@@ -37,6 +37,7 @@ static __always_inline int lb4_rev_nat(struct __sk_buff *skb, __u32 l3_off,
 	__be32 addr;
 	__be16 port;
 	__u8 flags;
+	int ret;
 
 	key.dir = SLUICE_CT_DIR_REPLY;
 	ct = ct4_lookup(&key);
@@ -51,16 +52,15 @@ static __always_inline int lb4_rev_nat(struct __sk_buff *skb, __u32 l3_off,
 	if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
 		ct4_mark_closing(flags & SLUICE_CT_F_HAIRPIN ? p->key.saddr : p->key.daddr, addr,
 				 p->key.dport, port, p->key.proto);
-	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, addr,
-			     &p->csum) ||
-	    rewrite_l4_port(skb, p->l4_off, p->key.sport, port, &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
+	ret = rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, addr,
+			       &p->csum);
+	if (!ret)
+		ret = rewrite_l4_port(skb, p->l4_off, p->key.sport, port, &p->csum);
 	/* Hairpin: the backend is the client; it answered the gateway the source was rewritten to. */
-	if ((flags & SLUICE_CT_F_HAIRPIN) &&
-	    rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
-			     p->key.saddr, &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
-	return LB4_REVNAT;
+	if (!ret && (flags & SLUICE_CT_F_HAIRPIN))
+		ret = rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+				       p->key.saddr, &p->csum);
+	return ret < 0 ? ret : LB4_REVNAT;
 }
 
 /* A forward entry a new SYN must not follow: its connection ended (FIN/RST seen), or its
@@ -118,7 +118,8 @@ static __always_inline int lb4_source_allowed(const struct sluice_lb4_service *s
 }
 
 /* Picks the backend of a new flow from `client` to the frontend whose master is svc: the
- * client's affinity when it has a live one, else a random slot. Returns 0 or a drop reason. */
+ * client's affinity when it has a live one, else a random slot. Returns 0 or minus a drop
+ * reason. */
 static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 				      const struct sluice_lb4_service *svc, __be32 client,
 				      __u32 *backend_id, const struct sluice_lb4_backend **be)
@@ -132,7 +133,7 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	__u16 count = svc->count;
 
 	if (count == 0)
-		return SLUICE_DROP_SERVICE_NO_BACKEND;
+		return -SLUICE_DROP_SERVICE_NO_BACKEND;
 	if (svc->flags & SLUICE_SVC_F_AFFINITY) {
 		found = bpf_map_lookup_elem(&sluice_lb4_aff, &akey);
 		if (found && now - found->last_used_ns < svc->affinity_timeout * NSEC_PER_SEC) {
@@ -147,11 +148,11 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	key.backend_slot = 1 + bpf_get_prandom_u32() % count;
 	slot = bpf_map_lookup_elem(&sluice_lb4_svc, &key);
 	if (!slot)
-		return SLUICE_DROP_SERVICE_NO_BACKEND;
+		return -SLUICE_DROP_SERVICE_NO_BACKEND;
 	*backend_id = slot->backend_id;
 	*be = lb4_backend(*backend_id);
 	if (!*be)
-		return SLUICE_DROP_SERVICE_NO_BACKEND;
+		return -SLUICE_DROP_SERVICE_NO_BACKEND;
 	if (svc->flags & SLUICE_SVC_F_AFFINITY) {
 		aff.last_used_ns = now;
 		aff.backend_id = *backend_id;
@@ -175,7 +176,7 @@ static __always_inline int lb4_dnat(struct __sk_buff *skb, __u32 l3_off, const s
 	__be32 addr;
 	__be16 port;
 	__u8 flags;
-	int reason;
+	int ret;
 
 	if (!lb4_source_allowed(svc, p->key.saddr))
 		return -SLUICE_DROP_SOURCE_RANGE;
@@ -194,27 +195,26 @@ static __always_inline int lb4_dnat(struct __sk_buff *skb, __u32 l3_off, const s
 	} else {
 		if (svc->flags & SLUICE_SVC_F_REJECT)
 			return LB4_REJECT;
-		reason = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
-		if (reason)
-			return -reason;
+		ret = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
+		if (ret < 0)
+			return ret;
 		addr = be->addr;
 		port = be->port;
 		flags = hairpin_src && addr == p->key.saddr ? SLUICE_CT_F_HAIRPIN : 0;
-		reason = ct4_create(&p->key, addr, port,
-				    flags & SLUICE_CT_F_HAIRPIN ? hairpin_src : p->key.saddr,
-				    backend_id, svc->rev_nat_id, flags);
-		if (reason)
-			return -reason;
+		ret = ct4_create(&p->key, addr, port,
+				 flags & SLUICE_CT_F_HAIRPIN ? hairpin_src : p->key.saddr,
+				 backend_id, svc->rev_nat_id, flags);
+		if (ret < 0)
+			return ret;
 	}
-	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr, addr,
-			     &p->csum) ||
-	    rewrite_l4_port(skb, p->l4_off + 2, p->key.dport, port, &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
-	if ((flags & SLUICE_CT_F_HAIRPIN) &&
-	    rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, hairpin_src,
-			     &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
-	return LB4_DNAT;
+	ret = rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr, addr,
+			       &p->csum);
+	if (!ret)
+		ret = rewrite_l4_port(skb, p->l4_off + 2, p->key.dport, port, &p->csum);
+	if (!ret && (flags & SLUICE_CT_F_HAIRPIN))
+		ret = rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+				       hairpin_src, &p->csum);
+	return ret < 0 ? ret : LB4_DNAT;
 }
 
 /* Service translation of a TCP/UDP packet a pod sends: DNAT when it goes to a frontend, reverse

@@ -35,16 +35,18 @@ static __always_inline void reject_ip4_header(struct iphdr *out, const struct ip
 	out->check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)out, sizeof(*out), 0));
 }
 
-/* Swaps the Ethernet addresses at the start of the packet. */
+/* Swaps the Ethernet addresses at the start of the packet. Returns 0 or minus a drop reason. */
 static __always_inline int reject_swap_macs(struct __sk_buff *skb)
 {
 	__u8 macs[12], swapped[12];
 
 	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)))
-		return -1;
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	__builtin_memcpy(swapped, macs + 6, 6);
 	__builtin_memcpy(swapped + 6, macs, 6);
-	return bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0);
+	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0))
+		return -SLUICE_DROP_PACKET_WRITE;
+	return 0;
 }
 
 struct reject_tcp_pseudo {
@@ -57,8 +59,8 @@ struct reject_tcp_pseudo {
 };
 
 /* RST for a TCP segment (RFC 9293 3.10.7.1): with ACK, seq = its ack; otherwise seq 0 and it
- * acknowledges everything the segment occupied. Returns 0, or -1 when the packet is left as it
- * was and must be dropped instead (a RST is never answered; IP options are not handled). */
+ * acknowledges everything the segment occupied. Returns 0, or minus a drop reason when no RST can
+ * be made (a RST is never answered; IP options are not handled) or writing it failed. */
 static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
 {
 	struct reject_tcp_pseudo ph = {};
@@ -68,11 +70,11 @@ static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const
 	__u16 tot_len = bpf_ntohs(ip->tot_len);
 
 	if (ip->ihl != 5)
-		return -1;
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (bpf_skb_load_bytes(skb, l3_off + sizeof(struct iphdr), &th, sizeof(th)))
-		return -1;
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (th.rst || th.doff < 5 || tot_len < sizeof(struct iphdr) + th.doff * 4)
-		return -1;
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	seg_len = tot_len - sizeof(struct iphdr) - th.doff * 4 + th.syn + th.fin;
 
 	ph.tcp.source = th.dest;
@@ -93,10 +95,10 @@ static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const
 	ph.tcp.check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0));
 
 	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(ph.tcp), 0))
-		return -1;
+		return -SLUICE_DROP_PACKET_WRITE;
 	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
 	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &ph.tcp, sizeof(ph.tcp), 0))
-		return -1;
+		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
 
@@ -108,7 +110,8 @@ struct reject_icmp_body {
 };
 
 /* ICMP port unreachable for a UDP datagram: room for a new IP + ICMP header is made in front of
- * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or -1. */
+ * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or minus a drop
+ * reason. */
 static __always_inline int reject_icmp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
 {
 	struct reject_icmp_body body = {};
@@ -116,27 +119,28 @@ static __always_inline int reject_icmp(struct __sk_buff *skb, __u32 l3_off, cons
 	const __u32 room = sizeof(struct iphdr) + sizeof(struct icmphdr);
 
 	if (ip->ihl != 5)
-		return -1;
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (bpf_skb_load_bytes(skb, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
-		return -1;
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	body.icmp.type = ICMP_DEST_UNREACH;
 	body.icmp.code = ICMP_PORT_UNREACH;
 	body.icmp.checksum = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&body, sizeof(body), 0));
 	reject_ip4_header(&out, &body.quoted_ip, IPPROTO_ICMP, sizeof(out) + sizeof(body));
 
 	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_MAC, 0))
-		return -1;
+		return -SLUICE_DROP_PACKET_WRITE;
 	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(body), 0))
-		return -1;
+		return -SLUICE_DROP_PACKET_WRITE;
 	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
 	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &body, sizeof(body), 0))
-		return -1;
+		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
 
 /* Answers the packet (IPv4 at l3_off, Ethernet before it) in place and sends the answer back out
  * of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original packet
- * goes no further. Returns a TC verdict. */
+ * goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
+ * (SLUICE_DROP_SERVICE_REJECTED; SLUICE_DROP_PACKET_WRITE when writing it failed). */
 static __always_inline int reject(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
 {
 	struct iphdr hdr = *ip;
@@ -147,10 +151,12 @@ static __always_inline int reject(struct __sk_buff *skb, __u32 l3_off, const str
 	else if (hdr.protocol == IPPROTO_UDP)
 		ret = reject_icmp(skb, l3_off, &hdr);
 	else
-		ret = -1;
-	if (ret || reject_swap_macs(skb))
-		return drop(skb, SLUICE_DROP_SERVICE_REJECTED);
-	drop(skb, SLUICE_DROP_SERVICE_REJECTED);
+		ret = -SLUICE_DROP_SERVICE_REJECTED;
+	if (!ret)
+		ret = reject_swap_macs(skb);
+	if (ret < 0)
+		return ret;
+	count_drop(SLUICE_DROP_SERVICE_REJECTED, skb->len);
 	return bpf_redirect(skb->ifindex, 0);
 }
 

@@ -39,14 +39,10 @@ static __always_inline int sock_in_node_netns(struct bpf_sock_addr *ctx)
 	return cfg && cfg->netns_cookie && cfg->netns_cookie == bpf_get_netns_cookie(ctx);
 }
 
+/* A refused connect()/sendmsg() carries no packet: it counts as one with no bytes. */
 static __always_inline void sock_count_reject(enum sluice_drop_reason reason)
 {
-	__u32 key = reason;
-	struct sluice_drop_count *count = bpf_map_lookup_elem(&sluice_drops, &key);
-
-	/* A refused connect()/sendmsg() carries no packet: it counts as one with no bytes. */
-	if (count)
-		count->packets++;
+	count_drop(reason, 0);
 }
 
 /* sessionAffinity ClientIP and source ranges: host-network sockets have no source address yet
@@ -112,8 +108,8 @@ static __always_inline int sock4_xlate_fwd(struct bpf_sock_addr *ctx)
 		return -ECONNREFUSED;
 	}
 	ret = lb4_select(&key, svc, client, &backend_id, &be);
-	if (ret || !be) {
-		sock_count_reject(ret ? ret : SLUICE_DROP_SERVICE_NO_BACKEND);
+	if (ret < 0 || !be) {
+		sock_count_reject(ret < 0 ? -ret : SLUICE_DROP_SERVICE_NO_BACKEND);
 		return -ECONNREFUSED;
 	}
 
