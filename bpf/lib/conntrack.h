@@ -5,6 +5,7 @@
 
 #include "lib/csum.h"
 #include "lib/drop.h"
+#include "lib/parse.h"
 
 /* A TCP/UDP packet's tuple as it is on the wire, and where its ports are. */
 struct ct4_pkt {
@@ -19,37 +20,31 @@ struct ct4_pkt {
 #define CT4_TCP_RST 0x04
 #define CT4_TCP_ACK 0x10
 
-/* Outcomes of ct4_load. */
-enum ct4_load_result {
-	CT4_TUPLE = 0,    /* a TCP or UDP tuple was loaded */
+/* Outcomes of ct4_tuple. */
+enum ct4_tuple_result {
+	CT4_TUPLE = 0,    /* p holds the packet's TCP or UDP tuple */
 	CT4_NO_TUPLE = 1, /* no ports: other protocols, truncated L4 headers, fragments (only the
 			     first fragment carries the ports); such packets are not balanced */
 };
 
-/* Loads a TCP or UDP tuple. Returns an enum ct4_load_result. */
-static __always_inline int ct4_load(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip,
-				    struct ct4_pkt *p)
+/* The conntrack view of a parsed packet. Returns an enum ct4_tuple_result. */
+static __always_inline int ct4_tuple(const struct pkt4 *pkt, struct ct4_pkt *p)
 {
-	__be16 ports[2];
-
-	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
+	if (pkt->proto != IPPROTO_TCP && pkt->proto != IPPROTO_UDP)
 		return CT4_NO_TUPLE;
-	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+	if (!(pkt->flags & PKT4_F_PORTS))
 		return CT4_NO_TUPLE;
-	p->l4_off = l3_off + ((__u32)ip->ihl << 2);
-	if (bpf_skb_load_bytes(skb, p->l4_off, ports, sizeof(ports)))
+	if (pkt->proto == IPPROTO_TCP && !(pkt->flags & PKT4_F_TCP_FLAGS))
 		return CT4_NO_TUPLE;
 	__builtin_memset(&p->key, 0, sizeof(p->key));
-	p->key.saddr = ip->saddr;
-	p->key.daddr = ip->daddr;
-	p->key.sport = ports[0];
-	p->key.dport = ports[1];
-	p->key.proto = ip->protocol;
-	p->tcp_flags = 0;
-	if (ip->protocol == IPPROTO_TCP &&
-	    bpf_skb_load_bytes(skb, p->l4_off + 13, &p->tcp_flags, sizeof(p->tcp_flags)))
-		return CT4_NO_TUPLE;
-	l4_csum_init(&p->csum, ip->protocol, p->l4_off);
+	p->key.saddr = pkt->saddr;
+	p->key.daddr = pkt->daddr;
+	p->key.sport = pkt->sport;
+	p->key.dport = pkt->dport;
+	p->key.proto = pkt->proto;
+	p->l4_off = pkt->l4_off;
+	p->tcp_flags = pkt->tcp_flags;
+	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off);
 	return CT4_TUPLE;
 }
 

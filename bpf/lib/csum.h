@@ -5,7 +5,7 @@
 #ifndef SLUICE_BPF_CSUM_H
 #define SLUICE_BPF_CSUM_H
 
-#include "lib/common.h"
+#include "lib/parse.h"
 
 /* Where an L4 header keeps its checksum and how it must be updated. */
 struct l4_csum {
@@ -66,25 +66,26 @@ static __always_inline int rewrite_l4_port(struct __sk_buff *skb, __u32 field_of
 	return 0;
 }
 
-/* Decrements TTL as a router does. Returns 0, -SLUICE_DROP_TTL_EXCEEDED when the TTL ran out, or
- * -SLUICE_DROP_PACKET_WRITE. */
-static __always_inline int ip4_dec_ttl(struct __sk_buff *skb, __u32 l3_off, __u8 ttl, __u8 proto)
+/* Decrements TTL as a router does (and in pkt). Returns 0, -SLUICE_DROP_TTL_EXCEEDED when the
+ * TTL ran out, or -SLUICE_DROP_PACKET_WRITE. */
+static __always_inline int ip4_dec_ttl(struct __sk_buff *skb, struct pkt4 *pkt)
 {
 	/* TTL and protocol share one 16-bit word of the header checksum. */
-	__be16 old_word = bpf_htons(((__u16)ttl << 8) | proto);
+	__be16 old_word = bpf_htons(((__u16)pkt->ttl << 8) | pkt->proto);
 	__be16 new_word;
 	__u8 new_ttl;
 
-	if (ttl <= 1)
+	if (pkt->ttl <= 1)
 		return -SLUICE_DROP_TTL_EXCEEDED;
-	new_ttl = ttl - 1;
-	new_word = bpf_htons(((__u16)new_ttl << 8) | proto);
-	if (bpf_l3_csum_replace(skb, l3_off + offsetof(struct iphdr, check), old_word, new_word,
-				sizeof(new_word)))
+	new_ttl = pkt->ttl - 1;
+	new_word = bpf_htons(((__u16)new_ttl << 8) | pkt->proto);
+	if (bpf_l3_csum_replace(skb, pkt->l3_off + offsetof(struct iphdr, check), old_word,
+				new_word, sizeof(new_word)))
 		return -SLUICE_DROP_PACKET_WRITE;
-	if (bpf_skb_store_bytes(skb, l3_off + offsetof(struct iphdr, ttl), &new_ttl,
+	if (bpf_skb_store_bytes(skb, pkt->l3_off + offsetof(struct iphdr, ttl), &new_ttl,
 				sizeof(new_ttl), 0))
 		return -SLUICE_DROP_PACKET_WRITE;
+	pkt->ttl = new_ttl;
 	return 0;
 }
 

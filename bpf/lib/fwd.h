@@ -6,16 +6,14 @@
 #include "lib/csum.h"
 #include "lib/drop.h"
 
-/* l3_off is the IPv4 header offset; ttl and proto are that header's values. Returns a TC verdict
- * or minus a drop reason. */
+/* Returns a TC verdict or minus a drop reason. */
 static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
-						const struct sluice_endpoint *ep, __u32 l3_off,
-						__u8 ttl, __u8 proto)
+						const struct sluice_endpoint *ep, struct pkt4 *pkt)
 {
 	__u8 macs[12];
 	int ret;
 
-	ret = ip4_dec_ttl(skb, l3_off, ttl, proto);
+	ret = ip4_dec_ttl(skb, pkt);
 	if (ret < 0)
 		return ret;
 
@@ -32,29 +30,26 @@ static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
 /* Routes a packet the node's stack must not see (its source is a node or service address, which
  * the stack would take for a martian) with the kernel's FIB and sends it out of the device the
  * route names, as a router would. When the FIB has no answer the packet continues into the stack.
- * l3_off is the IPv4 header offset. Returns a TC verdict or minus a drop reason. */
-static __always_inline int redirect_by_fib(struct __sk_buff *skb, __u32 l3_off)
+ * Returns a TC verdict or minus a drop reason. */
+static __always_inline int redirect_by_fib(struct __sk_buff *skb, struct pkt4 *pkt)
 {
 	struct bpf_fib_lookup fib = {};
 	struct bpf_redir_neigh nh = {};
-	struct iphdr *ip = SKB_HDR(skb, l3_off, struct iphdr);
 	__u8 macs[12];
 	int found, ret;
 
-	if (!ip)
-		return -SLUICE_DROP_INVALID_PACKET;
 	fib.family = SLUICE_AF_INET;
-	fib.tos = ip->tos;
-	fib.l4_protocol = ip->protocol;
-	fib.tot_len = bpf_ntohs(ip->tot_len);
-	fib.ipv4_src = ip->saddr;
-	fib.ipv4_dst = ip->daddr;
+	fib.tos = pkt->tos;
+	fib.l4_protocol = pkt->proto;
+	fib.tot_len = pkt->tot_len;
+	fib.ipv4_src = pkt->saddr;
+	fib.ipv4_dst = pkt->daddr;
 	fib.ifindex = skb->ifindex;
 
 	found = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
 	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH)
 		return TC_ACT_OK;
-	ret = ip4_dec_ttl(skb, l3_off, ip->ttl, ip->protocol);
+	ret = ip4_dec_ttl(skb, pkt);
 	if (ret < 0)
 		return ret;
 	if (found == BPF_FIB_LKUP_RET_SUCCESS) {

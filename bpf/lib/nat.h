@@ -23,49 +23,56 @@ struct nat4_pkt {
 	struct l4_csum csum;
 };
 
-/* ICMP echo has no ports: the identifier stands in for the node-side port, so it occupies sport
- * when leaving and dport when a reply arrives, and the reverse key is the swapped tuple.
- * Returns 0, or -SLUICE_DROP_FRAGMENT, -SLUICE_DROP_NAT_UNSUPPORTED_L4 (no ports, not echo) or
- * -SLUICE_DROP_INVALID_PACKET (truncated). */
-static __always_inline int nat4_load(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip,
-				     int leaving, struct nat4_pkt *p)
+/* The masquerade view of a parsed packet. ICMP echo has no ports: the identifier stands in for
+ * the node-side port, so it occupies sport when leaving and dport when a reply arrives, and the
+ * reverse key is the swapped tuple. Returns 0, or -SLUICE_DROP_FRAGMENT,
+ * -SLUICE_DROP_NAT_UNSUPPORTED_L4 (no ports, not echo) or -SLUICE_DROP_INVALID_PACKET
+ * (truncated). */
+static __always_inline int nat4_tuple(const struct pkt4 *pkt, int leaving, struct nat4_pkt *p)
 {
-	__u32 l4_off = l3_off + ((__u32)ip->ihl << 2);
-	__be16 ports[2];
-	struct icmphdr icmp;
-
-	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
+	if (pkt->flags & PKT4_F_FRAGMENT)
 		return -SLUICE_DROP_FRAGMENT;
 	__builtin_memset(&p->key, 0, sizeof(p->key));
-	p->key.saddr = ip->saddr;
-	p->key.daddr = ip->daddr;
-	p->key.proto = ip->protocol;
+	p->key.saddr = pkt->saddr;
+	p->key.daddr = pkt->daddr;
+	p->key.proto = pkt->proto;
 
-	switch (ip->protocol) {
+	switch (pkt->proto) {
 	case IPPROTO_TCP:
 	case IPPROTO_UDP:
-		if (bpf_skb_load_bytes(skb, l4_off, ports, sizeof(ports)))
+		if (!(pkt->flags & PKT4_F_PORTS))
 			return -SLUICE_DROP_INVALID_PACKET;
-		p->key.sport = ports[0];
-		p->key.dport = ports[1];
-		p->port_off = l4_off + (leaving ? 0 : 2);
+		p->key.sport = pkt->sport;
+		p->key.dport = pkt->dport;
+		p->port_off = pkt->l4_off + (leaving ? 0 : 2);
 		break;
 	case IPPROTO_ICMP:
-		if (bpf_skb_load_bytes(skb, l4_off, &icmp, sizeof(icmp)))
+		if (!(pkt->flags & PKT4_F_ICMP))
 			return -SLUICE_DROP_INVALID_PACKET;
-		if (icmp.type != (leaving ? ICMP_ECHO : ICMP_ECHOREPLY))
+		if (pkt->icmp_type != (leaving ? ICMP_ECHO : ICMP_ECHOREPLY))
 			return -SLUICE_DROP_NAT_UNSUPPORTED_L4;
 		if (leaving)
-			p->key.sport = icmp.un.echo.id;
+			p->key.sport = pkt->icmp_id;
 		else
-			p->key.dport = icmp.un.echo.id;
-		p->port_off = l4_off + offsetof(struct icmphdr, un.echo.id);
+			p->key.dport = pkt->icmp_id;
+		p->port_off = pkt->l4_off + offsetof(struct icmphdr, un.echo.id);
 		break;
 	default:
 		return -SLUICE_DROP_NAT_UNSUPPORTED_L4;
 	}
-	l4_csum_init(&p->csum, ip->protocol, l4_off);
+	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off);
 	return 0;
+}
+
+/* Records in pkt the node-side port a translation wrote: a TCP/UDP port or the echo id. */
+static __always_inline void nat4_set_port(struct pkt4 *pkt, int leaving, __be16 port)
+{
+	if (pkt->proto == IPPROTO_ICMP)
+		pkt->icmp_id = port;
+	else if (leaving)
+		pkt->sport = port;
+	else
+		pkt->dport = port;
 }
 
 static __always_inline int ip4_in_prefix(__be32 addr, __be32 net, __u8 len)
@@ -124,7 +131,7 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 }
 
 /* Source-NATs a pod packet leaving the node. Returns TC_ACT_OK or minus a drop reason. */
-static __always_inline int nat4_masquerade(struct __sk_buff *skb, __u32 l3_off,
+static __always_inline int nat4_masquerade(struct __sk_buff *skb, struct pkt4 *pkt,
 					   const struct sluice_node_config *cfg,
 					   const struct nat4_pkt *p)
 {
@@ -139,16 +146,20 @@ static __always_inline int nat4_masquerade(struct __sk_buff *skb, __u32 l3_off,
 		if (ret < 0)
 			return ret;
 	}
-	ret = rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, entry.addr,
-			       &p->csum);
+	ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+			       entry.addr, &p->csum);
 	if (!ret)
 		ret = rewrite_l4_port(skb, p->port_off, p->key.sport, entry.port, &p->csum);
-	return ret < 0 ? ret : TC_ACT_OK;
+	if (ret < 0)
+		return ret;
+	pkt->saddr = entry.addr;
+	nat4_set_port(pkt, 1, entry.port);
+	return TC_ACT_OK;
 }
 
 /* Translates a reply to a masqueraded flow back to the pod. Returns NAT4_XLATED, NAT4_NONE when
  * the packet belongs to no masqueraded flow, or minus a drop reason. */
-static __always_inline int nat4_unmasquerade(struct __sk_buff *skb, __u32 l3_off,
+static __always_inline int nat4_unmasquerade(struct __sk_buff *skb, struct pkt4 *pkt,
 					     const struct nat4_pkt *p)
 {
 	struct sluice_nat4_entry *found = bpf_map_lookup_elem(&sluice_rnat4, &p->key);
@@ -158,11 +169,15 @@ static __always_inline int nat4_unmasquerade(struct __sk_buff *skb, __u32 l3_off
 	if (!found)
 		return NAT4_NONE;
 	entry = *found;
-	ret = rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr, entry.addr,
-			       &p->csum);
+	ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+			       entry.addr, &p->csum);
 	if (!ret)
 		ret = rewrite_l4_port(skb, p->port_off, p->key.dport, entry.port, &p->csum);
-	return ret < 0 ? ret : NAT4_XLATED;
+	if (ret < 0)
+		return ret;
+	pkt->daddr = entry.addr;
+	nat4_set_port(pkt, 0, entry.port);
+	return NAT4_XLATED;
 }
 
 #endif

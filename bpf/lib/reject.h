@@ -19,8 +19,8 @@ static __always_inline __u16 csum_fold32(__u32 sum)
 	return (__u16)~sum;
 }
 
-/* An IPv4 header of 20 bytes answering `orig` (addresses swapped), with its checksum. */
-static __always_inline void reject_ip4_header(struct iphdr *out, const struct iphdr *orig,
+/* An IPv4 header of 20 bytes answering a packet from `client` to `server`, with its checksum. */
+static __always_inline void reject_ip4_header(struct iphdr *out, __be32 client, __be32 server,
 					      __u8 proto, __u16 tot_len)
 {
 	__builtin_memset(out, 0, sizeof(*out));
@@ -30,8 +30,8 @@ static __always_inline void reject_ip4_header(struct iphdr *out, const struct ip
 	out->frag_off = bpf_htons(0x4000); /* DF */
 	out->ttl = SLUICE_REJECT_TTL;
 	out->protocol = proto;
-	out->saddr = orig->daddr;
-	out->daddr = orig->saddr;
+	out->saddr = server;
+	out->daddr = client;
 	out->check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)out, sizeof(*out), 0));
 }
 
@@ -61,15 +61,16 @@ struct reject_tcp_pseudo {
 /* RST for a TCP segment (RFC 9293 3.10.7.1): with ACK, seq = its ack; otherwise seq 0 and it
  * acknowledges everything the segment occupied. Returns 0, or minus a drop reason when no RST can
  * be made (a RST is never answered; IP options are not handled) or writing it failed. */
-static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+static __always_inline int reject_tcp(struct __sk_buff *skb, const struct pkt4 *pkt)
 {
 	struct reject_tcp_pseudo ph = {};
+	__u32 l3_off = pkt->l3_off;
+	__u16 tot_len = pkt->tot_len;
 	struct tcphdr th;
 	struct iphdr out;
 	__u32 seg_len;
-	__u16 tot_len = bpf_ntohs(ip->tot_len);
 
-	if (ip->ihl != 5)
+	if (pkt->ihl != 5)
 		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (bpf_skb_load_bytes(skb, l3_off + sizeof(struct iphdr), &th, sizeof(th)))
 		return -SLUICE_DROP_SERVICE_REJECTED;
@@ -87,7 +88,7 @@ static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const
 		ph.tcp.ack = 1;
 		ph.tcp.ack_seq = bpf_htonl(bpf_ntohl(th.seq) + seg_len);
 	}
-	reject_ip4_header(&out, ip, IPPROTO_TCP, sizeof(out) + sizeof(ph.tcp));
+	reject_ip4_header(&out, pkt->saddr, pkt->daddr, IPPROTO_TCP, sizeof(out) + sizeof(ph.tcp));
 	ph.saddr = out.saddr;
 	ph.daddr = out.daddr;
 	ph.proto = IPPROTO_TCP;
@@ -112,20 +113,22 @@ struct reject_icmp_body {
 /* ICMP port unreachable for a UDP datagram: room for a new IP + ICMP header is made in front of
  * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or minus a drop
  * reason. */
-static __always_inline int reject_icmp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+static __always_inline int reject_icmp(struct __sk_buff *skb, const struct pkt4 *pkt)
 {
-	struct reject_icmp_body body = {};
-	struct iphdr out;
 	const __u32 room = sizeof(struct iphdr) + sizeof(struct icmphdr);
+	struct reject_icmp_body body = {};
+	__u32 l3_off = pkt->l3_off;
+	struct iphdr out;
 
-	if (ip->ihl != 5)
+	if (pkt->ihl != 5)
 		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (bpf_skb_load_bytes(skb, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
 		return -SLUICE_DROP_SERVICE_REJECTED;
 	body.icmp.type = ICMP_DEST_UNREACH;
 	body.icmp.code = ICMP_PORT_UNREACH;
 	body.icmp.checksum = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&body, sizeof(body), 0));
-	reject_ip4_header(&out, &body.quoted_ip, IPPROTO_ICMP, sizeof(out) + sizeof(body));
+	reject_ip4_header(&out, body.quoted_ip.saddr, body.quoted_ip.daddr, IPPROTO_ICMP,
+			  sizeof(out) + sizeof(body));
 
 	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_MAC, 0))
 		return -SLUICE_DROP_PACKET_WRITE;
@@ -137,19 +140,18 @@ static __always_inline int reject_icmp(struct __sk_buff *skb, __u32 l3_off, cons
 	return 0;
 }
 
-/* Answers the packet (IPv4 at l3_off, Ethernet before it) in place and sends the answer back out
+/* Answers the packet (IPv4 at pkt->l3_off, Ethernet before it) in place and sends the answer back out
  * of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original packet
  * goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
  * (SLUICE_DROP_SERVICE_REJECTED; SLUICE_DROP_PACKET_WRITE when writing it failed). */
-static __always_inline int reject(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+static __always_inline int reject(struct __sk_buff *skb, const struct pkt4 *pkt)
 {
-	struct iphdr hdr = *ip;
 	int ret;
 
-	if (hdr.protocol == IPPROTO_TCP)
-		ret = reject_tcp(skb, l3_off, &hdr);
-	else if (hdr.protocol == IPPROTO_UDP)
-		ret = reject_icmp(skb, l3_off, &hdr);
+	if (pkt->proto == IPPROTO_TCP)
+		ret = reject_tcp(skb, pkt);
+	else if (pkt->proto == IPPROTO_UDP)
+		ret = reject_icmp(skb, pkt);
 	else
 		ret = -SLUICE_DROP_SERVICE_REJECTED;
 	if (!ret)
