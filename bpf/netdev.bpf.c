@@ -1,6 +1,7 @@
 /* TC hooks of the node's native device: masquerade of pod traffic leaving the node (egress) and
  * the reverse translation of its replies, delivered straight to the pod (ingress). Traffic that
  * is not the pods' passes untouched. */
+#include "lib/ctx/skb.h"
 #include "lib/fwd.h"
 #include "lib/lb.h"
 

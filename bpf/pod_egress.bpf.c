@@ -2,6 +2,7 @@
  * ARP is answered for the gateway, services are load balanced (and their replies reverse
  * translated), same-node pods are reached with bpf_redirect_peer, and the
  * rest (the node itself, other nodes, the outside) continues into the node's stack. */
+#include "lib/ctx/skb.h"
 #include "lib/arp.h"
 #include "lib/fwd.h"
 #include "lib/lb.h"

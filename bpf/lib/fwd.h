@@ -7,22 +7,22 @@
 #include "lib/drop.h"
 
 /* Returns a TC verdict or minus a drop reason. */
-static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
+static __always_inline int redirect_to_endpoint(struct sluice_ctx *ctx,
 						const struct sluice_endpoint *ep, struct pkt4 *pkt)
 {
 	__u8 macs[12];
 	int ret;
 
-	ret = ip4_dec_ttl(skb, pkt);
+	ret = ip4_dec_ttl(ctx, pkt);
 	if (ret < 0)
 		return ret;
 
 	/* The pod drops frames not addressed to its MAC; the source is its gateway's MAC. */
 	__builtin_memcpy(macs, ep->mac, 6);
 	__builtin_memcpy(macs + 6, ep->host_mac, 6);
-	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
+	if (ctx_store_bytes(ctx, 0, macs, sizeof(macs)))
 		return -SLUICE_DROP_PACKET_WRITE;
-	return bpf_redirect_peer(ep->ifindex, 0);
+	return ctx_redirect_peer(ep->ifindex);
 }
 
 #define SLUICE_AF_INET 2
@@ -31,7 +31,7 @@ static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
  * the stack would take for a martian) with the kernel's FIB and sends it out of the device the
  * route names, as a router would. When the FIB has no answer the packet continues into the stack.
  * Returns a TC verdict or minus a drop reason. */
-static __always_inline int redirect_by_fib(struct __sk_buff *skb, struct pkt4 *pkt)
+static __always_inline int redirect_by_fib(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
 	struct bpf_fib_lookup fib = {};
 	struct bpf_redir_neigh nh = {};
@@ -44,26 +44,26 @@ static __always_inline int redirect_by_fib(struct __sk_buff *skb, struct pkt4 *p
 	fib.tot_len = pkt->tot_len;
 	fib.ipv4_src = pkt->saddr;
 	fib.ipv4_dst = pkt->daddr;
-	fib.ifindex = skb->ifindex;
+	fib.ifindex = ctx_ifindex(ctx);
 
-	found = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	found = ctx_fib_lookup(ctx, &fib);
 	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return TC_ACT_OK;
-	ret = ip4_dec_ttl(skb, pkt);
+		return CTX_ACT_OK;
+	ret = ip4_dec_ttl(ctx, pkt);
 	if (ret < 0)
 		return ret;
 	if (found == BPF_FIB_LKUP_RET_SUCCESS) {
 		__builtin_memcpy(macs, fib.dmac, 6);
 		__builtin_memcpy(macs + 6, fib.smac, 6);
-		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
+		if (ctx_store_bytes(ctx, 0, macs, sizeof(macs)))
 			return -SLUICE_DROP_PACKET_WRITE;
-		return bpf_redirect(fib.ifindex, 0);
+		return ctx_redirect(fib.ifindex);
 	}
 	/* The next hop (fib.ipv4_dst now names it) has no neighbour entry yet: let the kernel
 	 * resolve it. */
 	nh.nh_family = SLUICE_AF_INET;
 	nh.ipv4_nh = fib.ipv4_dst;
-	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	return ctx_redirect_neigh(fib.ifindex, &nh);
 }
 
 #endif

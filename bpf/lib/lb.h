@@ -28,7 +28,7 @@ static __always_inline const struct sluice_lb4_backend *lb4_backend(__u32 backen
 /* A reply from a backend to a balanced flow leaves from the frontend; a hairpinned flow's reply
  * also goes back to the client's own address. Returns LB4_REVNAT, LB4_NONE when the packet is no
  * such reply, or minus a drop reason. */
-static __always_inline int lb4_rev_nat(struct __sk_buff *skb, struct pkt4 *pkt,
+static __always_inline int lb4_rev_nat(struct sluice_ctx *ctx, struct pkt4 *pkt,
 				       const struct ct4_pkt *p)
 {
 	struct sluice_ct4_key key = p->key;
@@ -52,13 +52,13 @@ static __always_inline int lb4_rev_nat(struct __sk_buff *skb, struct pkt4 *pkt,
 	if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
 		ct4_mark_closing(flags & SLUICE_CT_F_HAIRPIN ? p->key.saddr : p->key.daddr, addr,
 				 p->key.dport, port, p->key.proto);
-	ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr, addr,
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr, addr,
 			       &p->csum);
 	if (!ret)
-		ret = rewrite_l4_port(skb, p->l4_off, p->key.sport, port, &p->csum);
+		ret = rewrite_l4_port(ctx, p->l4_off, p->key.sport, port, &p->csum);
 	/* Hairpin: the backend is the client; it answered the gateway the source was rewritten to. */
 	if (!ret && (flags & SLUICE_CT_F_HAIRPIN))
-		ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+		ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
 				       p->key.saddr, &p->csum);
 	if (ret < 0)
 		return ret;
@@ -172,7 +172,7 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
  * (hairpin, only from pods: hairpin_src is the pods' gateway, else 0) gets its source rewritten
  * to hairpin_src, which the pod answers through Sluice again. Returns LB4_DNAT, LB4_REJECT or
  * minus a drop reason. */
-static __always_inline int lb4_dnat(struct __sk_buff *skb, struct pkt4 *pkt, const struct ct4_pkt *p,
+static __always_inline int lb4_dnat(struct sluice_ctx *ctx, struct pkt4 *pkt, const struct ct4_pkt *p,
 				    const struct sluice_lb4_key *key,
 				    const struct sluice_lb4_service *svc, __be32 hairpin_src)
 {
@@ -213,12 +213,12 @@ static __always_inline int lb4_dnat(struct __sk_buff *skb, struct pkt4 *pkt, con
 		if (ret < 0)
 			return ret;
 	}
-	ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr, addr,
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr, addr,
 			       &p->csum);
 	if (!ret)
-		ret = rewrite_l4_port(skb, p->l4_off + 2, p->key.dport, port, &p->csum);
+		ret = rewrite_l4_port(ctx, p->l4_off + 2, p->key.dport, port, &p->csum);
 	if (!ret && (flags & SLUICE_CT_F_HAIRPIN))
-		ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+		ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
 				       hairpin_src, &p->csum);
 	if (ret < 0)
 		return ret;
@@ -231,7 +231,7 @@ static __always_inline int lb4_dnat(struct __sk_buff *skb, struct pkt4 *pkt, con
 
 /* Service translation of a TCP/UDP packet a pod sends: DNAT when it goes to a frontend, reverse
  * NAT when it is a backend's reply. */
-static __always_inline int lb4_from_pod(struct __sk_buff *skb, struct pkt4 *pkt,
+static __always_inline int lb4_from_pod(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					const struct ct4_pkt *p,
 					const struct sluice_node_config *cfg)
 {
@@ -241,10 +241,10 @@ static __always_inline int lb4_from_pod(struct __sk_buff *skb, struct pkt4 *pkt,
 
 	ret = lb4_frontend(p, cfg, &key, &svc);
 	if (ret == LB4_DNAT)
-		return lb4_dnat(skb, pkt, p, &key, svc, cfg ? cfg->gateway_ip4 : 0);
+		return lb4_dnat(ctx, pkt, p, &key, svc, cfg ? cfg->gateway_ip4 : 0);
 	if (ret != LB4_NONE)
 		return ret;
-	return lb4_rev_nat(skb, pkt, p);
+	return lb4_rev_nat(ctx, pkt, p);
 }
 
 #endif

@@ -130,8 +130,8 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 	return -SLUICE_DROP_NAT_NO_PORT;
 }
 
-/* Source-NATs a pod packet leaving the node. Returns TC_ACT_OK or minus a drop reason. */
-static __always_inline int nat4_masquerade(struct __sk_buff *skb, struct pkt4 *pkt,
+/* Source-NATs a pod packet leaving the node. Returns CTX_ACT_OK or minus a drop reason. */
+static __always_inline int nat4_masquerade(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					   const struct sluice_node_config *cfg,
 					   const struct nat4_pkt *p)
 {
@@ -146,20 +146,20 @@ static __always_inline int nat4_masquerade(struct __sk_buff *skb, struct pkt4 *p
 		if (ret < 0)
 			return ret;
 	}
-	ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
 			       entry.addr, &p->csum);
 	if (!ret)
-		ret = rewrite_l4_port(skb, p->port_off, p->key.sport, entry.port, &p->csum);
+		ret = rewrite_l4_port(ctx, p->port_off, p->key.sport, entry.port, &p->csum);
 	if (ret < 0)
 		return ret;
 	pkt->saddr = entry.addr;
 	nat4_set_port(pkt, 1, entry.port);
-	return TC_ACT_OK;
+	return CTX_ACT_OK;
 }
 
 /* Translates a reply to a masqueraded flow back to the pod. Returns NAT4_XLATED, NAT4_NONE when
  * the packet belongs to no masqueraded flow, or minus a drop reason. */
-static __always_inline int nat4_unmasquerade(struct __sk_buff *skb, struct pkt4 *pkt,
+static __always_inline int nat4_unmasquerade(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					     const struct nat4_pkt *p)
 {
 	struct sluice_nat4_entry *found = bpf_map_lookup_elem(&sluice_rnat4, &p->key);
@@ -169,10 +169,10 @@ static __always_inline int nat4_unmasquerade(struct __sk_buff *skb, struct pkt4 
 	if (!found)
 		return NAT4_NONE;
 	entry = *found;
-	ret = rewrite_ip4_addr(skb, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
 			       entry.addr, &p->csum);
 	if (!ret)
-		ret = rewrite_l4_port(skb, p->port_off, p->key.dport, entry.port, &p->csum);
+		ret = rewrite_l4_port(ctx, p->port_off, p->key.dport, entry.port, &p->csum);
 	if (ret < 0)
 		return ret;
 	pkt->daddr = entry.addr;

@@ -35,9 +35,9 @@ struct pkt4 {
 /* Reads the IPv4 header at l3_off and what Sluice needs of the L4 header. Returns 0, or
  * -SLUICE_DROP_INVALID_PACKET when the IPv4 header is not all there or not IPv4. A truncated L4
  * header is no error: its flag stays clear. */
-static __always_inline int parse_ip4(struct __sk_buff *skb, __u32 l3_off, struct pkt4 *pkt)
+static __always_inline int parse_ip4(struct sluice_ctx *ctx, __u32 l3_off, struct pkt4 *pkt)
 {
-	struct iphdr *ip = SKB_HDR(skb, l3_off, struct iphdr);
+	struct iphdr *ip = CTX_HDR(ctx, l3_off, struct iphdr);
 	__be16 ports[2];
 	struct icmphdr icmp;
 
@@ -66,18 +66,17 @@ static __always_inline int parse_ip4(struct __sk_buff *skb, __u32 l3_off, struct
 	switch (pkt->proto) {
 	case IPPROTO_TCP:
 	case IPPROTO_UDP:
-		if (bpf_skb_load_bytes(skb, pkt->l4_off, ports, sizeof(ports)))
+		if (ctx_load_bytes(ctx, pkt->l4_off, ports, sizeof(ports)))
 			break;
 		pkt->sport = ports[0];
 		pkt->dport = ports[1];
 		pkt->flags |= PKT4_F_PORTS;
 		if (pkt->proto == IPPROTO_TCP &&
-		    !bpf_skb_load_bytes(skb, pkt->l4_off + 13, &pkt->tcp_flags,
-					sizeof(pkt->tcp_flags)))
+		    !ctx_load_bytes(ctx, pkt->l4_off + 13, &pkt->tcp_flags, sizeof(pkt->tcp_flags)))
 			pkt->flags |= PKT4_F_TCP_FLAGS;
 		break;
 	case IPPROTO_ICMP:
-		if (bpf_skb_load_bytes(skb, pkt->l4_off, &icmp, sizeof(icmp)))
+		if (ctx_load_bytes(ctx, pkt->l4_off, &icmp, sizeof(icmp)))
 			break;
 		pkt->icmp_type = icmp.type;
 		pkt->icmp_id = icmp.un.echo.id;
@@ -90,16 +89,16 @@ static __always_inline int parse_ip4(struct __sk_buff *skb, __u32 l3_off, struct
 /* The Ethernet header at the start of the packet and, for IPv4, parse_ip4 behind it. Returns 0,
  * -SLUICE_DROP_UNSUPPORTED_L3 for another EtherType (h_proto tells which), or
  * -SLUICE_DROP_INVALID_PACKET. */
-static __always_inline int parse_eth_ip4(struct __sk_buff *skb, __be16 *h_proto, struct pkt4 *pkt)
+static __always_inline int parse_eth_ip4(struct sluice_ctx *ctx, __be16 *h_proto, struct pkt4 *pkt)
 {
-	struct ethhdr *eth = SKB_HDR(skb, 0, struct ethhdr);
+	struct ethhdr *eth = CTX_HDR(ctx, 0, struct ethhdr);
 
 	if (!eth)
 		return -SLUICE_DROP_INVALID_PACKET;
 	*h_proto = eth->h_proto;
 	if (eth->h_proto != bpf_htons(ETH_P_IP))
 		return -SLUICE_DROP_UNSUPPORTED_L3;
-	return parse_ip4(skb, ETH_HLEN_, pkt);
+	return parse_ip4(ctx, ETH_HLEN_, pkt);
 }
 
 #endif

@@ -36,15 +36,15 @@ static __always_inline void reject_ip4_header(struct iphdr *out, __be32 client, 
 }
 
 /* Swaps the Ethernet addresses at the start of the packet. Returns 0 or minus a drop reason. */
-static __always_inline int reject_swap_macs(struct __sk_buff *skb)
+static __always_inline int reject_swap_macs(struct sluice_ctx *ctx)
 {
 	__u8 macs[12], swapped[12];
 
-	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)))
+	if (ctx_load_bytes(ctx, 0, macs, sizeof(macs)))
 		return -SLUICE_DROP_SERVICE_REJECTED;
 	__builtin_memcpy(swapped, macs + 6, 6);
 	__builtin_memcpy(swapped + 6, macs, 6);
-	if (bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0))
+	if (ctx_store_bytes(ctx, 0, swapped, sizeof(swapped)))
 		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
@@ -61,7 +61,7 @@ struct reject_tcp_pseudo {
 /* RST for a TCP segment (RFC 9293 3.10.7.1): with ACK, seq = its ack; otherwise seq 0 and it
  * acknowledges everything the segment occupied. Returns 0, or minus a drop reason when no RST can
  * be made (a RST is never answered; IP options are not handled) or writing it failed. */
-static __always_inline int reject_tcp(struct __sk_buff *skb, const struct pkt4 *pkt)
+static __always_inline int reject_tcp(struct sluice_ctx *ctx, const struct pkt4 *pkt)
 {
 	struct reject_tcp_pseudo ph = {};
 	__u32 l3_off = pkt->l3_off;
@@ -72,7 +72,7 @@ static __always_inline int reject_tcp(struct __sk_buff *skb, const struct pkt4 *
 
 	if (pkt->ihl != 5)
 		return -SLUICE_DROP_SERVICE_REJECTED;
-	if (bpf_skb_load_bytes(skb, l3_off + sizeof(struct iphdr), &th, sizeof(th)))
+	if (ctx_load_bytes(ctx, l3_off + sizeof(struct iphdr), &th, sizeof(th)))
 		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (th.rst || th.doff < 5 || tot_len < sizeof(struct iphdr) + th.doff * 4)
 		return -SLUICE_DROP_SERVICE_REJECTED;
@@ -95,10 +95,10 @@ static __always_inline int reject_tcp(struct __sk_buff *skb, const struct pkt4 *
 	ph.len = bpf_htons(sizeof(ph.tcp));
 	ph.tcp.check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0));
 
-	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(ph.tcp), 0))
+	if (ctx_change_tail(ctx, l3_off + sizeof(out) + sizeof(ph.tcp)))
 		return -SLUICE_DROP_PACKET_WRITE;
-	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
-	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &ph.tcp, sizeof(ph.tcp), 0))
+	if (ctx_store_bytes(ctx, l3_off, &out, sizeof(out)) ||
+	    ctx_store_bytes(ctx, l3_off + sizeof(out), &ph.tcp, sizeof(ph.tcp)))
 		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
@@ -113,7 +113,7 @@ struct reject_icmp_body {
 /* ICMP port unreachable for a UDP datagram: room for a new IP + ICMP header is made in front of
  * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or minus a drop
  * reason. */
-static __always_inline int reject_icmp(struct __sk_buff *skb, const struct pkt4 *pkt)
+static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4 *pkt)
 {
 	const __u32 room = sizeof(struct iphdr) + sizeof(struct icmphdr);
 	struct reject_icmp_body body = {};
@@ -122,7 +122,7 @@ static __always_inline int reject_icmp(struct __sk_buff *skb, const struct pkt4 
 
 	if (pkt->ihl != 5)
 		return -SLUICE_DROP_SERVICE_REJECTED;
-	if (bpf_skb_load_bytes(skb, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
+	if (ctx_load_bytes(ctx, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
 		return -SLUICE_DROP_SERVICE_REJECTED;
 	body.icmp.type = ICMP_DEST_UNREACH;
 	body.icmp.code = ICMP_PORT_UNREACH;
@@ -130,12 +130,12 @@ static __always_inline int reject_icmp(struct __sk_buff *skb, const struct pkt4 
 	reject_ip4_header(&out, body.quoted_ip.saddr, body.quoted_ip.daddr, IPPROTO_ICMP,
 			  sizeof(out) + sizeof(body));
 
-	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_MAC, 0))
+	if (ctx_adjust_room_mac(ctx, room))
 		return -SLUICE_DROP_PACKET_WRITE;
-	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(body), 0))
+	if (ctx_change_tail(ctx, l3_off + sizeof(out) + sizeof(body)))
 		return -SLUICE_DROP_PACKET_WRITE;
-	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
-	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &body, sizeof(body), 0))
+	if (ctx_store_bytes(ctx, l3_off, &out, sizeof(out)) ||
+	    ctx_store_bytes(ctx, l3_off + sizeof(out), &body, sizeof(body)))
 		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
@@ -144,22 +144,22 @@ static __always_inline int reject_icmp(struct __sk_buff *skb, const struct pkt4 
  * of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original packet
  * goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
  * (SLUICE_DROP_SERVICE_REJECTED; SLUICE_DROP_PACKET_WRITE when writing it failed). */
-static __always_inline int reject(struct __sk_buff *skb, const struct pkt4 *pkt)
+static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt)
 {
 	int ret;
 
 	if (pkt->proto == IPPROTO_TCP)
-		ret = reject_tcp(skb, pkt);
+		ret = reject_tcp(ctx, pkt);
 	else if (pkt->proto == IPPROTO_UDP)
-		ret = reject_icmp(skb, pkt);
+		ret = reject_icmp(ctx, pkt);
 	else
 		ret = -SLUICE_DROP_SERVICE_REJECTED;
 	if (!ret)
-		ret = reject_swap_macs(skb);
+		ret = reject_swap_macs(ctx);
 	if (ret < 0)
 		return ret;
-	count_drop(SLUICE_DROP_SERVICE_REJECTED, skb->len);
-	return bpf_redirect(skb->ifindex, 0);
+	count_drop(SLUICE_DROP_SERVICE_REJECTED, ctx_len(ctx));
+	return ctx_redirect(ctx_ifindex(ctx));
 }
 
 #endif
