@@ -1,10 +1,10 @@
 /* Not attached anywhere: builds lib/'s parsing, service LB, NAT, reject and forwarding code
  * against the XDP context (lib/ctx/xdp.h), so that code keeps building for XDP until an XDP entry
- * file (bpf/xdp.bpf.c) uses it. The program runs the pod path's service translation. */
+ * file (bpf/xdp.bpf.c) uses it. One program runs the pod path's service translation, the other
+ * the native device's ingress paths (lib/netdev.h). */
 #include "lib/ctx/xdp.h"
 #include "lib/arp.h"
-#include "lib/fwd.h"
-#include "lib/lb.h"
+#include "lib/netdev.h"
 
 static __always_inline int xdp_check(struct xdp_md *ctx)
 {
@@ -47,6 +47,17 @@ SEC("xdp")
 int sluice_xdp_check(struct xdp_md *ctx)
 {
 	return verdict_or_drop(ctx, xdp_check(ctx));
+}
+
+SEC("xdp")
+int sluice_xdp_check_net(struct xdp_md *ctx)
+{
+	struct pkt4 pkt;
+	__be16 h_proto;
+
+	if (parse_eth_ip4(ctx, &h_proto, &pkt) < 0)
+		return XDP_PASS;
+	return verdict_or_drop(ctx, netdev_from_net(ctx, &pkt));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

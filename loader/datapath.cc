@@ -40,7 +40,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
                   Adopt(dp->rnat_, m->sluice_rnat4), Adopt(dp->drops_, m->sluice_drops)}) {
     if (!st.ok()) return st;
   }
-  // Only the pod program balances services; its object defines the LB maps.
+  // The LB maps (pinned, so the same maps as the netdev and socket objects' by name).
   auto* lb = &(*dp->pod_egress_)->maps;
   for (auto st : {Adopt(dp->lb4_svc_, lb->sluice_lb4_svc), Adopt(dp->lb4_be_, lb->sluice_lb4_be),
                   Adopt(dp->lb4_rnat_, lb->sluice_lb4_rnat), Adopt(dp->ct4_, lb->sluice_ct4),
