@@ -36,7 +36,6 @@ struct sluice_drop_count {
 };
 SLUICE_ASSERT_SIZE(struct sluice_drop_count, 16);
 
-#define SLUICE_MAP_DROPS "sluice_drops"
 
 #if !defined(__bpf__)
 /* Stable, machine-friendly names: used as metric labels and in sluicectl output. */

@@ -7,26 +7,9 @@
 #include <linux/errno.h>
 
 #include "lib/lb.h"
-#include "maps/sock_lb.h"
 
 #define SOCK_PROCEED 1
 #define SOCK_REJECT 0
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, struct sluice_sock_config);
-	__uint(max_entries, 1);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sluice_sock_cfg SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct sluice_sock4_revnat_key);
-	__type(value, struct sluice_sock4_revnat);
-	__uint(max_entries, SLUICE_SOCK4_REVNAT_MAX_ENTRIES);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sluice_sock4_rnat SEC(".maps");
 
 /* The programs hang off a cgroup shared with other namespaces (other lab nodes, pods): only the
  * node's namespace, as the agent recorded it, is translated. */
