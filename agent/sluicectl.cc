@@ -51,7 +51,7 @@ M OpenOrDie(const char* name) {
 }
 
 int Drops() {
-  auto drops = OpenOrDie<maps::DropMap>(SLUICE_MAP_DROPS);
+  auto drops = OpenOrDie<maps::DropMap>(maps::name::sluice_drops);
   auto totals = loader::ReadDropTotals(drops);
   if (!totals.ok()) {
     std::fprintf(stderr, "sluicectl: %s\n", std::string(totals.status().message()).c_str());
@@ -67,7 +67,7 @@ int Drops() {
 }
 
 int Endpoints() {
-  auto eps = OpenOrDie<maps::EndpointMap>(SLUICE_MAP_EP4);
+  auto eps = OpenOrDie<maps::EndpointMap>(maps::name::sluice_ep4);
   std::printf("%-16s %-6s %-8s %-18s %-18s\n", "ADDRESS", "ID", "IFINDEX", "POD MAC", "HOST MAC");
   auto st = eps.ForEach([](const sluice_ep4_key& k, const sluice_endpoint& v) {
     std::printf("%-16s %-6u %-8u %-18s %-18s\n", Ip(k.addr).c_str(), v.endpoint_id, v.ifindex,
@@ -77,7 +77,7 @@ int Endpoints() {
 }
 
 int Nat() {
-  auto snat = OpenOrDie<maps::NatMap>(SLUICE_MAP_SNAT4);
+  auto snat = OpenOrDie<maps::NatMap>(maps::name::sluice_snat4);
   std::printf("%-5s %-22s %-22s %-22s\n", "PROTO", "POD", "REMOTE", "MASQUERADED AS");
   auto st = snat.ForEach([](const sluice_nat4_key& k, const sluice_nat4_entry& v) {
     std::printf("%-5s %-22s %-22s %-22s\n", Proto(k.proto),
@@ -109,8 +109,8 @@ std::string SvcFlags(uint16_t f) {
 }
 
 int Services() {
-  auto svc = OpenOrDie<maps::Lb4ServiceMap>(SLUICE_MAP_LB4_SVC);
-  auto be = OpenOrDie<maps::Lb4BackendMap>(SLUICE_MAP_LB4_BACKENDS);
+  auto svc = OpenOrDie<maps::Lb4ServiceMap>(maps::name::sluice_lb4_svc);
+  auto be = OpenOrDie<maps::Lb4BackendMap>(maps::name::sluice_lb4_be);
   // Frontend (host-order address, port, proto, scope) -> slot -> entry; slot 0 is the master.
   using Fe = std::tuple<uint32_t, uint16_t, uint8_t, uint8_t>;
   std::map<Fe, std::map<uint16_t, sluice_lb4_service>> all;

@@ -74,14 +74,3 @@ inline std::string PinPath(const std::string& root, const char* map_name) {
 }
 
 }  // namespace sluice::maps
-
-// Former spellings of the map names, kept until their callers outside maps/ and loader/ use
-// maps::name::<name>.
-#define SLUICE_MAP_EP4 ::sluice::maps::name::sluice_ep4
-#define SLUICE_MAP_NODE ::sluice::maps::name::sluice_node
-#define SLUICE_MAP_NOMASQ4 ::sluice::maps::name::sluice_nomasq4
-#define SLUICE_MAP_SNAT4 ::sluice::maps::name::sluice_snat4
-#define SLUICE_MAP_RNAT4 ::sluice::maps::name::sluice_rnat4
-#define SLUICE_MAP_DROPS ::sluice::maps::name::sluice_drops
-#define SLUICE_MAP_LB4_SVC ::sluice::maps::name::sluice_lb4_svc
-#define SLUICE_MAP_LB4_BACKENDS ::sluice::maps::name::sluice_lb4_be
