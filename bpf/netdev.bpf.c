@@ -1,157 +1,33 @@
-/* TC hooks of the node's native device: masquerade of pod traffic leaving the node (egress) and
- * the reverse translation of its replies, delivered straight to the pod (ingress). Traffic that
- * is not the pods' passes untouched. */
-#include "lib/fwd.h"
-#include "lib/lb.h"
-
-static __always_inline struct iphdr *ipv4_header(struct __sk_buff *skb)
-{
-	struct ethhdr *eth = SKB_HDR(skb, 0, struct ethhdr);
-	struct iphdr *ip;
-
-	if (!eth || eth->h_proto != bpf_htons(ETH_P_IP))
-		return NULL;
-	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
-	if (!ip || ip->version != 4 || ip->ihl < 5)
-		return NULL;
-	return ip;
-}
+/* TC hooks of the node's native device. Egress (sluice_to_net): pod traffic leaving the node is
+ * masqueraded to the node's address. Ingress (sluice_from_net): NodePorts, ExternalIPs and
+ * LoadBalancer IPs are balanced (a remote backend gets the packet masqueraded and routed by the
+ * FIB), a remote backend's reply to a pod here gets its frontend back, replies to masqueraded
+ * flows are translated back (for a NodePort flow also back from the frontend, out to the
+ * client); all of them are delivered to the pod with bpf_redirect_peer or routed. The node's own
+ * traffic passes untouched. The paths are in lib/netdev.h. */
+#include "lib/ctx/skb.h"
+#include "lib/netdev.h"
 
 SEC("tc")
 int sluice_to_net(struct __sk_buff *skb)
 {
-	const struct sluice_node_config *cfg;
-	struct sluice_lpm4_key dst;
-	struct nat4_pkt p;
-	struct iphdr *ip;
+	struct pkt4 pkt;
+	__be16 h_proto;
 
-	ip = ipv4_header(skb);
-	if (!ip)
+	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return TC_ACT_OK;
-	cfg = node_config();
-	if (!cfg || !(cfg->flags & SLUICE_NODE_F_MASQUERADE) ||
-	    !ip4_in_prefix(ip->saddr, cfg->pod_cidr4, cfg->pod_cidr4_len))
-		return TC_ACT_OK;
-	dst.prefixlen = 32;
-	dst.addr = ip->daddr;
-	if (bpf_map_lookup_elem(&sluice_nomasq4, &dst))
-		return TC_ACT_OK;
-
-	switch (nat4_load(skb, ETH_HLEN_, ip, 1, &p)) {
-	case NAT4_OK:
-		break;
-	case NAT4_FRAGMENT:
-		return drop(skb, SLUICE_DROP_FRAGMENT);
-	case NAT4_UNSUPPORTED:
-		return drop(skb, SLUICE_DROP_NAT_UNSUPPORTED_L4);
-	default:
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
-	}
-	return nat4_masquerade(skb, ETH_HLEN_, cfg, &p);
-}
-
-/* A packet DNATed onto a backend arrived from the network: a backend on this node gets it
- * directly; one on another node gets it masqueraded to this node's address (so the reply comes
- * back here to be translated) and routed there. */
-static __always_inline int lb4_forward_from_net(struct __sk_buff *skb,
-						const struct sluice_node_config *cfg)
-{
-	const struct sluice_endpoint *ep;
-	struct nat4_pkt np;
-	struct iphdr *ip;
-	int verdict;
-
-	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
-	if (!ip)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
-	ep = lookup_ep4(ip->daddr);
-	if (ep)
-		return redirect_to_endpoint(skb, ep, ETH_HLEN_, ip->ttl, ip->protocol);
-	if (!cfg)
-		return drop(skb, SLUICE_DROP_NO_NODE_CONFIG);
-	if (nat4_load(skb, ETH_HLEN_, ip, 1, &np) != NAT4_OK)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
-	verdict = nat4_masquerade(skb, ETH_HLEN_, cfg, &np);
-	if (verdict != TC_ACT_OK)
-		return verdict;
-	return redirect_by_fib(skb, ETH_HLEN_);
+	return verdict_or_drop(skb, netdev_masquerade(skb, &pkt));
 }
 
 SEC("tc")
 int sluice_from_net(struct __sk_buff *skb)
 {
-	const struct sluice_node_config *cfg;
-	const struct sluice_lb4_service *svc;
-	const struct sluice_endpoint *ep;
-	struct sluice_lb4_key key;
-	struct ct4_pkt cp;
-	struct nat4_pkt p;
-	struct iphdr *ip;
-	int ret;
+	struct pkt4 pkt;
+	__be16 h_proto;
 
-	ip = ipv4_header(skb);
-	if (!ip)
+	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return TC_ACT_OK;
-	cfg = node_config();
-
-	/* NodePorts, ExternalIPs and LoadBalancer IPs: balanced here, before the stack. */
-	if (ct4_load(skb, ETH_HLEN_, ip, &cp) == 0) {
-		ret = lb4_frontend(&cp, cfg, &key, &svc);
-		if (ret == LB4_DNAT)
-			ret = lb4_dnat(skb, ETH_HLEN_, &cp, &key, svc, 0);
-		if (ret < 0)
-			return drop(skb, -ret);
-		if (ret == LB4_REJECT)
-			return reject(skb, ETH_HLEN_, ip);
-		if (ret == LB4_DNAT)
-			return lb4_forward_from_net(skb, cfg);
-	}
-
-	if (!cfg || ip->daddr != cfg->node_ip4) {
-		/* A reply of a backend elsewhere to a client pod here, which reached a service
-		 * through this node: it must come from the frontend the client used. */
-		ep = lookup_ep4(ip->daddr);
-		if (!ep || ct4_load(skb, ETH_HLEN_, ip, &cp))
-			return TC_ACT_OK;
-		ret = lb4_rev_nat(skb, ETH_HLEN_, &cp);
-		if (ret < 0)
-			return drop(skb, -ret);
-		if (ret == LB4_NONE)
-			return TC_ACT_OK;
-		ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
-		if (!ip)
-			return drop(skb, SLUICE_DROP_INVALID_PACKET);
-		return redirect_to_endpoint(skb, ep, ETH_HLEN_, ip->ttl, ip->protocol);
-	}
-
-	/* Whatever cannot be a reply to a masqueraded flow is the node's own traffic. */
-	if (nat4_load(skb, ETH_HLEN_, ip, 0, &p) != NAT4_OK)
-		return TC_ACT_OK;
-	ret = nat4_unmasquerade(skb, ETH_HLEN_, &p);
-	if (ret == 0)
-		return TC_ACT_OK;
-	if (ret < 0)
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
-
-	ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
-	if (!ip)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
-	/* The reply of a remote backend to a NodePort client masqueraded on its way there: back
-	 * from the frontend, and out to the client. */
-	if (ct4_load(skb, ETH_HLEN_, ip, &cp) == 0) {
-		ret = lb4_rev_nat(skb, ETH_HLEN_, &cp);
-		if (ret < 0)
-			return drop(skb, -ret);
-		if (ret == LB4_REVNAT)
-			return redirect_by_fib(skb, ETH_HLEN_);
-		ip = SKB_HDR(skb, ETH_HLEN_, struct iphdr);
-		if (!ip)
-			return drop(skb, SLUICE_DROP_INVALID_PACKET);
-	}
-	ep = lookup_ep4(ip->daddr);
-	if (ep)
-		return redirect_to_endpoint(skb, ep, ETH_HLEN_, ip->ttl, ip->protocol);
-	return TC_ACT_OK;
+	return verdict_or_drop(skb, netdev_from_net(skb, &pkt));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,6 +1,7 @@
 /* cgroup sock_addr hooks: socket-level load balancing for the node's host-network processes
  * (the kubelet, node agents). connect4 covers TCP and connected UDP, sendmsg4 unconnected UDP;
  * recvmsg4 and getpeername4 translate back, so the application only ever sees the frontend. */
+#include "lib/ctx/skb.h"
 #include "lib/sock_lb.h"
 
 /* A refused socket fails with ECONNREFUSED (bpf_set_retval), not the default EPERM of a 0

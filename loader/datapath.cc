@@ -4,6 +4,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <type_traits>
+#include <utility>
+
 #include "absl/strings/str_cat.h"
 #include "loader/bpffs.h"
 #include "loader/cgroup.h"
@@ -19,6 +22,23 @@ absl::Status Adopt(M& out, const struct bpf_map* map) {
   return absl::OkStatus();
 }
 
+// Every BPF object defines every map of maps/map_list.h under its name there (bpf/lib/maps.h),
+// and no other: checked here for each skeleton, so a BPF map name and its C++ constant cannot
+// drift apart.
+template <typename Skel>
+constexpr bool HasExactlyTheListedMaps() {
+  using SkelMaps = decltype(std::declval<Skel&>().maps);
+#define SLUICE_SKEL_HAS_MAP(name_, ...)                                                       \
+  static_assert(std::is_same_v<decltype(std::declval<SkelMaps&>().name_), struct bpf_map*>, \
+                "BPF object lacks map " #name_);
+  SLUICE_MAPS(SLUICE_SKEL_HAS_MAP)
+#undef SLUICE_SKEL_HAS_MAP
+  return sizeof(SkelMaps) == maps::kMapCount * sizeof(struct bpf_map*);
+}
+static_assert(HasExactlyTheListedMaps<sluice_pod_egress>(), "sluice_pod_egress has unlisted maps");
+static_assert(HasExactlyTheListedMaps<sluice_netdev>(), "sluice_netdev has unlisted maps");
+static_assert(HasExactlyTheListedMaps<sluice_sock_lb>(), "sluice_sock_lb has unlisted maps");
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpffs_root) {
@@ -32,29 +52,20 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
   auto netdev = Skeleton<sluice_netdev>::OpenAndLoad(bpffs_root);
   if (!netdev.ok()) return netdev.status();
   dp->netdev_ = std::move(*netdev);
-
-  // Both objects share the pinned maps; take the handles from the netdev object.
-  auto* m = &(*dp->netdev_)->maps;
-  for (auto st : {Adopt(dp->endpoints_, m->sluice_ep4), Adopt(dp->node_, m->sluice_node),
-                  Adopt(dp->nomasq_, m->sluice_nomasq4), Adopt(dp->snat_, m->sluice_snat4),
-                  Adopt(dp->rnat_, m->sluice_rnat4), Adopt(dp->drops_, m->sluice_drops)}) {
-    if (!st.ok()) return st;
-  }
-  // Only the pod program balances services; its object defines the LB maps.
-  auto* lb = &(*dp->pod_egress_)->maps;
-  for (auto st : {Adopt(dp->lb4_svc_, lb->sluice_lb4_svc), Adopt(dp->lb4_be_, lb->sluice_lb4_be),
-                  Adopt(dp->lb4_rnat_, lb->sluice_lb4_rnat), Adopt(dp->ct4_, lb->sluice_ct4),
-                  Adopt(dp->lb4_srcr_, lb->sluice_lb4_srcr),
-                  Adopt(dp->lb4_aff_, lb->sluice_lb4_aff)}) {
-    if (!st.ok()) return st;
-  }
-  // Socket-level LB: shares the LB maps above by name, and owns its own two.
   auto sock = Skeleton<sluice_sock_lb>::OpenAndLoad(bpffs_root);
   if (!sock.ok()) return sock.status();
   dp->sock_lb_ = std::move(*sock);
-  auto* sm = &(*dp->sock_lb_)->maps;
-  for (auto st :
-       {Adopt(dp->sock_cfg_, sm->sluice_sock_cfg), Adopt(dp->sock4_rnat_, sm->sluice_sock4_rnat)}) {
+
+  // All objects share every map through its pin; take the handles from the first one.
+  auto* m = &(*dp->pod_egress_)->maps;
+  for (auto st : {Adopt(dp->endpoints_, m->sluice_ep4), Adopt(dp->node_, m->sluice_node),
+                  Adopt(dp->nomasq_, m->sluice_nomasq4), Adopt(dp->snat_, m->sluice_snat4),
+                  Adopt(dp->rnat_, m->sluice_rnat4), Adopt(dp->drops_, m->sluice_drops),
+                  Adopt(dp->lb4_svc_, m->sluice_lb4_svc), Adopt(dp->lb4_be_, m->sluice_lb4_be),
+                  Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat), Adopt(dp->ct4_, m->sluice_ct4),
+                  Adopt(dp->lb4_srcr_, m->sluice_lb4_srcr), Adopt(dp->lb4_aff_, m->sluice_lb4_aff),
+                  Adopt(dp->sock_cfg_, m->sluice_sock_cfg),
+                  Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat)}) {
     if (!st.ok()) return st;
   }
   return dp;

@@ -6,7 +6,6 @@
 
 #include "types.h"
 
-#define SLUICE_MAP_CT4 "sluice_ct4"
 #define SLUICE_CT4_MAX_ENTRIES 262144 /* two entries per flow */
 
 enum sluice_ct_dir {

@@ -13,7 +13,7 @@ enum sluice_drop_reason {
 	SLUICE_DROP_ARP_UNSUPPORTED = 4,  /* ARP that is not an IPv4-over-Ethernet request */
 	SLUICE_DROP_NAT_NO_PORT = 5,      /* every source port tried for masquerade was taken */
 	SLUICE_DROP_NAT_MAP_FULL = 6,     /* masquerade state could not be stored */
-	SLUICE_DROP_CSUM_ERROR = 7,       /* a checksum or header rewrite helper failed */
+	SLUICE_DROP_CSUM_ERROR = 7,       /* retired: rewrite failures count as PACKET_WRITE */
 	SLUICE_DROP_NAT_UNSUPPORTED_L4 = 8, /* masquerade needed but the protocol has no ports */
 	SLUICE_DROP_FRAGMENT = 9,         /* IPv4 fragment that needs masquerade */
 	SLUICE_DROP_NO_NODE_CONFIG = 10,  /* sluice_node not yet written by the agent */
@@ -24,6 +24,8 @@ enum sluice_drop_reason {
 					      TCP RST / ICMP port unreachable instead */
 	SLUICE_DROP_SERVICE_UNKNOWN_IP = 15, /* service-range address that is no Service's */
 	SLUICE_DROP_SOURCE_RANGE = 16,    /* client outside the loadBalancerSourceRanges */
+	SLUICE_DROP_PACKET_WRITE = 17,    /* a packet write failed: store_bytes, a checksum update,
+					     change_tail / adjust_room */
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
@@ -34,7 +36,6 @@ struct sluice_drop_count {
 };
 SLUICE_ASSERT_SIZE(struct sluice_drop_count, 16);
 
-#define SLUICE_MAP_DROPS "sluice_drops"
 
 #if !defined(__bpf__)
 /* Stable, machine-friendly names: used as metric labels and in sluicectl output. */
@@ -58,6 +59,7 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_SERVICE_REJECTED: return "service_rejected";
 	case SLUICE_DROP_SERVICE_UNKNOWN_IP: return "service_unknown_ip";
 	case SLUICE_DROP_SOURCE_RANGE: return "source_range";
+	case SLUICE_DROP_PACKET_WRITE: return "packet_write_failed";
 	default: return (const char *)0;
 	}
 }

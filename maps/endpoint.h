@@ -5,7 +5,6 @@
 
 #include "types.h"
 
-#define SLUICE_MAP_EP4 "sluice_ep4"
 #define SLUICE_EP4_MAX_ENTRIES 65536
 
 /* IPv4 key of sluice_ep4 (BPF_MAP_TYPE_HASH). An IPv6 family gets sluice_ep6 with a 16-byte key

@@ -1,17 +1,13 @@
-/* Service load balancing: services (one master entry plus one entry per backend slot), backends
- * and reverse-NAT targets. (Connection tracking and session affinity get their own headers.) Written by the agent in a
- * hitless order: backends, then slots, then the master entry last; stale slots and orphan
- * backends are deleted only after the master no longer points at them. */
+/* Service load balancing: services (one master entry plus one entry per backend slot), backends,
+ * the frontends replies come from (sluice_lb4_rnat), source ranges and session affinity.
+ * (Connection tracking has its own header.) Written by the agent in a hitless order: backends,
+ * then slots, then the master entry last; stale slots and orphan backends are deleted only after
+ * the master no longer points at them. */
 #ifndef SLUICE_MAPS_LB_H
 #define SLUICE_MAPS_LB_H
 
 #include "types.h"
 
-#define SLUICE_MAP_LB4_SVC "sluice_lb4_svc"
-#define SLUICE_MAP_LB4_BACKENDS "sluice_lb4_be"
-#define SLUICE_MAP_LB4_REVNAT "sluice_lb4_rnat"
-#define SLUICE_MAP_LB4_SRC_RANGES "sluice_lb4_srcr"
-#define SLUICE_MAP_LB4_AFFINITY "sluice_lb4_aff"
 #define SLUICE_LB4_SVC_MAX_ENTRIES 1048576
 #define SLUICE_LB4_BACKENDS_MAX_ENTRIES 1048576
 #define SLUICE_LB4_REVNAT_MAX_ENTRIES 262144

@@ -5,8 +5,6 @@
 
 #include "types.h"
 
-#define SLUICE_MAP_SNAT4 "sluice_snat4"   /* original tuple -> translated source */
-#define SLUICE_MAP_RNAT4 "sluice_rnat4"   /* reply tuple -> original source */
 #define SLUICE_NAT4_MAX_ENTRIES 131072
 
 /* A tuple as it is seen on the wire at the native device. For ICMP echo, sport carries the echo

@@ -5,8 +5,6 @@
 
 #include "types.h"
 
-#define SLUICE_MAP_NODE "sluice_node"
-#define SLUICE_MAP_NOMASQ4 "sluice_nomasq4"
 #define SLUICE_NOMASQ4_MAX_ENTRIES 1024
 
 enum sluice_node_flags {

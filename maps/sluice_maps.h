@@ -1,32 +1,73 @@
-// The whole map ABI for C++ callers, with typed aliases and the pin paths under a bpffs root.
+// The whole map ABI for C++ callers: the name constants and key/value types of every map (from
+// the one list in maps/map_list.h), typed aliases, and the pin paths under a bpffs root.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
+#include <type_traits>
 
-#include "maps/conntrack.h"
-#include "maps/drop.h"
-#include "maps/lb.h"
-#include "maps/endpoint.h"
 #include "maps/map.h"
-#include "maps/nat.h"
-#include "maps/node.h"
-#include "maps/sock_lb.h"
+#include "maps/map_list.h"
 
 namespace sluice::maps {
 
-using EndpointMap = Map<sluice_ep4_key, sluice_endpoint>;
-using NodeConfigMap = Map<__u32, sluice_node_config>;
-using NoMasqMap = Map<sluice_lpm4_key, __u8>;
-using NatMap = Map<sluice_nat4_key, sluice_nat4_entry>;
-using DropMap = PerCpuMap<__u32, sluice_drop_count>;
-using Lb4ServiceMap = Map<sluice_lb4_key, sluice_lb4_service>;
-using Lb4BackendMap = Map<__u32, sluice_lb4_backend>;
-using Lb4RevNatMap = Map<__u32, sluice_lb4_revnat>;
-using Ct4Map = Map<sluice_ct4_key, sluice_ct4_entry>;
-using Lb4SourceRangeMap = Map<sluice_lb4_srcrange_key, __u8>;
-using Lb4AffinityMap = Map<sluice_lb4_affinity_key, sluice_lb4_affinity>;
-using SockConfigMap = Map<__u32, sluice_sock_config>;
-using Sock4RevNatMap = Map<sluice_sock4_revnat_key, sluice_sock4_revnat>;
+// maps::spec::<name>: one struct per map with its pinned name, key, value, type and size.
+#define SLUICE_CXX_MAP_SPEC(name_, type_, key_, value_, max_entries_, map_flags_) \
+  struct name_ {                                                                 \
+    static constexpr const char kName[] = #name_;                                \
+    using Key = key_;                                                            \
+    using Value = value_;                                                        \
+    static constexpr uint32_t kType = type_;                                     \
+    static constexpr uint32_t kMaxEntries = max_entries_;                        \
+    static constexpr uint32_t kMapFlags = map_flags_;                            \
+  };
+namespace spec {
+SLUICE_MAPS(SLUICE_CXX_MAP_SPEC)
+}  // namespace spec
+#undef SLUICE_CXX_MAP_SPEC
+
+// maps::name::<name>: the map's name, which is also its pin under the bpffs root. Spelled as in
+// BPF, bpftool and the docs.
+#define SLUICE_CXX_MAP_NAME(name_, ...) inline constexpr const char* name_ = spec::name_::kName;
+namespace name {
+SLUICE_MAPS(SLUICE_CXX_MAP_NAME)
+}  // namespace name
+#undef SLUICE_CXX_MAP_NAME
+
+// Every map's name, in list order.
+#define SLUICE_CXX_MAP_NAME_ENTRY(name_, ...) spec::name_::kName,
+inline constexpr const char* kAllMapNames[] = {SLUICE_MAPS(SLUICE_CXX_MAP_NAME_ENTRY)};
+#undef SLUICE_CXX_MAP_NAME_ENTRY
+inline constexpr size_t kMapCount = std::size(kAllMapNames);
+
+// The typed wrapper of a map, from its spec.
+template <typename Spec>
+using MapOf = std::conditional_t<Spec::kType == BPF_MAP_TYPE_PERCPU_ARRAY ||
+                                     Spec::kType == BPF_MAP_TYPE_PERCPU_HASH ||
+                                     Spec::kType == BPF_MAP_TYPE_LRU_PERCPU_HASH,
+                                 PerCpuMap<typename Spec::Key, typename Spec::Value>,
+                                 Map<typename Spec::Key, typename Spec::Value>>;
+
+using EndpointMap = MapOf<spec::sluice_ep4>;
+using NodeConfigMap = MapOf<spec::sluice_node>;
+using NoMasqMap = MapOf<spec::sluice_nomasq4>;
+using NatMap = MapOf<spec::sluice_snat4>;  // sluice_snat4 and sluice_rnat4 (masquerade)
+using DropMap = MapOf<spec::sluice_drops>;
+using Lb4ServiceMap = MapOf<spec::sluice_lb4_svc>;
+using Lb4BackendMap = MapOf<spec::sluice_lb4_be>;
+using Lb4RevNatMap = MapOf<spec::sluice_lb4_rnat>;
+using Ct4Map = MapOf<spec::sluice_ct4>;
+using Lb4SourceRangeMap = MapOf<spec::sluice_lb4_srcr>;
+using Lb4AffinityMap = MapOf<spec::sluice_lb4_aff>;
+using SockConfigMap = MapOf<spec::sluice_sock_cfg>;
+using Sock4RevNatMap = MapOf<spec::sluice_sock4_rnat>;
+static_assert(std::is_same_v<NatMap, MapOf<spec::sluice_rnat4>>);
+// The wrappers keep the types callers were written against.
+static_assert(std::is_same_v<EndpointMap, Map<sluice_ep4_key, sluice_endpoint>>);
+static_assert(std::is_same_v<NodeConfigMap, Map<__u32, sluice_node_config>>);
+static_assert(std::is_same_v<DropMap, PerCpuMap<__u32, sluice_drop_count>>);
+static_assert(std::is_same_v<Lb4RevNatMap, Map<__u32, sluice_lb4_revnat>>);
 
 inline std::string PinPath(const std::string& root, const char* map_name) {
   return root + "/" + map_name;

@@ -6,8 +6,6 @@
 
 #include "types.h"
 
-#define SLUICE_MAP_SOCK_CONFIG "sluice_sock_cfg"
-#define SLUICE_MAP_SOCK4_REVNAT "sluice_sock4_rnat"
 #define SLUICE_SOCK4_REVNAT_MAX_ENTRIES 262144
 
 /* Pins of the cgroup links, under <bpffs root>/links/. Removing a pin (or the whole bpffs) detaches

@@ -7,7 +7,7 @@
 namespace sluice::ctl {
 
 int Drops() {
-  auto drops = OpenOrDie<maps::DropMap>(SLUICE_MAP_DROPS);
+  auto drops = OpenOrDie<maps::DropMap>(maps::name::sluice_drops);
   auto totals = loader::ReadDropTotals(drops);
   if (!totals.ok()) {
     std::fprintf(stderr, "sluicectl: %s\n", std::string(totals.status().message()).c_str());

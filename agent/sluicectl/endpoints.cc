@@ -6,7 +6,7 @@
 namespace sluice::ctl {
 
 int Endpoints() {
-  auto eps = OpenOrDie<maps::EndpointMap>(SLUICE_MAP_EP4);
+  auto eps = OpenOrDie<maps::EndpointMap>(maps::name::sluice_ep4);
   std::printf("%-16s %-6s %-8s %-18s %-18s\n", "ADDRESS", "ID", "IFINDEX", "POD MAC", "HOST MAC");
   auto st = eps.ForEach([](const sluice_ep4_key& k, const sluice_endpoint& v) {
     std::printf("%-16s %-6u %-8u %-18s %-18s\n", Ip(k.addr).c_str(), v.endpoint_id, v.ifindex,

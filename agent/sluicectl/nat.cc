@@ -8,7 +8,7 @@
 namespace sluice::ctl {
 
 int Nat() {
-  auto snat = OpenOrDie<maps::NatMap>(SLUICE_MAP_SNAT4);
+  auto snat = OpenOrDie<maps::NatMap>(maps::name::sluice_snat4);
   std::printf("%-5s %-22s %-22s %-22s\n", "PROTO", "POD", "REMOTE", "MASQUERADED AS");
   auto st = snat.ForEach([](const sluice_nat4_key& k, const sluice_nat4_entry& v) {
     std::printf("%-5s %-22s %-22s %-22s\n", Proto(k.proto),

@@ -34,8 +34,8 @@ std::string SvcFlags(uint16_t f) {
 }  // namespace
 
 int Services() {
-  auto svc = OpenOrDie<maps::Lb4ServiceMap>(SLUICE_MAP_LB4_SVC);
-  auto be = OpenOrDie<maps::Lb4BackendMap>(SLUICE_MAP_LB4_BACKENDS);
+  auto svc = OpenOrDie<maps::Lb4ServiceMap>(maps::name::sluice_lb4_svc);
+  auto be = OpenOrDie<maps::Lb4BackendMap>(maps::name::sluice_lb4_be);
   // Frontend (host-order address, port, proto, scope) -> slot -> entry; slot 0 is the master.
   using Fe = std::tuple<uint32_t, uint16_t, uint8_t, uint8_t>;
   std::map<Fe, std::map<uint16_t, sluice_lb4_service>> all;

@@ -18,31 +18,32 @@ struct arp_ip4 {
 	__u8 tip[4];
 } __attribute__((packed));
 
-static __always_inline int pod_arp(struct __sk_buff *skb)
+/* Returns a TC verdict or minus a drop reason. */
+static __always_inline int pod_arp(struct sluice_ctx *ctx)
 {
-	struct arp_ip4 *arp = SKB_HDR(skb, ETH_HLEN_, struct arp_ip4);
+	struct arp_ip4 *arp = CTX_HDR(ctx, ETH_HLEN_, struct arp_ip4);
 	const struct sluice_endpoint *ep;
 	struct ethhdr reply_eth;
 	struct arp_ip4 reply;
 	__be32 sip, tip;
 
 	if (!arp)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
+		return -SLUICE_DROP_INVALID_PACKET;
 	if (arp->htype != bpf_htons(ARPHRD_ETHER) || arp->ptype != bpf_htons(ETH_P_IP) ||
 	    arp->hlen != ETH_ALEN || arp->plen != 4)
-		return drop(skb, SLUICE_DROP_ARP_UNSUPPORTED);
+		return -SLUICE_DROP_ARP_UNSUPPORTED;
 	/* Replies (to the node's own requests for the pod) and anything else go to the stack. */
 	if (arp->op != bpf_htons(ARPOP_REQUEST))
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 
 	__builtin_memcpy(&sip, arp->sip, 4);
 	__builtin_memcpy(&tip, arp->tip, 4);
 	/* Gratuitous ARP and duplicate address detection: nothing to answer. */
 	if (tip == sip || sip == 0)
-		return TC_ACT_OK;
+		return CTX_ACT_OK;
 	ep = lookup_ep4(sip);
-	if (!ep || ep->ifindex != skb->ifindex)
-		return drop(skb, SLUICE_DROP_SPOOFED_SOURCE);
+	if (!ep || ep->ifindex != ctx_ifindex(ctx))
+		return -SLUICE_DROP_SPOOFED_SOURCE;
 
 	__builtin_memcpy(reply_eth.h_dest, arp->sha, ETH_ALEN);
 	__builtin_memcpy(reply_eth.h_source, ep->host_mac, ETH_ALEN);
@@ -57,11 +58,11 @@ static __always_inline int pod_arp(struct __sk_buff *skb)
 	__builtin_memcpy(reply.tha, arp->sha, ETH_ALEN);
 	__builtin_memcpy(reply.tip, arp->sip, 4);
 
-	if (bpf_skb_store_bytes(skb, 0, &reply_eth, sizeof(reply_eth), 0) ||
-	    bpf_skb_store_bytes(skb, ETH_HLEN_, &reply, sizeof(reply), 0))
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+	if (ctx_store_bytes(ctx, 0, &reply_eth, sizeof(reply_eth)) ||
+	    ctx_store_bytes(ctx, ETH_HLEN_, &reply, sizeof(reply)))
+		return -SLUICE_DROP_PACKET_WRITE;
 	/* Back out of the host side: the pod receives the reply. */
-	return bpf_redirect(skb->ifindex, 0);
+	return ctx_redirect(ctx_ifindex(ctx));
 }
 
 #endif

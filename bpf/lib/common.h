@@ -3,6 +3,12 @@
 #ifndef SLUICE_BPF_COMMON_H
 #define SLUICE_BPF_COMMON_H
 
+/* The context lib/ is built for: an entry file includes lib/ctx/skb.h (TC, cgroup) or
+ * lib/ctx/xdp.h before any other lib/ header. */
+#if !defined(SLUICE_CTX_SKB) && !defined(SLUICE_CTX_XDP)
+#error "include lib/ctx/skb.h or lib/ctx/xdp.h first"
+#endif
+
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/in.h>
@@ -48,21 +54,11 @@ struct icmphdr {
 
 #define ETH_HLEN_ 14 /* sizeof(struct ethhdr); L3 starts here on every device Sluice attaches to */
 
-static __always_inline void *skb_data(const struct __sk_buff *skb)
-{
-	return (void *)(long)skb->data;
-}
-
-static __always_inline void *skb_data_end(const struct __sk_buff *skb)
-{
-	return (void *)(long)skb->data_end;
-}
-
 /* Bounds-checked pointer into linear packet data; NULL when the header is not all there. */
-#define SKB_HDR(skb, off, type)                                                  \
+#define CTX_HDR(ctx, off, type)                                                  \
 	({                                                                         \
-		void *__p = skb_data(skb) + (off);                                 \
-		(__p + sizeof(type) <= skb_data_end(skb)) ? (type *)__p : NULL;    \
+		void *__p = ctx_data(ctx) + (off);                                 \
+		(__p + sizeof(type) <= ctx_data_end(ctx)) ? (type *)__p : NULL;    \
 	})
 
 #endif

@@ -5,6 +5,7 @@
 
 #include "lib/csum.h"
 #include "lib/drop.h"
+#include "lib/parse.h"
 
 /* A TCP/UDP packet's tuple as it is on the wire, and where its ports are. */
 struct ct4_pkt {
@@ -19,31 +20,32 @@ struct ct4_pkt {
 #define CT4_TCP_RST 0x04
 #define CT4_TCP_ACK 0x10
 
-/* Loads a TCP or UDP tuple. Returns 0, or -1 for packets without ports: other protocols,
- * truncated L4 headers and fragments (only the first fragment carries the ports). */
-static __always_inline int ct4_load(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip,
-				    struct ct4_pkt *p)
-{
-	__be16 ports[2];
+/* Outcomes of ct4_tuple. */
+enum ct4_tuple_result {
+	CT4_TUPLE = 0,    /* p holds the packet's TCP or UDP tuple */
+	CT4_NO_TUPLE = 1, /* no ports: other protocols, truncated L4 headers, fragments (only the
+			     first fragment carries the ports); such packets are not balanced */
+};
 
-	if (ip->protocol != IPPROTO_TCP && ip->protocol != IPPROTO_UDP)
-		return -1;
-	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-		return -1;
-	p->l4_off = l3_off + ((__u32)ip->ihl << 2);
-	if (bpf_skb_load_bytes(skb, p->l4_off, ports, sizeof(ports)))
-		return -1;
+/* The conntrack view of a parsed packet. Returns an enum ct4_tuple_result. */
+static __always_inline int ct4_tuple(const struct pkt4 *pkt, struct ct4_pkt *p)
+{
+	if (pkt->proto != IPPROTO_TCP && pkt->proto != IPPROTO_UDP)
+		return CT4_NO_TUPLE;
+	if (!(pkt->flags & PKT4_F_PORTS))
+		return CT4_NO_TUPLE;
+	if (pkt->proto == IPPROTO_TCP && !(pkt->flags & PKT4_F_TCP_FLAGS))
+		return CT4_NO_TUPLE;
 	__builtin_memset(&p->key, 0, sizeof(p->key));
-	p->key.saddr = ip->saddr;
-	p->key.daddr = ip->daddr;
-	p->key.sport = ports[0];
-	p->key.dport = ports[1];
-	p->key.proto = ip->protocol;
-	p->tcp_flags = 0;
-	if (ip->protocol == IPPROTO_TCP &&
-	    bpf_skb_load_bytes(skb, p->l4_off + 13, &p->tcp_flags, sizeof(p->tcp_flags)))
-		return -1;
-	return l4_csum_init(&p->csum, ip->protocol, p->l4_off);
+	p->key.saddr = pkt->saddr;
+	p->key.daddr = pkt->daddr;
+	p->key.sport = pkt->sport;
+	p->key.dport = pkt->dport;
+	p->key.proto = pkt->proto;
+	p->l4_off = pkt->l4_off;
+	p->tcp_flags = pkt->tcp_flags;
+	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off);
+	return CT4_TUPLE;
 }
 
 /* Finds the entry for key and marks it seen now. */
@@ -77,7 +79,7 @@ static __always_inline void ct4_mark_closing(__be32 client, __be32 frontend, __b
 /* Records a new flow in both directions: fwd as the client sent it, and the reply tuple the
  * backend (be_addr:be_port) will answer with, to reply_daddr (the client, or the address its
  * source was rewritten to). The reply entry goes first so that a forward entry never exists
- * without it. Returns 0 or a drop reason. */
+ * without it. Returns 0 or minus a drop reason. */
 static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 be_addr,
 				      __be16 be_port, __be32 reply_daddr, __u32 backend_id,
 				      __u32 rev_nat_id, __u8 flags)
@@ -102,10 +104,10 @@ static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 b
 	};
 
 	if (bpf_map_update_elem(&sluice_ct4, &rev, &e, BPF_ANY))
-		return SLUICE_DROP_CT_MAP_FULL;
+		return -SLUICE_DROP_CT_MAP_FULL;
 	if (bpf_map_update_elem(&sluice_ct4, fwd, &e, BPF_ANY)) {
 		bpf_map_delete_elem(&sluice_ct4, &rev);
-		return SLUICE_DROP_CT_MAP_FULL;
+		return -SLUICE_DROP_CT_MAP_FULL;
 	}
 	return 0;
 }

@@ -1,10 +1,11 @@
 /* Header rewrites that keep checksums right: IPv4 addresses (IP header and the L4 pseudo
- * header), L4 ports / ICMP echo ids, and TTL. Callers re-derive packet pointers afterwards:
- * bpf_skb_store_bytes and the csum helpers invalidate them. */
+ * header), L4 ports / ICMP echo ids, and TTL. Each returns 0 or -SLUICE_DROP_PACKET_WRITE.
+ * Callers re-derive packet pointers afterwards: ctx_store_bytes and the csum updates
+ * invalidate them. */
 #ifndef SLUICE_BPF_CSUM_H
 #define SLUICE_BPF_CSUM_H
 
-#include "lib/common.h"
+#include "lib/parse.h"
 
 /* Where an L4 header keeps its checksum and how it must be updated. */
 struct l4_csum {
@@ -13,6 +14,7 @@ struct l4_csum {
 	__u8 pseudo;       /* covers the IPv4 pseudo header (TCP, UDP; not ICMP) */
 };
 
+/* Returns 0, or -SLUICE_DROP_INVALID_PACKET for a protocol whose checksum Sluice never rewrites. */
 static __always_inline int l4_csum_init(struct l4_csum *c, __u8 proto, __u32 l4_off)
 {
 	switch (proto) {
@@ -32,51 +34,59 @@ static __always_inline int l4_csum_init(struct l4_csum *c, __u8 proto, __u32 l4_
 		c->pseudo = 0;
 		return 0;
 	}
-	return -1;
+	return -SLUICE_DROP_INVALID_PACKET;
 }
 
 /* Rewrites the IPv4 source (field = offsetof(struct iphdr, saddr)) or destination address. */
-static __always_inline int rewrite_ip4_addr(struct __sk_buff *skb, __u32 l3_off, __u32 field,
+static __always_inline int rewrite_ip4_addr(struct sluice_ctx *ctx, __u32 l3_off, __u32 field,
 					    __be32 old_addr, __be32 new_addr,
 					    const struct l4_csum *l4)
 {
 	if (l4->pseudo &&
-	    bpf_l4_csum_replace(skb, l4->off, old_addr, new_addr,
+	    ctx_l4_csum_replace(ctx, l4->off, old_addr, new_addr,
 				BPF_F_PSEUDO_HDR | sizeof(new_addr) | l4->flags))
-		return -1;
-	if (bpf_l3_csum_replace(skb, l3_off + offsetof(struct iphdr, check), old_addr, new_addr,
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_l3_csum_replace(ctx, l3_off + offsetof(struct iphdr, check), old_addr, new_addr,
 				sizeof(new_addr)))
-		return -1;
-	return bpf_skb_store_bytes(skb, l3_off + field, &new_addr, sizeof(new_addr), 0);
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_store_bytes(ctx, l3_off + field, &new_addr, sizeof(new_addr)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	return 0;
 }
 
 /* Rewrites a 16-bit L4 field that the L4 checksum covers: a TCP/UDP port or an ICMP echo id. */
-static __always_inline int rewrite_l4_port(struct __sk_buff *skb, __u32 field_off,
+static __always_inline int rewrite_l4_port(struct sluice_ctx *ctx, __u32 field_off,
 					   __be16 old_port, __be16 new_port,
 					   const struct l4_csum *l4)
 {
-	if (bpf_l4_csum_replace(skb, l4->off, old_port, new_port, sizeof(new_port) | l4->flags))
-		return -1;
-	return bpf_skb_store_bytes(skb, field_off, &new_port, sizeof(new_port), 0);
+	if (ctx_l4_csum_replace(ctx, l4->off, old_port, new_port, sizeof(new_port) | l4->flags))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_store_bytes(ctx, field_off, &new_port, sizeof(new_port)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	return 0;
 }
 
-/* Decrements TTL as a router does. Returns 1 when the TTL ran out, -1 on helper failure. */
-static __always_inline int ip4_dec_ttl(struct __sk_buff *skb, __u32 l3_off, __u8 ttl, __u8 proto)
+/* Decrements TTL as a router does (and in pkt). Returns 0, -SLUICE_DROP_TTL_EXCEEDED when the
+ * TTL ran out, or -SLUICE_DROP_PACKET_WRITE. */
+static __always_inline int ip4_dec_ttl(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
 	/* TTL and protocol share one 16-bit word of the header checksum. */
-	__be16 old_word = bpf_htons(((__u16)ttl << 8) | proto);
+	__be16 old_word = bpf_htons(((__u16)pkt->ttl << 8) | pkt->proto);
 	__be16 new_word;
 	__u8 new_ttl;
 
-	if (ttl <= 1)
-		return 1;
-	new_ttl = ttl - 1;
-	new_word = bpf_htons(((__u16)new_ttl << 8) | proto);
-	if (bpf_l3_csum_replace(skb, l3_off + offsetof(struct iphdr, check), old_word, new_word,
-				sizeof(new_word)))
-		return -1;
-	return bpf_skb_store_bytes(skb, l3_off + offsetof(struct iphdr, ttl), &new_ttl,
-				   sizeof(new_ttl), 0) ? -1 : 0;
+	if (pkt->ttl <= 1)
+		return -SLUICE_DROP_TTL_EXCEEDED;
+	new_ttl = pkt->ttl - 1;
+	new_word = bpf_htons(((__u16)new_ttl << 8) | pkt->proto);
+	if (ctx_l3_csum_replace(ctx, pkt->l3_off + offsetof(struct iphdr, check), old_word,
+				new_word, sizeof(new_word)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_store_bytes(ctx, pkt->l3_off + offsetof(struct iphdr, ttl), &new_ttl,
+			    sizeof(new_ttl)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	pkt->ttl = new_ttl;
+	return 0;
 }
 
 #endif

@@ -6,26 +6,23 @@
 #include "lib/csum.h"
 #include "lib/drop.h"
 
-/* l3_off is the IPv4 header offset; ttl and proto are that header's values. */
-static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
-						const struct sluice_endpoint *ep, __u32 l3_off,
-						__u8 ttl, __u8 proto)
+/* Returns a TC verdict or minus a drop reason. */
+static __always_inline int redirect_to_endpoint(struct sluice_ctx *ctx,
+						const struct sluice_endpoint *ep, struct pkt4 *pkt)
 {
 	__u8 macs[12];
 	int ret;
 
-	ret = ip4_dec_ttl(skb, l3_off, ttl, proto);
-	if (ret > 0)
-		return drop(skb, SLUICE_DROP_TTL_EXCEEDED);
+	ret = ip4_dec_ttl(ctx, pkt);
 	if (ret < 0)
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+		return ret;
 
 	/* The pod drops frames not addressed to its MAC; the source is its gateway's MAC. */
 	__builtin_memcpy(macs, ep->mac, 6);
 	__builtin_memcpy(macs + 6, ep->host_mac, 6);
-	if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
-	return bpf_redirect_peer(ep->ifindex, 0);
+	if (ctx_store_bytes(ctx, 0, macs, sizeof(macs)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	return ctx_redirect_peer(ep->ifindex);
 }
 
 #define SLUICE_AF_INET 2
@@ -33,45 +30,40 @@ static __always_inline int redirect_to_endpoint(struct __sk_buff *skb,
 /* Routes a packet the node's stack must not see (its source is a node or service address, which
  * the stack would take for a martian) with the kernel's FIB and sends it out of the device the
  * route names, as a router would. When the FIB has no answer the packet continues into the stack.
- * l3_off is the IPv4 header offset. Returns a TC verdict. */
-static __always_inline int redirect_by_fib(struct __sk_buff *skb, __u32 l3_off)
+ * Returns a TC verdict or minus a drop reason. */
+static __always_inline int redirect_by_fib(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
 	struct bpf_fib_lookup fib = {};
 	struct bpf_redir_neigh nh = {};
-	struct iphdr *ip = SKB_HDR(skb, l3_off, struct iphdr);
 	__u8 macs[12];
 	int found, ret;
 
-	if (!ip)
-		return drop(skb, SLUICE_DROP_INVALID_PACKET);
 	fib.family = SLUICE_AF_INET;
-	fib.tos = ip->tos;
-	fib.l4_protocol = ip->protocol;
-	fib.tot_len = bpf_ntohs(ip->tot_len);
-	fib.ipv4_src = ip->saddr;
-	fib.ipv4_dst = ip->daddr;
-	fib.ifindex = skb->ifindex;
+	fib.tos = pkt->tos;
+	fib.l4_protocol = pkt->proto;
+	fib.tot_len = pkt->tot_len;
+	fib.ipv4_src = pkt->saddr;
+	fib.ipv4_dst = pkt->daddr;
+	fib.ifindex = ctx_ifindex(ctx);
 
-	found = bpf_fib_lookup(skb, &fib, sizeof(fib), 0);
+	found = ctx_fib_lookup(ctx, &fib);
 	if (found != BPF_FIB_LKUP_RET_SUCCESS && found != BPF_FIB_LKUP_RET_NO_NEIGH)
-		return TC_ACT_OK;
-	ret = ip4_dec_ttl(skb, l3_off, ip->ttl, ip->protocol);
-	if (ret > 0)
-		return drop(skb, SLUICE_DROP_TTL_EXCEEDED);
+		return CTX_ACT_OK;
+	ret = ip4_dec_ttl(ctx, pkt);
 	if (ret < 0)
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
+		return ret;
 	if (found == BPF_FIB_LKUP_RET_SUCCESS) {
 		__builtin_memcpy(macs, fib.dmac, 6);
 		__builtin_memcpy(macs + 6, fib.smac, 6);
-		if (bpf_skb_store_bytes(skb, 0, macs, sizeof(macs), 0))
-			return drop(skb, SLUICE_DROP_CSUM_ERROR);
-		return bpf_redirect(fib.ifindex, 0);
+		if (ctx_store_bytes(ctx, 0, macs, sizeof(macs)))
+			return -SLUICE_DROP_PACKET_WRITE;
+		return ctx_redirect(fib.ifindex);
 	}
 	/* The next hop (fib.ipv4_dst now names it) has no neighbour entry yet: let the kernel
 	 * resolve it. */
 	nh.nh_family = SLUICE_AF_INET;
 	nh.ipv4_nh = fib.ipv4_dst;
-	return bpf_redirect_neigh(fib.ifindex, &nh, sizeof(nh), 0);
+	return ctx_redirect_neigh(fib.ifindex, &nh);
 }
 
 #endif

@@ -2,7 +2,10 @@
  * (sluice_lb4_svc / sluice_lb4_be), conntrack so a flow keeps its backend, reverse NAT of the
  * backends' replies, session affinity, source ranges, hairpin, and rejection of services
  * without endpoints. Shared by the pod program (ClusterIP and every other frontend a pod can
- * reach) and the native device's program (NodePort, ExternalIPs, LoadBalancer IPs). */
+ * reach) and the native device's program (NodePort, ExternalIPs, LoadBalancer IPs).
+ * Each translation is a choice that reads and writes maps only (lb4_frontend, lb4_select,
+ * lb4_choose, lb4_rev_nat_lookup: the socket hooks, TC and XDP share them) and a rewrite of the
+ * packet through the ctx layer (lb4_dnat_rewrite, lb4_rev_nat_rewrite). */
 #ifndef SLUICE_BPF_LB_H
 #define SLUICE_BPF_LB_H
 
@@ -20,47 +23,81 @@ enum lb4_result {
 	/* negative: minus a drop reason */
 };
 
+/* Where a translated packet is sent: what lb4_choose or lb4_rev_nat_lookup decided, applied by
+ * the matching rewrite. */
+struct lb4_target {
+	__be32 addr;        /* DNAT: the backend; reverse NAT: the frontend */
+	__be16 port;
+	__u8 flags;         /* enum sluice_ct_flags of the flow */
+	__u8 pad;
+	__be32 hairpin_src; /* DNAT of a hairpinned flow: its new source */
+};
+
 static __always_inline const struct sluice_lb4_backend *lb4_backend(__u32 backend_id)
 {
 	return bpf_map_lookup_elem(&sluice_lb4_be, &backend_id);
 }
 
 /* A reply from a backend to a balanced flow leaves from the frontend; a hairpinned flow's reply
- * also goes back to the client's own address. Returns LB4_REVNAT, LB4_NONE when the packet is no
- * such reply, or minus a drop reason. */
-static __always_inline int lb4_rev_nat(struct __sk_buff *skb, __u32 l3_off,
-				       const struct ct4_pkt *p)
+ * also goes back to the client's own address. Maps only. Returns LB4_REVNAT (t says where from),
+ * or LB4_NONE when the packet is no such reply. */
+static __always_inline int lb4_rev_nat_lookup(const struct ct4_pkt *p, struct lb4_target *t)
 {
 	struct sluice_ct4_key key = p->key;
 	const struct sluice_lb4_revnat *rnat;
 	struct sluice_ct4_entry *ct;
-	__be32 addr;
-	__be16 port;
-	__u8 flags;
 
 	key.dir = SLUICE_CT_DIR_REPLY;
 	ct = ct4_lookup(&key);
 	if (!ct)
 		return LB4_NONE;
-	flags = ct->flags;
+	t->flags = ct->flags;
 	rnat = bpf_map_lookup_elem(&sluice_lb4_rnat, &ct->rev_nat_id);
 	if (!rnat)
 		return LB4_NONE;
-	addr = rnat->addr;
-	port = rnat->port;
+	t->addr = rnat->addr;
+	t->port = rnat->port;
 	if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
-		ct4_mark_closing(flags & SLUICE_CT_F_HAIRPIN ? p->key.saddr : p->key.daddr, addr,
-				 p->key.dport, port, p->key.proto);
-	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, addr,
-			     &p->csum) ||
-	    rewrite_l4_port(skb, p->l4_off, p->key.sport, port, &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
-	/* Hairpin: the backend is the client; it answered the gateway the source was rewritten to. */
-	if ((flags & SLUICE_CT_F_HAIRPIN) &&
-	    rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
-			     p->key.saddr, &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
+		ct4_mark_closing(t->flags & SLUICE_CT_F_HAIRPIN ? p->key.saddr : p->key.daddr,
+				 t->addr, p->key.dport, t->port, p->key.proto);
 	return LB4_REVNAT;
+}
+
+/* Rewrites a backend's reply as lb4_rev_nat_lookup decided. Returns LB4_REVNAT or minus a drop
+ * reason. */
+static __always_inline int lb4_rev_nat_rewrite(struct sluice_ctx *ctx, struct pkt4 *pkt,
+					       const struct ct4_pkt *p,
+					       const struct lb4_target *t)
+{
+	int ret;
+
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+			       t->addr, &p->csum);
+	if (!ret)
+		ret = rewrite_l4_port(ctx, p->l4_off, p->key.sport, t->port, &p->csum);
+	/* Hairpin: the backend is the client; it answered the gateway the source was rewritten to. */
+	if (!ret && (t->flags & SLUICE_CT_F_HAIRPIN))
+		ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+				       p->key.saddr, &p->csum);
+	if (ret < 0)
+		return ret;
+	pkt->saddr = t->addr;
+	pkt->sport = t->port;
+	if (t->flags & SLUICE_CT_F_HAIRPIN)
+		pkt->daddr = p->key.saddr;
+	return LB4_REVNAT;
+}
+
+/* Reverse NAT of a backend's reply. Returns LB4_REVNAT, LB4_NONE when the packet is no such
+ * reply, or minus a drop reason. */
+static __always_inline int lb4_rev_nat(struct sluice_ctx *ctx, struct pkt4 *pkt,
+				       const struct ct4_pkt *p)
+{
+	struct lb4_target t;
+
+	if (lb4_rev_nat_lookup(p, &t) != LB4_REVNAT)
+		return LB4_NONE;
+	return lb4_rev_nat_rewrite(ctx, pkt, p, &t);
 }
 
 /* A forward entry a new SYN must not follow: its connection ended (FIN/RST seen), or its
@@ -118,7 +155,8 @@ static __always_inline int lb4_source_allowed(const struct sluice_lb4_service *s
 }
 
 /* Picks the backend of a new flow from `client` to the frontend whose master is svc: the
- * client's affinity when it has a live one, else a random slot. Returns 0 or a drop reason. */
+ * client's affinity when it has a live one, else a random slot. Returns 0 or minus a drop
+ * reason. */
 static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 				      const struct sluice_lb4_service *svc, __be32 client,
 				      __u32 *backend_id, const struct sluice_lb4_backend **be)
@@ -132,7 +170,7 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	__u16 count = svc->count;
 
 	if (count == 0)
-		return SLUICE_DROP_SERVICE_NO_BACKEND;
+		return -SLUICE_DROP_SERVICE_NO_BACKEND;
 	if (svc->flags & SLUICE_SVC_F_AFFINITY) {
 		found = bpf_map_lookup_elem(&sluice_lb4_aff, &akey);
 		if (found && now - found->last_used_ns < svc->affinity_timeout * NSEC_PER_SEC) {
@@ -147,11 +185,11 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	key.backend_slot = 1 + bpf_get_prandom_u32() % count;
 	slot = bpf_map_lookup_elem(&sluice_lb4_svc, &key);
 	if (!slot)
-		return SLUICE_DROP_SERVICE_NO_BACKEND;
+		return -SLUICE_DROP_SERVICE_NO_BACKEND;
 	*backend_id = slot->backend_id;
 	*be = lb4_backend(*backend_id);
 	if (!*be)
-		return SLUICE_DROP_SERVICE_NO_BACKEND;
+		return -SLUICE_DROP_SERVICE_NO_BACKEND;
 	if (svc->flags & SLUICE_SVC_F_AFFINITY) {
 		aff.last_used_ns = now;
 		aff.backend_id = *backend_id;
@@ -160,22 +198,20 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	return 0;
 }
 
-/* DNATs a packet to the frontend `key` (master `svc`) onto its flow's backend. Existing flows
- * keep their backend, whatever happened to the service since. A client that is its own backend
- * (hairpin, only from pods: hairpin_src is the pods' gateway, else 0) gets its source rewritten
- * to hairpin_src, which the pod answers through Sluice again. Returns LB4_DNAT, LB4_REJECT or
- * minus a drop reason. */
-static __always_inline int lb4_dnat(struct __sk_buff *skb, __u32 l3_off, const struct ct4_pkt *p,
-				    const struct sluice_lb4_key *key,
-				    const struct sluice_lb4_service *svc, __be32 hairpin_src)
+/* The backend of a packet to the frontend `key` (master `svc`). Existing flows keep their
+ * backend, whatever happened to the service since; a new flow is given one and recorded in
+ * conntrack. A client that is its own backend (hairpin, only from pods: hairpin_src is the pods'
+ * gateway, else 0) is to get its source rewritten to hairpin_src, which the pod answers through
+ * Sluice again. Maps only. Returns LB4_DNAT (t says where to), LB4_REJECT or minus a drop
+ * reason. */
+static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct sluice_lb4_key *key,
+				      const struct sluice_lb4_service *svc, __be32 hairpin_src,
+				      struct lb4_target *t)
 {
 	const struct sluice_lb4_backend *be = NULL;
 	struct sluice_ct4_entry *ct;
 	__u32 backend_id = 0;
-	__be32 addr;
-	__be16 port;
-	__u8 flags;
-	int reason;
+	int ret;
 
 	if (!lb4_source_allowed(svc, p->key.saddr))
 		return -SLUICE_DROP_SOURCE_RANGE;
@@ -187,39 +223,70 @@ static __always_inline int lb4_dnat(struct __sk_buff *skb, __u32 l3_off, const s
 		else if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
 			ct->flags |= SLUICE_CT_F_CLOSING;
 	}
+	t->hairpin_src = hairpin_src;
 	if (ct) {
-		addr = ct->backend_addr;
-		port = ct->backend_port;
-		flags = ct->flags;
-	} else {
-		if (svc->flags & SLUICE_SVC_F_REJECT)
-			return LB4_REJECT;
-		reason = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
-		if (reason)
-			return -reason;
-		addr = be->addr;
-		port = be->port;
-		flags = hairpin_src && addr == p->key.saddr ? SLUICE_CT_F_HAIRPIN : 0;
-		reason = ct4_create(&p->key, addr, port,
-				    flags & SLUICE_CT_F_HAIRPIN ? hairpin_src : p->key.saddr,
-				    backend_id, svc->rev_nat_id, flags);
-		if (reason)
-			return -reason;
+		t->addr = ct->backend_addr;
+		t->port = ct->backend_port;
+		t->flags = ct->flags;
+		return LB4_DNAT;
 	}
-	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr, addr,
-			     &p->csum) ||
-	    rewrite_l4_port(skb, p->l4_off + 2, p->key.dport, port, &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
-	if ((flags & SLUICE_CT_F_HAIRPIN) &&
-	    rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, hairpin_src,
-			     &p->csum))
-		return -SLUICE_DROP_CSUM_ERROR;
+	if (svc->flags & SLUICE_SVC_F_REJECT)
+		return LB4_REJECT;
+	ret = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
+	if (ret < 0)
+		return ret;
+	t->addr = be->addr;
+	t->port = be->port;
+	t->flags = hairpin_src && t->addr == p->key.saddr ? SLUICE_CT_F_HAIRPIN : 0;
+	ret = ct4_create(&p->key, t->addr, t->port,
+			 t->flags & SLUICE_CT_F_HAIRPIN ? hairpin_src : p->key.saddr, backend_id,
+			 svc->rev_nat_id, t->flags);
+	if (ret < 0)
+		return ret;
 	return LB4_DNAT;
+}
+
+/* Rewrites a packet to a frontend as lb4_choose decided. Returns LB4_DNAT or minus a drop
+ * reason. */
+static __always_inline int lb4_dnat_rewrite(struct sluice_ctx *ctx, struct pkt4 *pkt,
+					    const struct ct4_pkt *p, const struct lb4_target *t)
+{
+	int ret;
+
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+			       t->addr, &p->csum);
+	if (!ret)
+		ret = rewrite_l4_port(ctx, p->l4_off + 2, p->key.dport, t->port, &p->csum);
+	if (!ret && (t->flags & SLUICE_CT_F_HAIRPIN))
+		ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+				       t->hairpin_src, &p->csum);
+	if (ret < 0)
+		return ret;
+	pkt->daddr = t->addr;
+	pkt->dport = t->port;
+	if (t->flags & SLUICE_CT_F_HAIRPIN)
+		pkt->saddr = t->hairpin_src;
+	return LB4_DNAT;
+}
+
+/* DNAT of a packet to the frontend `key` (master `svc`) onto its flow's backend: lb4_choose, then
+ * lb4_dnat_rewrite. Returns LB4_DNAT, LB4_REJECT or minus a drop reason. */
+static __always_inline int lb4_dnat(struct sluice_ctx *ctx, struct pkt4 *pkt,
+				    const struct ct4_pkt *p, const struct sluice_lb4_key *key,
+				    const struct sluice_lb4_service *svc, __be32 hairpin_src)
+{
+	struct lb4_target t;
+	int ret;
+
+	ret = lb4_choose(p, key, svc, hairpin_src, &t);
+	if (ret != LB4_DNAT)
+		return ret;
+	return lb4_dnat_rewrite(ctx, pkt, p, &t);
 }
 
 /* Service translation of a TCP/UDP packet a pod sends: DNAT when it goes to a frontend, reverse
  * NAT when it is a backend's reply. */
-static __always_inline int lb4_from_pod(struct __sk_buff *skb, __u32 l3_off,
+static __always_inline int lb4_from_pod(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					const struct ct4_pkt *p,
 					const struct sluice_node_config *cfg)
 {
@@ -229,10 +296,10 @@ static __always_inline int lb4_from_pod(struct __sk_buff *skb, __u32 l3_off,
 
 	ret = lb4_frontend(p, cfg, &key, &svc);
 	if (ret == LB4_DNAT)
-		return lb4_dnat(skb, l3_off, p, &key, svc, cfg ? cfg->gateway_ip4 : 0);
+		return lb4_dnat(ctx, pkt, p, &key, svc, cfg ? cfg->gateway_ip4 : 0);
 	if (ret != LB4_NONE)
 		return ret;
-	return lb4_rev_nat(skb, l3_off, p);
+	return lb4_rev_nat(ctx, pkt, p);
 }
 
 #endif

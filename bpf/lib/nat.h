@@ -9,11 +9,10 @@
 /* Ports tried per new flow before the flow is dropped with SLUICE_DROP_NAT_NO_PORT. */
 #define SLUICE_NAT_PORT_TRIES 32
 
-enum nat4_load_result {
-	NAT4_OK = 0,
-	NAT4_INVALID = -1,
-	NAT4_FRAGMENT = -2,
-	NAT4_UNSUPPORTED = -3,
+/* Outcomes of nat4_unmasquerade (or minus a drop reason). */
+enum nat4_result {
+	NAT4_NONE = 0,    /* no masqueraded flow: the packet is unchanged */
+	NAT4_XLATED = 1,  /* translated back to the pod */
 };
 
 /* A packet prepared for translation: its tuple as on the wire and where its "local" port is
@@ -24,47 +23,56 @@ struct nat4_pkt {
 	struct l4_csum csum;
 };
 
-/* ICMP echo has no ports: the identifier stands in for the node-side port, so it occupies sport
- * when leaving and dport when a reply arrives, and the reverse key is the swapped tuple. */
-static __always_inline int nat4_load(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip,
-				     int leaving, struct nat4_pkt *p)
+/* The masquerade view of a parsed packet. ICMP echo has no ports: the identifier stands in for
+ * the node-side port, so it occupies sport when leaving and dport when a reply arrives, and the
+ * reverse key is the swapped tuple. Returns 0, or -SLUICE_DROP_FRAGMENT,
+ * -SLUICE_DROP_NAT_UNSUPPORTED_L4 (no ports, not echo) or -SLUICE_DROP_INVALID_PACKET
+ * (truncated). */
+static __always_inline int nat4_tuple(const struct pkt4 *pkt, int leaving, struct nat4_pkt *p)
 {
-	__u32 l4_off = l3_off + ((__u32)ip->ihl << 2);
-	__be16 ports[2];
-	struct icmphdr icmp;
-
-	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET))
-		return NAT4_FRAGMENT;
+	if (pkt->flags & PKT4_F_FRAGMENT)
+		return -SLUICE_DROP_FRAGMENT;
 	__builtin_memset(&p->key, 0, sizeof(p->key));
-	p->key.saddr = ip->saddr;
-	p->key.daddr = ip->daddr;
-	p->key.proto = ip->protocol;
+	p->key.saddr = pkt->saddr;
+	p->key.daddr = pkt->daddr;
+	p->key.proto = pkt->proto;
 
-	switch (ip->protocol) {
+	switch (pkt->proto) {
 	case IPPROTO_TCP:
 	case IPPROTO_UDP:
-		if (bpf_skb_load_bytes(skb, l4_off, ports, sizeof(ports)))
-			return NAT4_INVALID;
-		p->key.sport = ports[0];
-		p->key.dport = ports[1];
-		p->port_off = l4_off + (leaving ? 0 : 2);
+		if (!(pkt->flags & PKT4_F_PORTS))
+			return -SLUICE_DROP_INVALID_PACKET;
+		p->key.sport = pkt->sport;
+		p->key.dport = pkt->dport;
+		p->port_off = pkt->l4_off + (leaving ? 0 : 2);
 		break;
 	case IPPROTO_ICMP:
-		if (bpf_skb_load_bytes(skb, l4_off, &icmp, sizeof(icmp)))
-			return NAT4_INVALID;
-		if (icmp.type != (leaving ? ICMP_ECHO : ICMP_ECHOREPLY))
-			return NAT4_UNSUPPORTED;
+		if (!(pkt->flags & PKT4_F_ICMP))
+			return -SLUICE_DROP_INVALID_PACKET;
+		if (pkt->icmp_type != (leaving ? ICMP_ECHO : ICMP_ECHOREPLY))
+			return -SLUICE_DROP_NAT_UNSUPPORTED_L4;
 		if (leaving)
-			p->key.sport = icmp.un.echo.id;
+			p->key.sport = pkt->icmp_id;
 		else
-			p->key.dport = icmp.un.echo.id;
-		p->port_off = l4_off + offsetof(struct icmphdr, un.echo.id);
+			p->key.dport = pkt->icmp_id;
+		p->port_off = pkt->l4_off + offsetof(struct icmphdr, un.echo.id);
 		break;
 	default:
-		return NAT4_UNSUPPORTED;
+		return -SLUICE_DROP_NAT_UNSUPPORTED_L4;
 	}
-	l4_csum_init(&p->csum, ip->protocol, l4_off);
-	return NAT4_OK;
+	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off);
+	return 0;
+}
+
+/* Records in pkt the node-side port a translation wrote: a TCP/UDP port or the echo id. */
+static __always_inline void nat4_set_port(struct pkt4 *pkt, int leaving, __be16 port)
+{
+	if (pkt->proto == IPPROTO_ICMP)
+		pkt->icmp_id = port;
+	else if (leaving)
+		pkt->sport = port;
+	else
+		pkt->dport = port;
 }
 
 static __always_inline int ip4_in_prefix(__be32 addr, __be32 net, __u8 len)
@@ -79,7 +87,8 @@ static __always_inline int ip4_in_prefix(__be32 addr, __be32 net, __u8 len)
 	return (bpf_ntohl(addr) & mask) == (bpf_ntohl(net) & mask);
 }
 
-/* Finds a free node port for p's flow and records both directions. Returns 0 or a drop reason. */
+/* Finds a free node port for p's flow and records both directions. Returns 0 or minus a drop
+ * reason. */
 static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 					 const struct nat4_pkt *p, struct sluice_nat4_entry *out)
 {
@@ -99,7 +108,7 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 	int i;
 
 	if (min == 0 || max < min)
-		return SLUICE_DROP_NO_NODE_CONFIG;
+		return -SLUICE_DROP_NO_NODE_CONFIG;
 	range = max - min + 1;
 	start = bpf_get_prandom_u32();
 	for (i = 0; i < SLUICE_NAT_PORT_TRIES; i++) {
@@ -114,52 +123,61 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 		out->created_ns = orig.created_ns;
 		if (bpf_map_update_elem(&sluice_snat4, &p->key, out, BPF_ANY)) {
 			bpf_map_delete_elem(&sluice_rnat4, &rkey);
-			return SLUICE_DROP_NAT_MAP_FULL;
+			return -SLUICE_DROP_NAT_MAP_FULL;
 		}
 		return 0;
 	}
-	return SLUICE_DROP_NAT_NO_PORT;
+	return -SLUICE_DROP_NAT_NO_PORT;
 }
 
-/* Source-NATs a pod packet leaving the node. Returns a TC verdict. */
-static __always_inline int nat4_masquerade(struct __sk_buff *skb, __u32 l3_off,
+/* Source-NATs a pod packet leaving the node. Returns CTX_ACT_OK or minus a drop reason. */
+static __always_inline int nat4_masquerade(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					   const struct sluice_node_config *cfg,
 					   const struct nat4_pkt *p)
 {
 	struct sluice_nat4_entry *found, entry;
-	int reason;
+	int ret;
 
 	found = bpf_map_lookup_elem(&sluice_snat4, &p->key);
 	if (found) {
 		entry = *found;
 	} else {
-		reason = nat4_allocate(cfg, p, &entry);
-		if (reason)
-			return drop(skb, reason);
+		ret = nat4_allocate(cfg, p, &entry);
+		if (ret < 0)
+			return ret;
 	}
-	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, saddr), p->key.saddr, entry.addr,
-			     &p->csum) ||
-	    rewrite_l4_port(skb, p->port_off, p->key.sport, entry.port, &p->csum))
-		return drop(skb, SLUICE_DROP_CSUM_ERROR);
-	return TC_ACT_OK;
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+			       entry.addr, &p->csum);
+	if (!ret)
+		ret = rewrite_l4_port(ctx, p->port_off, p->key.sport, entry.port, &p->csum);
+	if (ret < 0)
+		return ret;
+	pkt->saddr = entry.addr;
+	nat4_set_port(pkt, 1, entry.port);
+	return CTX_ACT_OK;
 }
 
-/* Translates a reply to a masqueraded flow back to the pod. Returns 1 when translated, 0 when
- * the packet belongs to no masqueraded flow, -1 when a rewrite failed. */
-static __always_inline int nat4_unmasquerade(struct __sk_buff *skb, __u32 l3_off,
+/* Translates a reply to a masqueraded flow back to the pod. Returns NAT4_XLATED, NAT4_NONE when
+ * the packet belongs to no masqueraded flow, or minus a drop reason. */
+static __always_inline int nat4_unmasquerade(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					     const struct nat4_pkt *p)
 {
 	struct sluice_nat4_entry *found = bpf_map_lookup_elem(&sluice_rnat4, &p->key);
 	struct sluice_nat4_entry entry;
+	int ret;
 
 	if (!found)
-		return 0;
+		return NAT4_NONE;
 	entry = *found;
-	if (rewrite_ip4_addr(skb, l3_off, offsetof(struct iphdr, daddr), p->key.daddr, entry.addr,
-			     &p->csum) ||
-	    rewrite_l4_port(skb, p->port_off, p->key.dport, entry.port, &p->csum))
-		return -1;
-	return 1;
+	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+			       entry.addr, &p->csum);
+	if (!ret)
+		ret = rewrite_l4_port(ctx, p->port_off, p->key.dport, entry.port, &p->csum);
+	if (ret < 0)
+		return ret;
+	pkt->daddr = entry.addr;
+	nat4_set_port(pkt, 0, entry.port);
+	return NAT4_XLATED;
 }
 
 #endif

@@ -19,8 +19,8 @@ static __always_inline __u16 csum_fold32(__u32 sum)
 	return (__u16)~sum;
 }
 
-/* An IPv4 header of 20 bytes answering `orig` (addresses swapped), with its checksum. */
-static __always_inline void reject_ip4_header(struct iphdr *out, const struct iphdr *orig,
+/* An IPv4 header of 20 bytes answering a packet from `client` to `server`, with its checksum. */
+static __always_inline void reject_ip4_header(struct iphdr *out, __be32 client, __be32 server,
 					      __u8 proto, __u16 tot_len)
 {
 	__builtin_memset(out, 0, sizeof(*out));
@@ -30,21 +30,23 @@ static __always_inline void reject_ip4_header(struct iphdr *out, const struct ip
 	out->frag_off = bpf_htons(0x4000); /* DF */
 	out->ttl = SLUICE_REJECT_TTL;
 	out->protocol = proto;
-	out->saddr = orig->daddr;
-	out->daddr = orig->saddr;
+	out->saddr = server;
+	out->daddr = client;
 	out->check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)out, sizeof(*out), 0));
 }
 
-/* Swaps the Ethernet addresses at the start of the packet. */
-static __always_inline int reject_swap_macs(struct __sk_buff *skb)
+/* Swaps the Ethernet addresses at the start of the packet. Returns 0 or minus a drop reason. */
+static __always_inline int reject_swap_macs(struct sluice_ctx *ctx)
 {
 	__u8 macs[12], swapped[12];
 
-	if (bpf_skb_load_bytes(skb, 0, macs, sizeof(macs)))
-		return -1;
+	if (ctx_load_bytes(ctx, 0, macs, sizeof(macs)))
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	__builtin_memcpy(swapped, macs + 6, 6);
 	__builtin_memcpy(swapped + 6, macs, 6);
-	return bpf_skb_store_bytes(skb, 0, swapped, sizeof(swapped), 0);
+	if (ctx_store_bytes(ctx, 0, swapped, sizeof(swapped)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	return 0;
 }
 
 struct reject_tcp_pseudo {
@@ -57,22 +59,23 @@ struct reject_tcp_pseudo {
 };
 
 /* RST for a TCP segment (RFC 9293 3.10.7.1): with ACK, seq = its ack; otherwise seq 0 and it
- * acknowledges everything the segment occupied. Returns 0, or -1 when the packet is left as it
- * was and must be dropped instead (a RST is never answered; IP options are not handled). */
-static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+ * acknowledges everything the segment occupied. Returns 0, or minus a drop reason when no RST can
+ * be made (a RST is never answered; IP options are not handled) or writing it failed. */
+static __always_inline int reject_tcp(struct sluice_ctx *ctx, const struct pkt4 *pkt)
 {
 	struct reject_tcp_pseudo ph = {};
+	__u32 l3_off = pkt->l3_off;
+	__u16 tot_len = pkt->tot_len;
 	struct tcphdr th;
 	struct iphdr out;
 	__u32 seg_len;
-	__u16 tot_len = bpf_ntohs(ip->tot_len);
 
-	if (ip->ihl != 5)
-		return -1;
-	if (bpf_skb_load_bytes(skb, l3_off + sizeof(struct iphdr), &th, sizeof(th)))
-		return -1;
+	if (pkt->ihl != 5)
+		return -SLUICE_DROP_SERVICE_REJECTED;
+	if (ctx_load_bytes(ctx, l3_off + sizeof(struct iphdr), &th, sizeof(th)))
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (th.rst || th.doff < 5 || tot_len < sizeof(struct iphdr) + th.doff * 4)
-		return -1;
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	seg_len = tot_len - sizeof(struct iphdr) - th.doff * 4 + th.syn + th.fin;
 
 	ph.tcp.source = th.dest;
@@ -85,18 +88,18 @@ static __always_inline int reject_tcp(struct __sk_buff *skb, __u32 l3_off, const
 		ph.tcp.ack = 1;
 		ph.tcp.ack_seq = bpf_htonl(bpf_ntohl(th.seq) + seg_len);
 	}
-	reject_ip4_header(&out, ip, IPPROTO_TCP, sizeof(out) + sizeof(ph.tcp));
+	reject_ip4_header(&out, pkt->saddr, pkt->daddr, IPPROTO_TCP, sizeof(out) + sizeof(ph.tcp));
 	ph.saddr = out.saddr;
 	ph.daddr = out.daddr;
 	ph.proto = IPPROTO_TCP;
 	ph.len = bpf_htons(sizeof(ph.tcp));
 	ph.tcp.check = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&ph, sizeof(ph), 0));
 
-	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(ph.tcp), 0))
-		return -1;
-	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
-	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &ph.tcp, sizeof(ph.tcp), 0))
-		return -1;
+	if (ctx_change_tail(ctx, l3_off + sizeof(out) + sizeof(ph.tcp)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_store_bytes(ctx, l3_off, &out, sizeof(out)) ||
+	    ctx_store_bytes(ctx, l3_off + sizeof(out), &ph.tcp, sizeof(ph.tcp)))
+		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
 
@@ -108,50 +111,55 @@ struct reject_icmp_body {
 };
 
 /* ICMP port unreachable for a UDP datagram: room for a new IP + ICMP header is made in front of
- * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or -1. */
-static __always_inline int reject_icmp(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+ * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or minus a drop
+ * reason. */
+static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4 *pkt)
 {
-	struct reject_icmp_body body = {};
-	struct iphdr out;
 	const __u32 room = sizeof(struct iphdr) + sizeof(struct icmphdr);
+	struct reject_icmp_body body = {};
+	__u32 l3_off = pkt->l3_off;
+	struct iphdr out;
 
-	if (ip->ihl != 5)
-		return -1;
-	if (bpf_skb_load_bytes(skb, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
-		return -1;
+	if (pkt->ihl != 5)
+		return -SLUICE_DROP_SERVICE_REJECTED;
+	if (ctx_load_bytes(ctx, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	body.icmp.type = ICMP_DEST_UNREACH;
 	body.icmp.code = ICMP_PORT_UNREACH;
 	body.icmp.checksum = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&body, sizeof(body), 0));
-	reject_ip4_header(&out, &body.quoted_ip, IPPROTO_ICMP, sizeof(out) + sizeof(body));
+	reject_ip4_header(&out, body.quoted_ip.saddr, body.quoted_ip.daddr, IPPROTO_ICMP,
+			  sizeof(out) + sizeof(body));
 
-	if (bpf_skb_adjust_room(skb, room, BPF_ADJ_ROOM_MAC, 0))
-		return -1;
-	if (bpf_skb_change_tail(skb, l3_off + sizeof(out) + sizeof(body), 0))
-		return -1;
-	if (bpf_skb_store_bytes(skb, l3_off, &out, sizeof(out), 0) ||
-	    bpf_skb_store_bytes(skb, l3_off + sizeof(out), &body, sizeof(body), 0))
-		return -1;
+	if (ctx_adjust_room_mac(ctx, room))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_change_tail(ctx, l3_off + sizeof(out) + sizeof(body)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_store_bytes(ctx, l3_off, &out, sizeof(out)) ||
+	    ctx_store_bytes(ctx, l3_off + sizeof(out), &body, sizeof(body)))
+		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
 
-/* Answers the packet (IPv4 at l3_off, Ethernet before it) in place and sends the answer back out
+/* Answers the packet (IPv4 at pkt->l3_off, Ethernet before it) in place and sends the answer back out
  * of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original packet
- * goes no further. Returns a TC verdict. */
-static __always_inline int reject(struct __sk_buff *skb, __u32 l3_off, const struct iphdr *ip)
+ * goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
+ * (SLUICE_DROP_SERVICE_REJECTED; SLUICE_DROP_PACKET_WRITE when writing it failed). */
+static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt)
 {
-	struct iphdr hdr = *ip;
 	int ret;
 
-	if (hdr.protocol == IPPROTO_TCP)
-		ret = reject_tcp(skb, l3_off, &hdr);
-	else if (hdr.protocol == IPPROTO_UDP)
-		ret = reject_icmp(skb, l3_off, &hdr);
+	if (pkt->proto == IPPROTO_TCP)
+		ret = reject_tcp(ctx, pkt);
+	else if (pkt->proto == IPPROTO_UDP)
+		ret = reject_icmp(ctx, pkt);
 	else
-		ret = -1;
-	if (ret || reject_swap_macs(skb))
-		return drop(skb, SLUICE_DROP_SERVICE_REJECTED);
-	drop(skb, SLUICE_DROP_SERVICE_REJECTED);
-	return bpf_redirect(skb->ifindex, 0);
+		ret = -SLUICE_DROP_SERVICE_REJECTED;
+	if (!ret)
+		ret = reject_swap_macs(ctx);
+	if (ret < 0)
+		return ret;
+	count_drop(SLUICE_DROP_SERVICE_REJECTED, ctx_len(ctx));
+	return ctx_redirect(ctx_ifindex(ctx));
 }
 
 #endif

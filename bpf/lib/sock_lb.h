@@ -7,26 +7,9 @@
 #include <linux/errno.h>
 
 #include "lib/lb.h"
-#include "maps/sock_lb.h"
 
 #define SOCK_PROCEED 1
 #define SOCK_REJECT 0
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__type(key, __u32);
-	__type(value, struct sluice_sock_config);
-	__uint(max_entries, 1);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sluice_sock_cfg SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__type(key, struct sluice_sock4_revnat_key);
-	__type(value, struct sluice_sock4_revnat);
-	__uint(max_entries, SLUICE_SOCK4_REVNAT_MAX_ENTRIES);
-	__uint(pinning, LIBBPF_PIN_BY_NAME);
-} sluice_sock4_rnat SEC(".maps");
 
 /* The programs hang off a cgroup shared with other namespaces (other lab nodes, pods): only the
  * node's namespace, as the agent recorded it, is translated. */
@@ -39,14 +22,10 @@ static __always_inline int sock_in_node_netns(struct bpf_sock_addr *ctx)
 	return cfg && cfg->netns_cookie && cfg->netns_cookie == bpf_get_netns_cookie(ctx);
 }
 
+/* A refused connect()/sendmsg() carries no packet: it counts as one with no bytes. */
 static __always_inline void sock_count_reject(enum sluice_drop_reason reason)
 {
-	__u32 key = reason;
-	struct sluice_drop_count *count = bpf_map_lookup_elem(&sluice_drops, &key);
-
-	/* A refused connect()/sendmsg() carries no packet: it counts as one with no bytes. */
-	if (count)
-		count->packets++;
+	count_drop(reason, 0);
 }
 
 /* sessionAffinity ClientIP and source ranges: host-network sockets have no source address yet
@@ -112,8 +91,8 @@ static __always_inline int sock4_xlate_fwd(struct bpf_sock_addr *ctx)
 		return -ECONNREFUSED;
 	}
 	ret = lb4_select(&key, svc, client, &backend_id, &be);
-	if (ret || !be) {
-		sock_count_reject(ret ? ret : SLUICE_DROP_SERVICE_NO_BACKEND);
+	if (ret < 0 || !be) {
+		sock_count_reject(ret < 0 ? -ret : SLUICE_DROP_SERVICE_NO_BACKEND);
 		return -ECONNREFUSED;
 	}
 

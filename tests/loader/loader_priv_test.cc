@@ -55,14 +55,19 @@ TEST(Datapath, MapsArePinnedUnderTheRootWithSluiceNames) {
   ScratchBpffs fs;
   auto dp = loader::Datapath::Load(fs.path());
   ASSERT_TRUE(dp.ok()) << dp.status();
-  for (const char* name : {SLUICE_MAP_EP4, SLUICE_MAP_NODE, SLUICE_MAP_NOMASQ4, SLUICE_MAP_SNAT4,
-                           SLUICE_MAP_RNAT4, SLUICE_MAP_DROPS}) {
+  for (const char* name : {maps::name::sluice_ep4, maps::name::sluice_node,
+                           maps::name::sluice_nomasq4, maps::name::sluice_snat4,
+                           maps::name::sluice_rnat4, maps::name::sluice_drops}) {
+    EXPECT_TRUE(std::filesystem::exists(maps::PinPath(fs.path(), name))) << name;
+  }
+  // Every listed map, not only the node's: the service and socket-LB maps too.
+  for (const char* name : maps::kAllMapNames) {
     EXPECT_TRUE(std::filesystem::exists(maps::PinPath(fs.path(), name))) << name;
   }
   // The typed API opens a pin and checks its layout.
-  auto ep = maps::EndpointMap::Open(maps::PinPath(fs.path(), SLUICE_MAP_EP4));
+  auto ep = maps::EndpointMap::Open(maps::PinPath(fs.path(), maps::name::sluice_ep4));
   EXPECT_TRUE(ep.ok()) << ep.status();
-  auto wrong = maps::NatMap::Open(maps::PinPath(fs.path(), SLUICE_MAP_EP4));
+  auto wrong = maps::NatMap::Open(maps::PinPath(fs.path(), maps::name::sluice_ep4));
   EXPECT_FALSE(wrong.ok());
 }
 
@@ -98,7 +103,7 @@ TEST(Datapath, PinWithAnOlderLayoutIsReplacedAndTheOthersKept) {
     ASSERT_TRUE((*first)->endpoints().Update(key, ep).ok());
   }
   // sluice_node as an older agent made it: a 20-byte value.
-  const std::string node_pin = maps::PinPath(fs.path(), SLUICE_MAP_NODE);
+  const std::string node_pin = maps::PinPath(fs.path(), maps::name::sluice_node);
   ASSERT_EQ(unlink(node_pin.c_str()), 0);
   int old = bpf_map_create(BPF_MAP_TYPE_ARRAY, "sluice_node", 4, 20, 1, nullptr);
   ASSERT_GE(old, 0) << strerror(errno);

@@ -1,0 +1,152 @@
+/* The native device's paths, one function each: pod traffic leaving the node is masqueraded
+ * (netdev_masquerade); arriving traffic is balanced when it is for a NodePort, ExternalIP or
+ * LoadBalancer IP (netdev_to_service), reverse-translated when it is a remote backend's reply to
+ * a pod here (netdev_reply_to_pod), un-masqueraded when it is a reply to a masqueraded flow
+ * (netdev_unmasquerade), and passed to the stack otherwise (the node's own traffic). */
+#ifndef SLUICE_BPF_NETDEV_H
+#define SLUICE_BPF_NETDEV_H
+
+#include "lib/fwd.h"
+#include "lib/lb.h"
+
+/* Egress: a pod packet to a destination outside sluice_nomasq4 leaves with the node's address.
+ * Returns a verdict or minus a drop reason. */
+static __always_inline int netdev_masquerade(struct sluice_ctx *ctx, struct pkt4 *pkt)
+{
+	const struct sluice_node_config *cfg = node_config();
+	struct sluice_lpm4_key dst;
+	struct nat4_pkt p;
+	int ret;
+
+	if (!cfg || !(cfg->flags & SLUICE_NODE_F_MASQUERADE) ||
+	    !ip4_in_prefix(pkt->saddr, cfg->pod_cidr4, cfg->pod_cidr4_len))
+		return CTX_ACT_OK;
+	dst.prefixlen = 32;
+	dst.addr = pkt->daddr;
+	if (bpf_map_lookup_elem(&sluice_nomasq4, &dst))
+		return CTX_ACT_OK;
+
+	ret = nat4_tuple(pkt, 1, &p);
+	if (ret < 0)
+		return ret;
+	return nat4_masquerade(ctx, pkt, cfg, &p);
+}
+
+/* A packet DNATed onto a backend arrived from the network: a backend on this node gets it
+ * directly; one on another node gets it masqueraded to this node's address (so the reply comes
+ * back here to be translated) and routed there. Returns a verdict or minus a drop reason. */
+static __always_inline int netdev_forward_to_backend(struct sluice_ctx *ctx, struct pkt4 *pkt,
+						     const struct sluice_node_config *cfg)
+{
+	const struct sluice_endpoint *ep;
+	struct nat4_pkt np;
+	int verdict;
+
+	ep = lookup_ep4(pkt->daddr);
+	if (ep)
+		return redirect_to_endpoint(ctx, ep, pkt);
+	if (!cfg)
+		return -SLUICE_DROP_NO_NODE_CONFIG;
+	if (nat4_tuple(pkt, 1, &np) < 0)
+		return -SLUICE_DROP_INVALID_PACKET;
+	verdict = nat4_masquerade(ctx, pkt, cfg, &np);
+	if (verdict != CTX_ACT_OK)
+		return verdict;
+	return redirect_by_fib(ctx, pkt);
+}
+
+/* NodePorts, ExternalIPs and LoadBalancer IPs, balanced before the stack sees the packet.
+ * frontend is lb4_frontend's answer for the packet (not LB4_NONE). Returns a verdict or minus a
+ * drop reason. */
+static __always_inline int netdev_to_service(struct sluice_ctx *ctx, struct pkt4 *pkt,
+					     const struct ct4_pkt *cp,
+					     const struct sluice_node_config *cfg, int frontend,
+					     const struct sluice_lb4_key *key,
+					     const struct sluice_lb4_service *svc)
+{
+	struct lb4_target t;
+	int ret = frontend;
+
+	if (ret == LB4_DNAT)
+		ret = lb4_choose(cp, key, svc, 0, &t);
+	if (ret < 0)
+		return ret;
+	if (ret == LB4_REJECT)
+		return reject(ctx, pkt);
+	ret = lb4_dnat_rewrite(ctx, pkt, cp, &t);
+	if (ret < 0)
+		return ret;
+	return netdev_forward_to_backend(ctx, pkt, cfg);
+}
+
+/* A reply of a backend elsewhere to a client pod here, which reached a service through this
+ * node: it must come from the frontend the client used. Anything else for a pod (or for an
+ * address that is not the node's) passes. Returns a verdict or minus a drop reason. */
+static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pkt4 *pkt)
+{
+	const struct sluice_endpoint *ep = lookup_ep4(pkt->daddr);
+	struct lb4_target t;
+	struct ct4_pkt cp;
+	int ret;
+
+	if (!ep || ct4_tuple(pkt, &cp) != CT4_TUPLE)
+		return CTX_ACT_OK;
+	if (lb4_rev_nat_lookup(&cp, &t) != LB4_REVNAT)
+		return CTX_ACT_OK;
+	ret = lb4_rev_nat_rewrite(ctx, pkt, &cp, &t);
+	if (ret < 0)
+		return ret;
+	return redirect_to_endpoint(ctx, ep, pkt);
+}
+
+/* A packet to the node's address: a reply to a masqueraded flow goes back to the pod (or, for a
+ * NodePort flow to a remote backend, back from the frontend and out to the client); whatever is
+ * no such reply is the node's own traffic and passes. Returns a verdict or minus a drop reason. */
+static __always_inline int netdev_unmasquerade(struct sluice_ctx *ctx, struct pkt4 *pkt)
+{
+	const struct sluice_endpoint *ep;
+	struct lb4_target t;
+	struct ct4_pkt cp;
+	struct nat4_pkt p;
+	int ret;
+
+	if (nat4_tuple(pkt, 0, &p) < 0)
+		return CTX_ACT_OK;
+	ret = nat4_unmasquerade(ctx, pkt, &p);
+	if (ret < 0)
+		return ret;
+	if (ret == NAT4_NONE)
+		return CTX_ACT_OK;
+
+	if (ct4_tuple(pkt, &cp) == CT4_TUPLE && lb4_rev_nat_lookup(&cp, &t) == LB4_REVNAT) {
+		ret = lb4_rev_nat_rewrite(ctx, pkt, &cp, &t);
+		if (ret < 0)
+			return ret;
+		return redirect_by_fib(ctx, pkt);
+	}
+	ep = lookup_ep4(pkt->daddr);
+	if (ep)
+		return redirect_to_endpoint(ctx, ep, pkt);
+	return CTX_ACT_OK;
+}
+
+/* Ingress of the native device. Returns a verdict or minus a drop reason. */
+static __always_inline int netdev_from_net(struct sluice_ctx *ctx, struct pkt4 *pkt)
+{
+	const struct sluice_node_config *cfg = node_config();
+	const struct sluice_lb4_service *svc;
+	struct sluice_lb4_key key;
+	struct ct4_pkt cp;
+	int frontend;
+
+	if (ct4_tuple(pkt, &cp) == CT4_TUPLE) {
+		frontend = lb4_frontend(&cp, cfg, &key, &svc);
+		if (frontend != LB4_NONE)
+			return netdev_to_service(ctx, pkt, &cp, cfg, frontend, &key, svc);
+	}
+	if (!cfg || pkt->daddr != cfg->node_ip4)
+		return netdev_reply_to_pod(ctx, pkt);
+	return netdev_unmasquerade(ctx, pkt);
+}
+
+#endif

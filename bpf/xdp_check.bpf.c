@@ -1,0 +1,63 @@
+/* Not attached anywhere: builds lib/'s parsing, service LB, NAT, reject and forwarding code
+ * against the XDP context (lib/ctx/xdp.h), so that code keeps building for XDP until an XDP entry
+ * file (bpf/xdp.bpf.c) uses it. One program runs the pod path's service translation, the other
+ * the native device's ingress paths (lib/netdev.h). */
+#include "lib/ctx/xdp.h"
+#include "lib/arp.h"
+#include "lib/netdev.h"
+
+static __always_inline int xdp_check(struct xdp_md *ctx)
+{
+	const struct sluice_node_config *cfg = node_config();
+	const struct sluice_endpoint *dst;
+	struct nat4_pkt np;
+	struct ct4_pkt p;
+	struct pkt4 pkt;
+	__be16 h_proto;
+	int ret;
+
+	ret = parse_eth_ip4(ctx, &h_proto, &pkt);
+	if (ret == -SLUICE_DROP_UNSUPPORTED_L3 && h_proto == bpf_htons(ETH_P_ARP))
+		return pod_arp(ctx);
+	if (ret < 0)
+		return ret;
+	if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
+		ret = lb4_from_pod(ctx, &pkt, &p, cfg);
+		if (ret < 0)
+			return ret;
+		if (ret == LB4_REJECT)
+			return reject(ctx, &pkt);
+	}
+	dst = lookup_ep4(pkt.daddr);
+	if (dst)
+		return redirect_to_endpoint(ctx, dst, &pkt);
+	if (cfg && nat4_tuple(&pkt, 0, &np) == 0) {
+		ret = nat4_unmasquerade(ctx, &pkt, &np);
+		if (ret < 0)
+			return ret;
+		if (ret == NAT4_XLATED)
+			return redirect_by_fib(ctx, &pkt);
+		if (nat4_tuple(&pkt, 1, &np) == 0)
+			return nat4_masquerade(ctx, &pkt, cfg, &np);
+	}
+	return CTX_ACT_OK;
+}
+
+SEC("xdp")
+int sluice_xdp_check(struct xdp_md *ctx)
+{
+	return verdict_or_drop(ctx, xdp_check(ctx));
+}
+
+SEC("xdp")
+int sluice_xdp_check_net(struct xdp_md *ctx)
+{
+	struct pkt4 pkt;
+	__be16 h_proto;
+
+	if (parse_eth_ip4(ctx, &h_proto, &pkt) < 0)
+		return XDP_PASS;
+	return verdict_or_drop(ctx, netdev_from_net(ctx, &pkt));
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -1,0 +1,66 @@
+/* Every Sluice map, declared once. SLUICE_MAPS(X) calls
+ *   X(name, type, key, value, max_entries, map_flags)
+ * for each map: bpf/lib/maps.h declares the BPF maps from it (the identifier is the map's name,
+ * pinned as <bpffs root>/<name>), maps/sluice_maps.h makes the C++ name constants and key/value
+ * types (maps::name::<name>, maps::spec::<name>), and loader/datapath.cc checks at compile time
+ * that every BPF object has exactly these maps under exactly these names.
+ * A map's name is ABI (its pin): a layout change is handled by the loader (the pin is replaced),
+ * a rename is not. Kernel map names keep 15 characters (bpftool map list), pins the whole name. */
+#ifndef SLUICE_MAPS_MAP_LIST_H
+#define SLUICE_MAPS_MAP_LIST_H
+
+#include <linux/bpf.h>
+
+#include "conntrack.h"
+#include "drop.h"
+#include "endpoint.h"
+#include "lb.h"
+#include "nat.h"
+#include "node.h"
+#include "sock_lb.h"
+
+/* The LB maps are written only by the agent, so they need no preallocation (which would cost
+ * memory for a million entries up front); BPF only looks them up. */
+#define SLUICE_MAPS(X)                                                                            \
+	/* pod IPv4 -> its interface (endpoint.h) */                                               \
+	X(sluice_ep4, BPF_MAP_TYPE_HASH, struct sluice_ep4_key, struct sluice_endpoint,            \
+	  SLUICE_EP4_MAX_ENTRIES, 0)                                                               \
+	/* this node's addressing, one entry (node.h) */                                           \
+	X(sluice_node, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_node_config, 1, 0)                 \
+	/* destinations never masqueraded (node.h) */                                              \
+	X(sluice_nomasq4, BPF_MAP_TYPE_LPM_TRIE, struct sluice_lpm4_key, __u8,                     \
+	  SLUICE_NOMASQ4_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                           \
+	/* masquerade: pod flow tuple -> node address and port (nat.h) */                          \
+	X(sluice_snat4, BPF_MAP_TYPE_LRU_HASH, struct sluice_nat4_key, struct sluice_nat4_entry,   \
+	  SLUICE_NAT4_MAX_ENTRIES, 0)                                                              \
+	/* masquerade replies: reply tuple -> pod address and port (nat.h) */                      \
+	X(sluice_rnat4, BPF_MAP_TYPE_LRU_HASH, struct sluice_nat4_key, struct sluice_nat4_entry,   \
+	  SLUICE_NAT4_MAX_ENTRIES, 0)                                                              \
+	/* service frontends: master entries and backend slots (lb.h) */                           \
+	X(sluice_lb4_svc, BPF_MAP_TYPE_HASH, struct sluice_lb4_key, struct sluice_lb4_service,     \
+	  SLUICE_LB4_SVC_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                           \
+	/* service backends: backend id -> address (lb.h) */                                       \
+	X(sluice_lb4_be, BPF_MAP_TYPE_HASH, __u32, struct sluice_lb4_backend,                      \
+	  SLUICE_LB4_BACKENDS_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                      \
+	/* service reverse NAT: rev_nat_id -> the frontend replies come from (lb.h) */             \
+	X(sluice_lb4_rnat, BPF_MAP_TYPE_HASH, __u32, struct sluice_lb4_revnat,                     \
+	  SLUICE_LB4_REVNAT_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                        \
+	/* loadBalancerSourceRanges per frontend (lb.h) */                                         \
+	X(sluice_lb4_srcr, BPF_MAP_TYPE_LPM_TRIE, struct sluice_lb4_srcrange_key, __u8,            \
+	  SLUICE_LB4_SRC_RANGES_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                    \
+	/* sessionAffinity ClientIP (lb.h) */                                                      \
+	X(sluice_lb4_aff, BPF_MAP_TYPE_LRU_HASH, struct sluice_lb4_affinity_key,                   \
+	  struct sluice_lb4_affinity, SLUICE_LB4_AFFINITY_MAX_ENTRIES, 0)                          \
+	/* conntrack of balanced flows (conntrack.h) */                                            \
+	X(sluice_ct4, BPF_MAP_TYPE_LRU_HASH, struct sluice_ct4_key, struct sluice_ct4_entry,       \
+	  SLUICE_CT4_MAX_ENTRIES, 0)                                                               \
+	/* drop counters per reason (drop.h) */                                                    \
+	X(sluice_drops, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_drop_count,                \
+	  SLUICE_DROP_MAX, 0)                                                                      \
+	/* socket LB: the network namespace it acts in, one entry (sock_lb.h) */                   \
+	X(sluice_sock_cfg, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_sock_config, 1, 0)             \
+	/* socket LB reverse translation: socket + backend -> frontend (sock_lb.h) */              \
+	X(sluice_sock4_rnat, BPF_MAP_TYPE_LRU_HASH, struct sluice_sock4_revnat_key,                \
+	  struct sluice_sock4_revnat, SLUICE_SOCK4_REVNAT_MAX_ENTRIES, 0)
+
+#endif
