@@ -116,13 +116,7 @@ struct LoadedDatapath {
 
   void AddEndpoint(uint32_t addr_be, int ifindex, const Mac& mac, const Mac& host_mac,
                    uint32_t id) {
-    sluice_ep4_key key{addr_be};
-    sluice_endpoint ep{};
-    ep.ifindex = ifindex;
-    std::memcpy(ep.mac, mac.data(), 6);
-    std::memcpy(ep.host_mac, host_mac.data(), 6);
-    ep.endpoint_id = id;
-    auto st = dp->endpoints().Update(key, ep);
+    auto st = testing::AddEndpoint(*dp, addr_be, ifindex, mac, host_mac, id);
     if (!st.ok()) Die(absl::StrCat("program endpoint ", id, ": ", st.ToString()));
   }
 };

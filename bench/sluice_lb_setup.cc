@@ -28,6 +28,7 @@
 #include "absl/strings/str_split.h"
 #include "lb_cluster.h"
 #include "loader/datapath.h"
+#include "support/fixture.h"
 #include "support/packet.h"
 
 namespace {
@@ -124,12 +125,9 @@ int main(int argc, char** argv) {
     const auto& p = pods[i];
     int ifindex = static_cast<int>(if_nametoindex(p.host_if.c_str()));
     if (ifindex == 0) Die(absl::StrCat("no interface ", p.host_if));
-    sluice_endpoint ep{};
-    ep.ifindex = static_cast<uint32_t>(ifindex);
-    std::memcpy(ep.mac, p.mac.data(), 6);
-    std::memcpy(ep.host_mac, p.host_mac.data(), 6);
-    ep.endpoint_id = static_cast<uint32_t>(i + 1);
-    if (auto st = (*dp)->endpoints().Update(sluice_ep4_key{p.addr}, ep); !st.ok())
+    if (auto st = sluice::testing::AddEndpoint(**dp, p.addr, ifindex, p.mac, p.host_mac,
+                                       static_cast<uint32_t>(i + 1));
+        !st.ok())
       Die(absl::StrCat("endpoint ", p.host_if, ": ", st.ToString()));
     if (auto st = (*dp)->AttachPod(ifindex); !st.ok())
       Die(absl::StrCat("attach ", p.host_if, ": ", st.ToString()));

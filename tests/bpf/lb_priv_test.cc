@@ -120,13 +120,7 @@ class LbTest : public DatapathTest {
   }
 
   void AddEndpoint(const std::string& ip, const Mac& mac, const Mac& host_mac, uint32_t id) {
-    sluice_ep4_key key{Ip4(ip)};
-    sluice_endpoint ep{};
-    ep.ifindex = kIfindex;
-    std::memcpy(ep.mac, mac.data(), 6);
-    std::memcpy(ep.host_mac, host_mac.data(), 6);
-    ep.endpoint_id = id;
-    ASSERT_TRUE(dp_->endpoints().Update(key, ep).ok());
+    ASSERT_TRUE(testing::AddEndpoint(*dp_, Ip4(ip), kIfindex, mac, host_mac, id).ok());
   }
 
   static sluice_lb4_key SvcKey(const std::string& addr, uint16_t port, uint8_t proto,

@@ -61,12 +61,7 @@ class NetdevTest : public DatapathTest {
     SetNodeConfig(*dp_, kPortMin, kPortMax, SLUICE_NODE_F_MASQUERADE);
     sluice_lpm4_key pod_cidr{24, Ip4("10.244.0.0")};
     ASSERT_TRUE(dp_->nomasq().Update(pod_cidr, 1).ok());
-    sluice_ep4_key key{Ip4(kPodIp)};
-    sluice_endpoint ep{};
-    ep.ifindex = 4242;
-    std::memcpy(ep.mac, kPodMac.data(), 6);
-    std::memcpy(ep.host_mac, kHostMac.data(), 6);
-    ASSERT_TRUE(dp_->endpoints().Update(key, ep).ok());
+    ASSERT_TRUE(testing::AddEndpoint(*dp_, Ip4(kPodIp), 4242, kPodMac, kHostMac, 0).ok());
   }
   RunResult ToNet(const Bytes& in) { return Run(dp_->to_net_fd(), in); }
 };

@@ -26,13 +26,7 @@ class PodEgressTest : public DatapathTest {
   }
   void AddEndpoint(const std::string& ip, int ifindex, const Mac& mac, const Mac& host_mac,
                    uint32_t id) {
-    sluice_ep4_key key{Ip4(ip)};
-    sluice_endpoint ep{};
-    ep.ifindex = ifindex;
-    std::memcpy(ep.mac, mac.data(), 6);
-    std::memcpy(ep.host_mac, host_mac.data(), 6);
-    ep.endpoint_id = id;
-    ASSERT_TRUE(dp_->endpoints().Update(key, ep).ok());
+    ASSERT_TRUE(testing::AddEndpoint(*dp_, Ip4(ip), ifindex, mac, host_mac, id).ok());
   }
   RunResult FromPod(const Bytes& in) { return Run(dp_->from_pod_fd(), in, kPodAIfindex); }
 };

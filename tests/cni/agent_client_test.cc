@@ -11,6 +11,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/temp_dir.h"
 
 namespace sluice::cni {
 namespace {
@@ -19,15 +20,9 @@ using ::testing::HasSubstr;
 
 class AgentClientTest : public ::testing::Test {
  protected:
-  AgentClientTest() {
-    char pattern[] = "/tmp/sluice-agent-client-test.XXXXXX";
-    dir_ = mkdtemp(pattern);
-    path_ = dir_ + "/agent.sock";
-  }
+  AgentClientTest() : path_(tmp_ / "agent.sock") {}
   ~AgentClientTest() override {
     if (listen_fd_ >= 0) close(listen_fd_);
-    std::error_code ignored;
-    std::filesystem::remove_all(dir_, ignored);
   }
 
   void Listen(bool listening = true) {
@@ -41,7 +36,7 @@ class AgentClientTest : public ::testing::Test {
     }
   }
 
-  std::string dir_;
+  sluice::testing::TempDir tmp_{"sluice-agent-client-test"};
   std::string path_;
   int listen_fd_ = -1;
 };

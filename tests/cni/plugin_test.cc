@@ -23,6 +23,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/temp_dir.h"
 
 namespace sluice::cni {
 namespace {
@@ -115,23 +116,6 @@ PluginRun RunPlugin(const Env& env, const std::string& stdin_text) {
   return run;
 }
 
-// A temporary directory for sockets, removed at the end of the test.
-class ScratchDir {
- public:
-  ScratchDir() {
-    char pattern[] = "/tmp/sluice-cni-test.XXXXXX";
-    path_ = mkdtemp(pattern);
-  }
-  ~ScratchDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  [[nodiscard]] const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
-
 int BoundUnixSocket(const std::string& path) {
   const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_un address = {};
@@ -218,7 +202,7 @@ class PluginTest : public ::testing::Test {
                {"CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0"}};
   }
 
-  ScratchDir scratch_;
+  sluice::testing::TempDir scratch_{"sluice-cni-test"};
 };
 
 // Asserts that `run` failed with a CNI error object of `code` whose msg contains `msg_part`.

@@ -1,5 +1,7 @@
 #include "support/fixture.h"
 
+#include <cstring>
+
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
@@ -210,6 +212,16 @@ void DatapathTest::RunCase(const PacketCase& c) {
       if (HasFatalFailure()) return;
     }
   }
+}
+
+absl::Status AddEndpoint(loader::Datapath& dp, uint32_t addr_be, int ifindex, const Mac& mac,
+                         const Mac& host_mac, uint32_t endpoint_id) {
+  sluice_endpoint ep{};
+  ep.ifindex = static_cast<uint32_t>(ifindex);
+  std::memcpy(ep.mac, mac.data(), sizeof(ep.mac));
+  std::memcpy(ep.host_mac, host_mac.data(), sizeof(ep.host_mac));
+  ep.endpoint_id = endpoint_id;
+  return dp.endpoints().Update(sluice_ep4_key{addr_be}, ep);
 }
 
 }  // namespace sluice::testing

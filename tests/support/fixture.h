@@ -117,6 +117,11 @@ class DatapathTest : public ::testing::Test {
   std::unique_ptr<loader::Datapath> dp_;
 };
 
+// The one way tests and benchmarks put a local endpoint into sluice_ep4 (what the agent's ADD
+// writes): pod address (network order) -> host veth ifindex, pod MAC, host MAC, endpoint id.
+[[nodiscard]] absl::Status AddEndpoint(loader::Datapath& dp, uint32_t addr_be, int ifindex,
+                                       const Mac& mac, const Mac& host_mac, uint32_t endpoint_id);
+
 // One backend of a service programmed by ProgramService.
 struct LbBackendSpec {
   uint32_t id;

@@ -20,6 +20,7 @@
 #include "gtest/gtest.h"
 #include "loader/tc.h"
 #include "support/fixture.h"
+#include "support/temp_dir.h"
 
 namespace sluice::agent {
 namespace {
@@ -41,9 +42,7 @@ class EndpointServicePrivTest : public ::testing::Test {
     ASSERT_EQ(Sh("ip netns add " + base_ + "-node"), 0);
     ASSERT_EQ(Sh("ip netns add " + base_ + "-pod"), 0);
     ASSERT_EQ(Sh("ip -n " + base_ + "-node link set lo up"), 0);
-    char pattern[] = "/tmp/cnihard-state.XXXXXX";
-    ASSERT_NE(mkdtemp(pattern), nullptr);
-    state_dir_ = pattern;
+    state_dir_ = state_.path();
     bpffs_ = std::make_unique<testing::ScratchBpffs>();
     auto dp = loader::Datapath::Load(bpffs_->path());
     ASSERT_TRUE(dp.ok()) << dp.status();
@@ -66,8 +65,6 @@ class EndpointServicePrivTest : public ::testing::Test {
     Sh("ip netns del " + base_ + "-node");
     dp_.reset();
     bpffs_.reset();
-    std::error_code ignored;
-    std::filesystem::remove_all(state_dir_, ignored);
   }
 
   std::string NodePath() const { return "/var/run/netns/" + base_ + "-node"; }
@@ -114,6 +111,7 @@ class EndpointServicePrivTest : public ::testing::Test {
     return *recorded_;
   }
 
+  testing::TempDir state_{"sluice-endpoint-service-test"};
   std::string base_, state_dir_;
   std::unique_ptr<testing::ScratchBpffs> bpffs_;
   std::unique_ptr<loader::Datapath> dp_;
