@@ -53,8 +53,8 @@ absl::Status RemoveLegacySluiceFilter(bpf_tc_hook* hook, TcDirection dir, int if
   int err = bpf_tc_query(hook, &query);
   if (err == -ENOENT || err == -EINVAL || err == -ENODEV) return absl::OkStatus();
   if (err != 0) {
-    return ErrnoStatus(-err, absl::StrCat("query legacy tc ", Name(dir), " slot on ",
-                                          IfName(ifindex)));
+    return ErrnoStatus(-err,
+                       absl::StrCat("query legacy tc ", Name(dir), " slot on ", IfName(ifindex)));
   }
   const std::string name = ProgramName(query.prog_id);
   if (!absl::StartsWith(name, kSluiceProgramPrefix)) {
@@ -66,11 +66,11 @@ absl::Status RemoveLegacySluiceFilter(bpf_tc_hook* hook, TcDirection dir, int if
   LIBBPF_OPTS(bpf_tc_opts, legacy, .handle = kLegacyTcHandle, .priority = kLegacyTcPriority);
   err = bpf_tc_detach(hook, &legacy);
   if (err != 0 && err != -ENOENT && err != -EINVAL) {
-    return ErrnoStatus(-err, absl::StrCat("detach legacy tc ", Name(dir), " slot on ",
-                                          IfName(ifindex)));
+    return ErrnoStatus(-err,
+                       absl::StrCat("detach legacy tc ", Name(dir), " slot on ", IfName(ifindex)));
   }
-  spdlog::info("tc {} on {}: removed Sluice's {} from the legacy slot pref {} handle {}",
-               Name(dir), IfName(ifindex), name, kLegacyTcPriority, kLegacyTcHandle);
+  spdlog::info("tc {} on {}: removed Sluice's {} from the legacy slot pref {} handle {}", Name(dir),
+               IfName(ifindex), name, kLegacyTcPriority, kLegacyTcHandle);
   return absl::OkStatus();
 }
 

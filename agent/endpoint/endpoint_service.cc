@@ -1,7 +1,6 @@
 #include "agent/endpoint/endpoint_service.h"
 
 #include <arpa/inet.h>
-
 #include <sys/stat.h>
 
 #include <cstring>
@@ -11,9 +10,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/endpoint/api_protocol.h"
 #include "agent/kernel/netns.h"
 #include "loader/tc.h"
-#include "agent/endpoint/api_protocol.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {
@@ -412,9 +411,9 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
     (void)ipam_.Release(owner);
     return fail(st);
   };
-  auto veth = netlink_.CreatePodVeth({ep.host_ifname, ns_path, req.if_name,
-                                      static_cast<uint32_t>(ep.mtu),
-                                      LinkMark(ep.container_id, ep.ifname)});
+  auto veth =
+      netlink_.CreatePodVeth({ep.host_ifname, ns_path, req.if_name, static_cast<uint32_t>(ep.mtu),
+                              LinkMark(ep.container_id, ep.ifname)});
   if (!veth.ok()) {
     int code = absl::IsAlreadyExists(veth.status()) ? api::kSluiceInterfaceExists
                                                     : api::kSluiceInternal;
@@ -465,10 +464,11 @@ absl::Status EndpointService::DeleteHostVeth(const Endpoint& ep) {
   if (!link.ok()) return link.status();
   if (!IsEndpointLink(*link, ep)) {
     Count(&EndpointServiceStats::foreign_links_kept);
-    spdlog::warn("{}/{}: {} (ifindex {}, alias \"{}\") is not the veth Sluice made for it "
-                 "(mark \"{}\", ifindex {}); leaving it alone",
-                 ep.container_id, ep.ifname, ep.host_ifname, link->ifindex, link->alias,
-                 LinkMark(ep.container_id, ep.ifname), ep.host_ifindex);
+    spdlog::warn(
+        "{}/{}: {} (ifindex {}, alias \"{}\") is not the veth Sluice made for it "
+        "(mark \"{}\", ifindex {}); leaving it alone",
+        ep.container_id, ep.ifname, ep.host_ifname, link->ifindex, link->alias,
+        LinkMark(ep.container_id, ep.ifname), ep.host_ifindex);
     return absl::OkStatus();
   }
   return netlink_.DeleteLinkByIndex(link->ifindex);
@@ -706,10 +706,11 @@ absl::Status EndpointService::Restore() {
     if (!link.ok() && !absl::IsNotFound(link.status())) return link.status();
     if (!link.ok() || !IsEndpointLink(*link, ep)) {
       if (link.ok()) {
-        spdlog::warn("restore {}/{}: {} (ifindex {}, alias \"{}\") is not the veth recorded "
-                     "(ifindex {}); leaving it and removing the endpoint",
-                     ep.container_id, ep.ifname, ep.host_ifname, link->ifindex, link->alias,
-                     ep.host_ifindex);
+        spdlog::warn(
+            "restore {}/{}: {} (ifindex {}, alias \"{}\") is not the veth recorded "
+            "(ifindex {}); leaving it and removing the endpoint",
+            ep.container_id, ep.ifname, ep.host_ifname, link->ifindex, link->alias,
+            ep.host_ifindex);
       } else {
         spdlog::info("restore {}/{}: veth {} is gone, removing the endpoint", ep.container_id,
                      ep.ifname, ep.host_ifname);

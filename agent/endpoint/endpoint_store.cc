@@ -179,7 +179,8 @@ namespace {
 std::string HexDigits(const std::array<uint8_t, 32>& digest, size_t count) {
   static constexpr char kHex[] = "0123456789abcdef";
   std::string out;
-  for (size_t i = 0; i < count; ++i) out.push_back(kHex[digest[i / 2] >> (i % 2 == 0 ? 4 : 0) & 0xf]);
+  for (size_t i = 0; i < count; ++i)
+    out.push_back(kHex[digest[i / 2] >> (i % 2 == 0 ? 4 : 0) & 0xf]);
   return out;
 }
 
@@ -197,8 +198,8 @@ std::string LegacyHostInterfaceName(absl::string_view container_id, absl::string
 std::string LinkMark(absl::string_view container_id, absl::string_view ifname) {
   std::string mark = absl::StrCat(kSluiceLinkMarkPrefix, container_id, "/", ifname);
   if (mark.size() < 256) return mark;  // IFALIASZ
-  return absl::StrCat(kSluiceLinkMarkPrefix, "sha256:",
-                      HexDigits(Sha256(absl::StrCat(container_id, "/", ifname)), 64));
+  return absl::StrCat(kSluiceLinkMarkPrefix,
+                      "sha256:", HexDigits(Sha256(absl::StrCat(container_id, "/", ifname)), 64));
 }
 
 // ---- EndpointStore -------------------------------------------------------------------------

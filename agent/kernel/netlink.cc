@@ -467,8 +467,8 @@ absl::StatusOr<PodVeth> LibnlNetlink::CreatePodVeth(const PodVethSpec& spec) {
     if (kind != "veth" || spec.alias.empty() || existing.alias != spec.alias) {
       return absl::AlreadyExistsError(absl::StrCat(
           what, ": ", spec.host_ifname, " (ifindex ", existing.ifindex, ", ", kind, ", alias \"",
-          existing.alias, "\") exists and is not this endpoint's (its mark would be \"",
-          spec.alias, "\"); leaving it alone"));
+          existing.alias, "\") exists and is not this endpoint's (its mark would be \"", spec.alias,
+          "\"); leaving it alone"));
     }
     spdlog::warn("{}: deleting stale host interface {} (#{}, alias \"{}\") and retrying", what,
                  spec.host_ifname, existing.ifindex, existing.alias);

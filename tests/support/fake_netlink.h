@@ -134,8 +134,8 @@ class FakeNetlink final : public agent::Netlink {
     // of that name is left alone.
     if (auto it = host_.links.find(spec.host_ifname); it != host_.links.end()) {
       if (spec.alias.empty() || it->second.alias != spec.alias) {
-        return absl::AlreadyExistsError(absl::StrCat(spec.host_ifname, " exists (alias \"",
-                                                     it->second.alias, "\")"));
+        return absl::AlreadyExistsError(
+            absl::StrCat(spec.host_ifname, " exists (alias \"", it->second.alias, "\")"));
       }
       host_.links.erase(it);
     }

@@ -173,10 +173,9 @@ class CoexistencePrivTest : public ::testing::Test {
   json Call(const std::string& command, const std::string& netns, const std::string& container_id,
             const std::string& ifname = "eth0") {
     json request = {{"command", command}, {"containerID", container_id}, {"netns", netns},
-                    {"ifName", ifname},   {"args", "K8S_POD_NAME=p"},  {"config", Config()}};
-    absl::StatusOr<json> reply = InNode([&]() -> absl::StatusOr<json> {
-      return service_->Handle(request);
-    });
+                    {"ifName", ifname},   {"args", "K8S_POD_NAME=p"},    {"config", Config()}};
+    absl::StatusOr<json> reply =
+        InNode([&]() -> absl::StatusOr<json> { return service_->Handle(request); });
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? *reply : json();
   }
@@ -219,9 +218,9 @@ class CoexistencePrivTest : public ::testing::Test {
   static constexpr uint32_t kOtherPriority = 2, kOtherHandle = 7;
 
   void PlantForeignObjects() {
-    for (auto [name, peer] : {std::pair{"lxc1234", "lxc1234_peer"},
-                              std::pair{"lxc_health", "lxc_health_p"},
-                              std::pair{"cilium_host", "cilium_net"}}) {
+    for (auto [name, peer] :
+         {std::pair{"lxc1234", "lxc1234_peer"}, std::pair{"lxc_health", "lxc_health_p"},
+          std::pair{"cilium_host", "cilium_net"}}) {
       foreign_.links[name] = AddForeignVeth(name, peer);
       foreign_.links[peer] = NodeLink(peer) ? NodeLink(peer)->ifindex : 0;
     }
@@ -231,8 +230,8 @@ class CoexistencePrivTest : public ::testing::Test {
     foreign_.links["takenpeer"] = NodeLink("takenpeer") ? NodeLink("takenpeer")->ifindex : 0;
 
     // Another plugin's route.
-    ASSERT_EQ(Sh(absl::StrCat("ip -n ", Node(), " route add 10.99.0.0/24 dev lxc1234 proto static")),
-              0);
+    ASSERT_EQ(
+        Sh(absl::StrCat("ip -n ", Node(), " route add 10.99.0.0/24 dev lxc1234 proto static")), 0);
 
     // Its tc filters: pref 1 handle 1 on both hooks of the shared device, plus one elsewhere.
     foreign_.dev = AddForeignVeth("coexdev", "coexdev_peer");
@@ -248,7 +247,8 @@ class CoexistencePrivTest : public ::testing::Test {
                                   1);
                 }).ok());
     ASSERT_TRUE(InNode([&] {
-                  return AttachAt(foreign_.dev, loader::TcDirection::kEgress, foreign_fds_[1], 1, 1);
+                  return AttachAt(foreign_.dev, loader::TcDirection::kEgress, foreign_fds_[1], 1,
+                                  1);
                 }).ok());
     ASSERT_TRUE(InNode([&] {
                   return AttachAt(foreign_.dev, loader::TcDirection::kIngress, foreign_fds_[2],
@@ -304,9 +304,8 @@ class CoexistencePrivTest : public ::testing::Test {
               }).value_or(0),
               foreign_.egress_prog);
     EXPECT_EQ(InNode([&] {
-                return absl::StatusOr<uint32_t>(ProgramAt(foreign_.dev,
-                                                          loader::TcDirection::kIngress,
-                                                          kOtherPriority, kOtherHandle));
+                return absl::StatusOr<uint32_t>(ProgramAt(
+                    foreign_.dev, loader::TcDirection::kIngress, kOtherPriority, kOtherHandle));
               }).value_or(0),
               foreign_.other_prog);
     for (const auto& [path, text] : foreign_.cni_files) EXPECT_EQ(ReadFile(path), text) << path;
@@ -356,12 +355,12 @@ TEST_F(CoexistencePrivTest, AnotherPluginsObjectsSurviveEverythingTheAgentDoes) 
   json check = Call("CHECK", NetnsPath("-pod"), "ctr1");
   EXPECT_EQ(check["ok"], true) << Msg(check);
   // Sluice's pod program sits at Sluice's slot.
-  EXPECT_EQ(InNode([&] {
-              return absl::StatusOr<uint32_t>(ProgramAt(link->ifindex,
-                                                        loader::TcDirection::kIngress,
-                                                        loader::kTcPriority, loader::kTcHandle));
-            }).value_or(0),
-            IdOf(dp_->from_pod_fd()));
+  EXPECT_EQ(
+      InNode([&] {
+        return absl::StatusOr<uint32_t>(ProgramAt(link->ifindex, loader::TcDirection::kIngress,
+                                                  loader::kTcPriority, loader::kTcHandle));
+      }).value_or(0),
+      IdOf(dp_->from_pod_fd()));
   ExpectForeignObjectsUntouched("after ADD");
 
   // ADD whose host veth name is taken by a link without Sluice's mark: a clear error naming the
@@ -395,15 +394,15 @@ TEST_F(CoexistencePrivTest, AnotherPluginsObjectsSurviveEverythingTheAgentDoes) 
   ExpectForeignObjectsUntouched("after re-attaching");
 
   // Peer route sync deletes only protocol-181 routes: the same prefix with another protocol stays.
-  ASSERT_TRUE(InNode([&] { return netlink_.DeletePeerRoute(*IpPrefix::Parse("10.99.0.0/24")); })
-                  .ok());
+  ASSERT_TRUE(
+      InNode([&] { return netlink_.DeletePeerRoute(*IpPrefix::Parse("10.99.0.0/24")); }).ok());
   ExpectForeignObjectsUntouched("after deleting a peer route of the foreign prefix");
 
   // CNI install writes only Sluice's conflist and binary.
   const std::string plugin = state_dir_ + "/sluice-cni";
   std::ofstream(plugin) << "plugin";
-  ASSERT_TRUE(InstallCni({.conf_dir = conf_dir_, .bin_dir = bin_dir_, .plugin_source = plugin})
-                  .ok());
+  ASSERT_TRUE(
+      InstallCni({.conf_dir = conf_dir_, .bin_dir = bin_dir_, .plugin_source = plugin}).ok());
   std::set<std::string> files;
   for (const auto& d : {conf_dir_, bin_dir_}) {
     for (const auto& e : std::filesystem::directory_iterator(d)) files.insert(e.path().string());
@@ -442,8 +441,8 @@ TEST_F(CoexistencePrivTest, AnUpgradedAgentAdoptsItsRecordedLxcVethsAndTheirOldT
   // What an agent from before the "slc" names and tc slot left: a recorded, unmarked "lxc" veth
   // with its program at tc pref 1 handle 1.
   const std::string legacy = LegacyHostInterfaceName("old1", "eth0");
-  ASSERT_EQ(Sh(absl::StrCat("ip -n ", Node(), " link add ", legacy, " type veth peer name eth0 netns ",
-                            base_, "-pod")),
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", Node(), " link add ", legacy,
+                            " type veth peer name eth0 netns ", base_, "-pod")),
             0);
   std::optional<LinkInfo> host = NodeLink(legacy);
   ASSERT_TRUE(host.has_value());
@@ -451,10 +450,11 @@ TEST_F(CoexistencePrivTest, AnUpgradedAgentAdoptsItsRecordedLxcVethsAndTheirOldT
   ASSERT_TRUE(addr.ok()) << addr.status();
   absl::StatusOr<PodInterface> pod = netlink_.GetPodInterface(NetnsPath("-pod"), "eth0");
   ASSERT_TRUE(pod.ok()) << pod.status();
-  ASSERT_TRUE(netlink_.ConfigurePodInterface({NetnsPath("-pod"), "eth0", *addr, ipam_->gateway(),
-                                              1400})
-                  .ok());
-  ASSERT_TRUE(InNode([&] { return netlink_.ConfigureHostVeth(legacy, *addr, pod->link.mac); }).ok());
+  ASSERT_TRUE(
+      netlink_.ConfigurePodInterface({NetnsPath("-pod"), "eth0", *addr, ipam_->gateway(), 1400})
+          .ok());
+  ASSERT_TRUE(
+      InNode([&] { return netlink_.ConfigureHostVeth(legacy, *addr, pod->link.mac); }).ok());
   Endpoint old;
   old.container_id = "old1";
   old.ifname = "eth0";
@@ -500,10 +500,9 @@ TEST_F(CoexistencePrivTest, AnUpgradedAgentAdoptsItsRecordedLxcVethsAndTheirOldT
             }).value_or(0),
             IdOf(dp_->from_pod_fd()));
   EXPECT_EQ(InNode([&] {
-              return absl::StatusOr<uint32_t>(ProgramAt(host->ifindex,
-                                                        loader::TcDirection::kIngress,
-                                                        loader::kLegacyTcPriority,
-                                                        loader::kLegacyTcHandle));
+              return absl::StatusOr<uint32_t>(
+                  ProgramAt(host->ifindex, loader::TcDirection::kIngress, loader::kLegacyTcPriority,
+                            loader::kLegacyTcHandle));
             }).value_or(1),
             0u)
       << "Sluice's program was left at the legacy slot";
@@ -522,9 +521,9 @@ TEST_F(CoexistencePrivTest, AnUpgradedAgentAdoptsItsRecordedLxcVethsAndTheirOldT
   ASSERT_TRUE(InNode([&] { return dp_->AttachNative(native); }).ok());
   ASSERT_TRUE(InNode([&] { return dp_->AttachNative(foreign_.dev); }).ok());
   for (auto dir : {loader::TcDirection::kIngress, loader::TcDirection::kEgress}) {
-    EXPECT_EQ(InNode([&] { return absl::StatusOr<uint32_t>(ProgramAt(native, dir, 1, 1)); })
-                  .value_or(1),
-              0u);
+    EXPECT_EQ(
+        InNode([&] { return absl::StatusOr<uint32_t>(ProgramAt(native, dir, 1, 1)); }).value_or(1),
+        0u);
     EXPECT_NE(InNode([&] { return loader::AttachedTcProgram(native, dir); }).value_or(0), 0u);
   }
   ExpectForeignObjectsUntouched("after the upgrade's restore and attach");

@@ -10,9 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
-#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "support/temp_dir.h"
 
