@@ -137,7 +137,7 @@ check_adds() {
 check_dels() {
   local left p=s
   if [ "$1" = sluice ]; then
-    left=$(ip -n "$NODE" -o link show | grep -c ' lxc' || true)
+    left=$(ip -n "$NODE" -o link show | grep -c ' slc' || true)
   else
     p=r
     left=$(ip -n "$NODE" -o link show master "$REF_BRIDGE" | grep -c . || true)

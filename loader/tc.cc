@@ -3,18 +3,22 @@
 #include <bpf/bpf.h>
 #include <bpf/libbpf.h>
 #include <net/if.h>
+#include <unistd.h>
 
 #include <cerrno>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "maps/map.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::loader {
 namespace {
 
-// Sluice's slot on every hook. A fixed handle/priority is what makes re-attach a replace.
-constexpr uint32_t kHandle = 1;
-constexpr uint32_t kPriority = 1;
+// A fixed handle/priority is what makes re-attach a replace.
+constexpr uint32_t kHandle = kTcHandle;
+constexpr uint32_t kPriority = kTcPriority;
+constexpr char kSluiceProgramPrefix[] = "sluice_";
 
 const char* Name(TcDirection dir) { return dir == TcDirection::kIngress ? "ingress" : "egress"; }
 
@@ -26,6 +30,48 @@ std::string IfName(int ifindex) {
 
 bpf_tc_attach_point Point(TcDirection dir) {
   return dir == TcDirection::kIngress ? BPF_TC_INGRESS : BPF_TC_EGRESS;
+}
+
+// The name of the loaded program `id` ("" if it is gone).
+std::string ProgramName(uint32_t id) {
+  int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) return "";
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  std::string name;
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) name = info.name;
+  close(fd);
+  return name;
+}
+
+// Removes the filter at the legacy slot 1/1 when it runs a Sluice program (an agent from before
+// Sluice had a slot of its own attached it). A filter of another kind there (u32, matchall: the
+// query asks for kind "bpf" and the kernel answers EINVAL) or a bpf program of someone else's is
+// left alone.
+absl::Status RemoveLegacySluiceFilter(bpf_tc_hook* hook, TcDirection dir, int ifindex) {
+  LIBBPF_OPTS(bpf_tc_opts, query, .handle = kLegacyTcHandle, .priority = kLegacyTcPriority);
+  int err = bpf_tc_query(hook, &query);
+  if (err == -ENOENT || err == -EINVAL || err == -ENODEV) return absl::OkStatus();
+  if (err != 0) {
+    return ErrnoStatus(-err,
+                       absl::StrCat("query legacy tc ", Name(dir), " slot on ", IfName(ifindex)));
+  }
+  const std::string name = ProgramName(query.prog_id);
+  if (!absl::StartsWith(name, kSluiceProgramPrefix)) {
+    spdlog::info("tc {} on {}: pref {} handle {} runs program {} \"{}\", not Sluice's; leaving it",
+                 Name(dir), IfName(ifindex), kLegacyTcPriority, kLegacyTcHandle, query.prog_id,
+                 name);
+    return absl::OkStatus();
+  }
+  LIBBPF_OPTS(bpf_tc_opts, legacy, .handle = kLegacyTcHandle, .priority = kLegacyTcPriority);
+  err = bpf_tc_detach(hook, &legacy);
+  if (err != 0 && err != -ENOENT && err != -EINVAL) {
+    return ErrnoStatus(-err,
+                       absl::StrCat("detach legacy tc ", Name(dir), " slot on ", IfName(ifindex)));
+  }
+  spdlog::info("tc {} on {}: removed Sluice's {} from the legacy slot pref {} handle {}", Name(dir),
+               IfName(ifindex), name, kLegacyTcPriority, kLegacyTcHandle);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -43,7 +89,7 @@ absl::Status AttachTc(int ifindex, TcDirection dir, int prog_fd) {
     return ErrnoStatus(-err,
                              absl::StrCat("attach tc ", Name(dir), " on ", IfName(ifindex)));
   }
-  return absl::OkStatus();
+  return RemoveLegacySluiceFilter(&hook, dir, ifindex);
 }
 
 absl::Status DetachTc(int ifindex, TcDirection dir) {
@@ -54,7 +100,7 @@ absl::Status DetachTc(int ifindex, TcDirection dir) {
     return ErrnoStatus(-err,
                              absl::StrCat("detach tc ", Name(dir), " on ", IfName(ifindex)));
   }
-  return absl::OkStatus();
+  return RemoveLegacySluiceFilter(&hook, dir, ifindex);
 }
 
 absl::StatusOr<uint32_t> AttachedTcProgram(int ifindex, TcDirection dir) {

@@ -1,7 +1,7 @@
 // The project's one errno -> absl::Status conversion: absl's errno mapping (ENOENT -> NotFound,
 // EEXIST -> AlreadyExists, EAGAIN -> Unavailable, ...), plus E2BIG -> ResourceExhausted, which
 // is how the kernel says a BPF map is full. The message names what was being done and the
-// errno by name and text: "attach tc ingress on lxc1a2b: EEXIST (File exists)".
+// errno by name and text: "attach tc ingress on slc1a2b: EEXIST (File exists)".
 // Header-only, so maps/, loader/ and cni/ use it without linking the agent.
 #pragma once
 

@@ -1,18 +1,18 @@
 #include "agent/endpoint/endpoint_service.h"
 
 #include <arpa/inet.h>
-
 #include <sys/stat.h>
 
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/endpoint/api_protocol.h"
 #include "agent/kernel/netns.h"
 #include "loader/tc.h"
-#include "agent/endpoint/api_protocol.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {
@@ -69,6 +69,14 @@ absl::StatusOr<NetnsFd> OpenPodNetns(const std::string& path) {
                      ", inode ", id->ino, "; a pod needs a network namespace of its own"));
   }
   return ns;
+}
+
+// Whether `link` (found by ep's host_ifname) is the host veth Sluice made for `ep`: it carries
+// ep's mark, or, recorded by an agent from before links were marked, it is unmarked and still the
+// very link the record names (same ifindex). Anything else is someone else's link.
+bool IsEndpointLink(const LinkInfo& link, const Endpoint& ep) {
+  if (link.alias == LinkMark(ep.container_id, ep.ifname)) return true;
+  return link.alias.empty() && ep.host_ifindex > 0 && link.ifindex == ep.host_ifindex;
 }
 
 }  // namespace
@@ -392,15 +400,20 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   ep.created = absl::Now();
 
   // From here on every failure undoes what was done, so a failed ADD leaves nothing behind.
+  // Only the link this ADD created is deleted (by its ifindex): when the name was taken by a
+  // link that is not ours, CreatePodVeth failed and nothing of it is touched.
   auto undo = [&](absl::Status st) {
-    (void)netlink_.DeleteLink(ep.host_ifname);
-    if (ep.host_ifindex > 0) (void)datapath_.DeleteEndpoint(*addr, ep.host_ifindex);
+    if (ep.host_ifindex > 0) {
+      (void)netlink_.DeleteLinkByIndex(ep.host_ifindex);
+      (void)datapath_.DeleteEndpoint(*addr, ep.host_ifindex);
+    }
     (void)store_.Remove(ep.container_id, ep.ifname);
     (void)ipam_.Release(owner);
     return fail(st);
   };
-  auto veth = netlink_.CreatePodVeth(
-      {ep.host_ifname, ns_path, req.if_name, static_cast<uint32_t>(ep.mtu)});
+  auto veth =
+      netlink_.CreatePodVeth({ep.host_ifname, ns_path, req.if_name, static_cast<uint32_t>(ep.mtu),
+                              LinkMark(ep.container_id, ep.ifname)});
   if (!veth.ok()) {
     int code = absl::IsAlreadyExists(veth.status()) ? api::kSluiceInterfaceExists
                                                     : api::kSluiceInternal;
@@ -439,10 +452,26 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_ad
     keep(datapath_.DeleteEndpoint(*addr, ep.host_ifindex));
   }
   // Deleting the host side takes the pod side with it, wherever its netns is (or was).
-  keep(netlink_.DeleteLink(ep.host_ifname));
+  keep(DeleteHostVeth(ep));
   if (release_address) keep(ipam_.Release(OwnerOf(ep.network_name, ep.container_id, ep.ifname)));
   if (first.ok()) keep(store_.Remove(ep.container_id, ep.ifname));
   return first;
+}
+
+absl::Status EndpointService::DeleteHostVeth(const Endpoint& ep) {
+  auto link = netlink_.LinkByName(ep.host_ifname);
+  if (absl::IsNotFound(link.status())) return absl::OkStatus();
+  if (!link.ok()) return link.status();
+  if (!IsEndpointLink(*link, ep)) {
+    Count(&EndpointServiceStats::foreign_links_kept);
+    spdlog::warn(
+        "{}/{}: {} (ifindex {}, alias \"{}\") is not the veth Sluice made for it "
+        "(mark \"{}\", ifindex {}); leaving it alone",
+        ep.container_id, ep.ifname, ep.host_ifname, link->ifindex, link->alias,
+        LinkMark(ep.container_id, ep.ifname), ep.host_ifindex);
+    return absl::OkStatus();
+  }
+  return netlink_.DeleteLinkByIndex(link->ifindex);
 }
 
 absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::NetConf& conf) {
@@ -458,8 +487,13 @@ absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::Ne
                  ep->host_ifname);
     return absl::OkStatus();
   }
-  // Never added, or a record lost mid-ADD: make sure nothing of it is left either way.
-  if (auto st = netlink_.DeleteLink(HostInterfaceName(req.container_id, req.if_name)); !st.ok()) {
+  // Never added, or a record lost mid-ADD: make sure nothing of it is left either way. Without a
+  // record only a link carrying this attachment's mark is ours.
+  Endpoint unrecorded;
+  unrecorded.container_id = req.container_id;
+  unrecorded.ifname = req.if_name;
+  unrecorded.host_ifname = HostInterfaceName(req.container_id, req.if_name);
+  if (auto st = DeleteHostVeth(unrecorded); !st.ok()) {
     return WithCode(api::kSluiceInternal, st, "delete host veth");
   }
   if (auto st = ipam_.Release(OwnerOf(conf.name, req.container_id, req.if_name)); !st.ok()) {
@@ -666,14 +700,31 @@ absl::Status EndpointService::Restore() {
   auto hold = Enter(/*exclusive=*/true, nullptr);
   if (!hold.ok()) return hold.status();
   std::set<IpAddress> live_addrs;
-  std::set<std::string> live_links;
+  std::set<int> live_links;  // ifindexes
   for (auto ep : store_.List()) {
     auto link = netlink_.LinkByName(ep.host_ifname);
-    if (!link.ok()) {
-      spdlog::info("restore {}/{}: veth {} is gone, removing the endpoint", ep.container_id,
-                   ep.ifname, ep.host_ifname);
+    if (!link.ok() && !absl::IsNotFound(link.status())) return link.status();
+    if (!link.ok() || !IsEndpointLink(*link, ep)) {
+      if (link.ok()) {
+        spdlog::warn(
+            "restore {}/{}: {} (ifindex {}, alias \"{}\") is not the veth recorded "
+            "(ifindex {}); leaving it and removing the endpoint",
+            ep.container_id, ep.ifname, ep.host_ifname, link->ifindex, link->alias,
+            ep.host_ifindex);
+      } else {
+        spdlog::info("restore {}/{}: veth {} is gone, removing the endpoint", ep.container_id,
+                     ep.ifname, ep.host_ifname);
+      }
       if (auto st = RemoveEndpoint(ep); !st.ok()) return st;
       continue;
+    }
+    if (link->alias.empty()) {
+      // Made by an agent from before links were marked (an "lxc" name): adopt it, so from now on
+      // it is told apart from other plugins' links by its mark like every other.
+      const std::string mark = LinkMark(ep.container_id, ep.ifname);
+      if (auto st = netlink_.SetLinkAlias(link->ifindex, mark); !st.ok()) return st;
+      spdlog::info("restore {}/{}: adopted recorded veth {} (ifindex {}), marked \"{}\"",
+                   ep.container_id, ep.ifname, ep.host_ifname, link->ifindex, mark);
     }
     if (link->ifindex != ep.host_ifindex) {
       ep.host_ifindex = link->ifindex;
@@ -682,7 +733,7 @@ absl::Status EndpointService::Restore() {
     }
     if (auto st = Plumb(ep); !st.ok()) return st;
     if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) live_addrs.insert(*addr);
-    live_links.insert(ep.host_ifname);
+    live_links.insert(ep.host_ifindex);
   }
   auto addrs = datapath_.EndpointAddresses();
   if (!addrs.ok()) return addrs.status();
@@ -691,12 +742,16 @@ absl::Status EndpointService::Restore() {
     spdlog::info("restore: removing stale endpoint map entry {}", a.ToString());
     if (auto st = datapath_.DeleteEndpoint(a, EndpointDatapath::kAnyIfindex); !st.ok()) return st;
   }
-  auto links = netlink_.ListLinks("lxc");
+  // Leaked veths: links carrying Sluice's mark that no record names. Whatever else is on the
+  // node (another plugin's lxc* veths, lxc_health, anything unmarked) is not looked at.
+  auto links = netlink_.ListLinks("");
   if (!links.ok()) return links.status();
   for (const auto& link : *links) {
-    if (live_links.contains(link.name)) continue;
-    spdlog::info("restore: deleting leaked veth {}", link.name);
-    if (auto st = netlink_.DeleteLink(link.name); !st.ok()) return st;
+    if (!absl::StartsWith(link.alias, kSluiceLinkMarkPrefix)) continue;
+    if (live_links.contains(link.ifindex)) continue;
+    spdlog::info("restore: deleting leaked veth {} (ifindex {}, alias \"{}\")", link.name,
+                 link.ifindex, link.alias);
+    if (auto st = netlink_.DeleteLinkByIndex(link.ifindex); !st.ok()) return st;
   }
   return ReleaseLeakedAddresses();
 }

@@ -120,6 +120,8 @@ struct EndpointServiceStats {
   uint64_t add_retries_in_place = 0;  // a retried ADD answered with the existing attachment
   uint64_t lock_timeouts = 0;         // requests answered 11 because the node or attachment
                                       // stayed busy past lock_timeout
+  uint64_t foreign_links_kept = 0;    // a record's host veth name held by a link that is not the
+                                      // one Sluice made: left alone instead of deleted
 };
 
 class EndpointService {
@@ -139,7 +141,8 @@ class EndpointService {
 
   // After a (re)start, before serving: re-attaches the current program to every recorded pod,
   // rewrites its map entry, and removes what belongs to no live pod (records whose veth is gone,
-  // map entries, lxc links and addresses without a record).
+  // map entries, links carrying Sluice's mark and addresses without a record). Recorded links
+  // from before links were marked (the old "lxc" names) are adopted: marked in place.
   [[nodiscard]] absl::Status Restore();
 
   EndpointServiceStats stats() const;
@@ -159,6 +162,10 @@ class EndpointService {
   // Removes what ADD made for `ep`; with release_address false the IPAM reservation is kept (an
   // ADD redone for the same owner gets the same address back).
   [[nodiscard]] absl::Status RemoveEndpoint(const Endpoint& ep, bool release_address = true);
+  // Deletes the host veth named ep.host_ifname when it is the one Sluice made for `ep` (its mark,
+  // or the recorded ifindex of an unmarked legacy link); any other link of that name is logged,
+  // counted and left. Absent: OK.
+  [[nodiscard]] absl::Status DeleteHostVeth(const Endpoint& ep);
   [[nodiscard]] absl::Status Plumb(const Endpoint& ep);
   cni::ResultV1 ResultFor(const Endpoint& ep) const;
   [[nodiscard]] absl::Status ReleaseLeakedAddresses();

@@ -174,14 +174,32 @@ absl::StatusOr<Endpoint> EndpointFromJson(const json& j) {
   return ep;
 }
 
-std::string HostInterfaceName(absl::string_view container_id, absl::string_view ifname) {
-  std::array<uint8_t, 32> digest = Sha256(absl::StrCat(container_id, "/", ifname));
+namespace {
+
+std::string HexDigits(const std::array<uint8_t, 32>& digest, size_t count) {
   static constexpr char kHex[] = "0123456789abcdef";
-  std::string name = "lxc";
-  for (int i = 0; name.size() < 14; ++i) {
-    name.push_back(kHex[digest[i / 2] >> (i % 2 == 0 ? 4 : 0) & 0xf]);
-  }
-  return name;
+  std::string out;
+  for (size_t i = 0; i < count; ++i)
+    out.push_back(kHex[digest[i / 2] >> (i % 2 == 0 ? 4 : 0) & 0xf]);
+  return out;
+}
+
+}  // namespace
+
+std::string HostInterfaceName(absl::string_view container_id, absl::string_view ifname) {
+  return absl::StrCat(kHostInterfacePrefix,
+                      HexDigits(Sha256(absl::StrCat(container_id, "/", ifname)), 11));
+}
+
+std::string LegacyHostInterfaceName(absl::string_view container_id, absl::string_view ifname) {
+  return absl::StrCat("lxc", HexDigits(Sha256(absl::StrCat(container_id, "/", ifname)), 11));
+}
+
+std::string LinkMark(absl::string_view container_id, absl::string_view ifname) {
+  std::string mark = absl::StrCat(kSluiceLinkMarkPrefix, container_id, "/", ifname);
+  if (mark.size() < 256) return mark;  // IFALIASZ
+  return absl::StrCat(kSluiceLinkMarkPrefix,
+                      "sha256:", HexDigits(Sha256(absl::StrCat(container_id, "/", ifname)), 64));
 }
 
 // ---- EndpointStore -------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/kernel/netlink.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::agent {
@@ -47,10 +48,22 @@ nlohmann::json EndpointToJson(const Endpoint& ep);
 // Never throws; rejects missing keys and wrongly typed fields.
 [[nodiscard]] absl::StatusOr<Endpoint> EndpointFromJson(const nlohmann::json& j);
 
-// The host-side veth name for a pod interface: "lxc" + the first 11 hex digits of
+// Every host veth Sluice names starts with this: not "lxc", which Cilium's pod veths and its
+// lxc_health use.
+inline constexpr char kHostInterfacePrefix[] = "slc";
+
+// The host-side veth name for a pod interface: "slc" + the first 11 hex digits of
 // SHA-256("<container_id>/<ifname>"). 14 characters (IFNAMSIZ allows 15), identical across
 // processes, hosts and versions.
 std::string HostInterfaceName(absl::string_view container_id, absl::string_view ifname);
+// The name agents before the "slc" prefix gave the same interface ("lxc" + the same digits).
+// Endpoints recorded with it keep it (the record names the link); no new link is named so.
+std::string LegacyHostInterfaceName(absl::string_view container_id, absl::string_view ifname);
+
+// The IFLA_IFALIAS Sluice sets on both ends of a pod veth: "sluice:<container_id>/<ifname>"
+// (kSluiceLinkMarkPrefix), or "sluice:sha256:<64 hex digits>" of "<container_id>/<ifname>" when
+// that would not fit the kernel's 255 bytes. A link without Sluice's mark is never deleted.
+std::string LinkMark(absl::string_view container_id, absl::string_view ifname);
 
 // Thread-safe.
 class EndpointStore {

@@ -176,6 +176,7 @@ LinkInfo ToLinkInfo(rtnl_link* l) {
   info.ifindex = rtnl_link_get_ifindex(l);
   info.mtu = rtnl_link_get_mtu(l);
   info.up = (rtnl_link_get_flags(l) & IFF_UP) != 0;
+  if (const char* alias = rtnl_link_get_ifalias(l)) info.alias = alias;
   nl_addr* ll = rtnl_link_get_addr(l);
   if (ll != nullptr && nl_addr_get_len(ll) == info.mac.bytes.size()) {
     std::memcpy(info.mac.bytes.data(), nl_addr_get_binary_addr(ll), info.mac.bytes.size());
@@ -233,6 +234,27 @@ absl::Status DeleteLinkIn(nl_sock* sock, const std::string& ifname) {
   rtnl_link_set_name(l.get(), ifname.c_str());
   int err = rtnl_link_delete(sock, l.get());
   if (err < 0 && !IsNotFound(err)) return NlStatus(err, absl::StrCat("delete link ", ifname));
+  return absl::OkStatus();
+}
+
+absl::Status DeleteLinkAt(nl_sock* sock, int ifindex) {
+  Link l(rtnl_link_alloc());
+  if (!l) return absl::ResourceExhaustedError("allocate link");
+  rtnl_link_set_ifindex(l.get(), ifindex);
+  int err = rtnl_link_delete(sock, l.get());
+  if (err < 0 && !IsNotFound(err)) return NlStatus(err, absl::StrCat("delete link #", ifindex));
+  return absl::OkStatus();
+}
+
+// IFLA_IFALIAS of `orig` (an RTM_NEWLINK on its ifindex; nothing else changes).
+absl::Status SetAlias(nl_sock* sock, rtnl_link* orig, const std::string& alias) {
+  const char* name = rtnl_link_get_name(orig);
+  std::string what = absl::StrCat("set alias \"", alias, "\" on ", name ? name : "link");
+  if (alias.size() >= IFALIASZ) return absl::InvalidArgumentError(absl::StrCat(what, ": too long"));
+  Link change(rtnl_link_alloc());
+  if (!change) return absl::ResourceExhaustedError(what);
+  rtnl_link_set_ifalias(change.get(), alias.c_str());
+  if (int err = rtnl_link_change(sock, orig, change.get(), 0); err < 0) return NlStatus(err, what);
   return absl::OkStatus();
 }
 
@@ -431,20 +453,26 @@ absl::StatusOr<PodVeth> LibnlNetlink::CreatePodVeth(const PodVethSpec& spec) {
     if (err >= 0) break;
     if (-err != NLE_EXIST || attempt > 0) return NlStatus(err, what);
 
-    // EEXIST: either a stale host end from a crashed attempt or the pod name raced in.
+    // EEXIST: a stale host end of this very attachment (a crashed attempt), the pod name raced
+    // in, or a link that is not ours (another plugin's, or another pod's). Only the first is
+    // deleted: it must be a veth carrying exactly this attachment's mark.
     absl::StatusOr<Link> stale = GetLink(sock->get(), spec.host_ifname);
     if (!stale.ok()) {
       if (absl::IsNotFound(stale.status())) return NlStatus(err, what);
       return Annotate(stale.status(), what);
     }
+    LinkInfo existing = ToLinkInfo(stale->get());
     const char* type = rtnl_link_get_type(stale->get());
-    if (type == nullptr || absl::string_view(type) != "veth") {
-      return absl::AlreadyExistsError(absl::StrCat(what, ": ", spec.host_ifname,
-                                                   " exists and is not a veth (",
-                                                   type ? type : "no type", ")"));
+    const absl::string_view kind = type ? type : "no type";
+    if (kind != "veth" || spec.alias.empty() || existing.alias != spec.alias) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          what, ": ", spec.host_ifname, " (ifindex ", existing.ifindex, ", ", kind, ", alias \"",
+          existing.alias, "\") exists and is not this endpoint's (its mark would be \"", spec.alias,
+          "\"); leaving it alone"));
     }
-    spdlog::warn("{}: deleting stale host interface {} and retrying", what, spec.host_ifname);
-    if (absl::Status s = DeleteLinkIn(sock->get(), spec.host_ifname); !s.ok()) {
+    spdlog::warn("{}: deleting stale host interface {} (#{}, alias \"{}\") and retrying", what,
+                 spec.host_ifname, existing.ifindex, existing.alias);
+    if (absl::Status s = DeleteLinkAt(sock->get(), existing.ifindex); !s.ok()) {
       return Annotate(s, what);
     }
   }
@@ -459,6 +487,11 @@ absl::StatusOr<PodVeth> LibnlNetlink::CreatePodVeth(const PodVethSpec& spec) {
   PodVeth out;
   absl::StatusOr<Link> host = GetLink(sock->get(), spec.host_ifname);
   if (!host.ok()) return rollback(host.status());
+  if (!spec.alias.empty()) {
+    if (absl::Status s = SetAlias(sock->get(), host->get(), spec.alias); !s.ok()) {
+      return rollback(s);
+    }
+  }
   LinkInfo host_info = ToLinkInfo(host->get());
   out.host_ifindex = host_info.ifindex;
   out.host_mac = host_info.mac;
@@ -467,6 +500,9 @@ absl::StatusOr<PodVeth> LibnlNetlink::CreatePodVeth(const PodVethSpec& spec) {
     if (!pod_sock.ok()) return pod_sock.status();
     absl::StatusOr<Link> pod = GetLink(pod_sock->get(), spec.pod_ifname);
     if (!pod.ok()) return pod.status();
+    if (!spec.alias.empty()) {
+      if (absl::Status s = SetAlias(pod_sock->get(), pod->get(), spec.alias); !s.ok()) return s;
+    }
     LinkInfo pod_info = ToLinkInfo(pod->get());
     out.pod_ifindex = pod_info.ifindex;
     out.pod_mac = pod_info.mac;
@@ -558,6 +594,21 @@ absl::Status LibnlNetlink::DeleteLink(const std::string& ifname) {
   absl::StatusOr<Sock> sock = OpenSocket();
   if (!sock.ok()) return Annotate(sock.status(), absl::StrCat("delete link ", ifname));
   return DeleteLinkIn(sock->get(), ifname);
+}
+
+absl::Status LibnlNetlink::DeleteLinkByIndex(int ifindex) {
+  if (ifindex <= 0) return absl::InvalidArgumentError(absl::StrCat("delete link #", ifindex));
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return Annotate(sock.status(), absl::StrCat("delete link #", ifindex));
+  return DeleteLinkAt(sock->get(), ifindex);
+}
+
+absl::Status LibnlNetlink::SetLinkAlias(int ifindex, const std::string& alias) {
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return sock.status();
+  absl::StatusOr<Link> link = GetLinkByIndex(sock->get(), ifindex);
+  if (!link.ok()) return link.status();
+  return SetAlias(sock->get(), link->get(), alias);
 }
 
 absl::StatusOr<LinkInfo> LibnlNetlink::LinkByName(const std::string& ifname) {

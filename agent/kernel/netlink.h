@@ -40,13 +40,20 @@ struct LinkInfo {
   MacAddress mac;
   uint32_t mtu = 0;
   bool up = false;  // IFF_UP (administratively up)
+  std::string alias;  // IFLA_IFALIAS (`ip link set NAME alias ...`); Sluice's links carry its mark
 };
 
+// Every link Sluice creates for a pod carries an IFLA_IFALIAS starting with this ("sluice:" +
+// container id + "/" + ifname, see LinkMark in agent/endpoint/endpoint_store.h); the agent never
+// deletes a link without it. Other plugins' links (Cilium's lxc*, lxc_health) have none.
+inline constexpr char kSluiceLinkMarkPrefix[] = "sluice:";
+
 struct PodVethSpec {
-  std::string host_ifname;     // e.g. "lxc1a2b3c4d5e6" (<= 15 bytes), in the caller's netns
+  std::string host_ifname;     // e.g. "slc1a2b3c4d5e6" (<= 15 bytes), in the caller's netns
   std::string pod_netns_path;  // e.g. "/var/run/netns/p1" or "/proc/1234/ns/net"
   std::string pod_ifname;      // e.g. "eth0", created directly in the pod netns
   uint32_t mtu = 1500;         // applied to both ends
+  std::string alias;           // Sluice's mark, set as IFLA_IFALIAS on both ends (< 256 bytes)
 };
 
 struct PodVeth {
@@ -108,8 +115,12 @@ class Netlink {
   virtual ~Netlink() = default;
 
   // Creates a veth pair whose peer is created directly inside the pod netns (one RTM_NEWLINK;
-  // never created in the host netns and moved). AlreadyExists if pod_ifname exists in the pod
-  // netns. A stale host_ifname (left by a crash) is deleted and the creation retried once.
+  // never created in the host netns and moved), then marks both ends with spec.alias (the kernel
+  // ignores IFLA_IFALIAS in a create request, so this is a second request; a failure removes the
+  // pair). AlreadyExists if pod_ifname exists in the pod netns. A host_ifname that exists is
+  // deleted and the creation retried once only when it is a stale veth carrying exactly
+  // spec.alias (left by a crashed attempt); any other link of that name is left alone and the
+  // call fails with AlreadyExists naming it.
   [[nodiscard]] virtual absl::StatusOr<PodVeth> CreatePodVeth(const PodVethSpec& spec) = 0;
 
   // Inside the pod netns: MTU, address/32, link up, `gateway/32 dev ifname scope link`,
@@ -127,6 +138,13 @@ class Netlink {
   // Deletes a link of the caller's netns; an absent link is OK. Deleting either end of a veth
   // removes the other end too.
   [[nodiscard]] virtual absl::Status DeleteLink(const std::string& ifname) = 0;
+  // The same by ifindex, for a link whose ownership the caller has just checked: a link that
+  // took the name since is not touched. An absent ifindex is OK.
+  [[nodiscard]] virtual absl::Status DeleteLinkByIndex(int ifindex) = 0;
+
+  // Sets IFLA_IFALIAS of the link `ifindex` of the caller's netns (adopting a link created before
+  // Sluice marked its links).
+  [[nodiscard]] virtual absl::Status SetLinkAlias(int ifindex, const std::string& alias) = 0;
 
   // The link `ifname` of the caller's netns, or NotFound.
   [[nodiscard]] virtual absl::StatusOr<LinkInfo> LinkByName(const std::string& ifname) = 0;
@@ -135,7 +153,8 @@ class Netlink {
   [[nodiscard]] virtual absl::StatusOr<bool> LinkExistsInNetns(const std::string& netns_path,
                                                                const std::string& ifname) = 0;
 
-  // Links of the caller's netns whose name starts with `prefix` (e.g. "lxc" for GC), by ifindex.
+  // Links of the caller's netns whose name starts with `prefix` ("" for all), with their
+  // aliases, by ifindex.
   [[nodiscard]] virtual absl::StatusOr<std::vector<LinkInfo>> ListLinks(
       absl::string_view prefix) = 0;
 
@@ -187,6 +206,8 @@ class LibnlNetlink final : public Netlink {
   absl::Status ConfigureHostVeth(const std::string& host_ifname, const IpAddress& pod_addr,
                                  const MacAddress& pod_mac) override;
   absl::Status DeleteLink(const std::string& ifname) override;
+  absl::Status DeleteLinkByIndex(int ifindex) override;
+  absl::Status SetLinkAlias(int ifindex, const std::string& alias) override;
   absl::StatusOr<LinkInfo> LinkByName(const std::string& ifname) override;
   absl::StatusOr<bool> LinkExistsInNetns(const std::string& netns_path,
                                          const std::string& ifname) override;

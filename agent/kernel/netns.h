@@ -76,8 +76,8 @@ class NetnsFd {
                                               absl::string_view value);
 
 // The /proc/sys path of a per-interface sysctl, e.g.
-// InterfaceSysctlPath("ipv4", "lxc1a2b", "rp_filter") =
-// "/proc/sys/net/ipv4/conf/lxc1a2b/rp_filter".
+// InterfaceSysctlPath("ipv4", "slc1a2b", "rp_filter") =
+// "/proc/sys/net/ipv4/conf/slc1a2b/rp_filter".
 std::string InterfaceSysctlPath(absl::string_view family, absl::string_view ifname,
                                 absl::string_view name);
 

@@ -99,7 +99,7 @@ log "ok: restart kept connections, entries and allocations"
 
 # 200 ADD/DEL cycles leave no address, map entry, link or file behind.
 count_state() {
-  echo "links=$(ip -n "$NODE" -o link show | grep -c ' lxc')" \
+  echo "links=$(ip -n "$NODE" -o link show | grep -c ' slc')" \
        "ep4=$(map_count sluice_ep4)" \
        "files=$(find "$ROOT/state" -type f | wc -l)"
 }

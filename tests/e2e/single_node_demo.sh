@@ -55,7 +55,7 @@ cat <<TXT
   $SLUICECTL --bpffs_root=$ROOT/bpf nat         # masqueraded flows
   $SLUICECTL --bpffs_root=$ROOT/bpf drops       # drops by reason
   bpftool map dump pinned $ROOT/bpf/sluice_ep4
-  ip netns exec $NODE tc filter show dev \$(ip -n $NODE -o link | awk -F': ' '/lxc/{print \$2; exit}' | cut -d@ -f1) ingress
+  ip netns exec $NODE tc filter show dev \$(ip -n $NODE -o link | awk -F': ' '/slc/{print \$2; exit}' | cut -d@ -f1) ingress
   ip netns exec $T-a ping -c2 $C
   echo hostname | ip netns exec $T-a socat - TCP:$B:8080
 

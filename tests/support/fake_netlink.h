@@ -77,9 +77,10 @@ class FakeNetlink final : public agent::Netlink {
     absl::MutexLock l(&mu_);
     netns_.erase(path);
   }
-  agent::LinkInfo AddHostLink(const std::string& name, uint32_t mtu = 1500) {
+  agent::LinkInfo AddHostLink(const std::string& name, uint32_t mtu = 1500,
+                              const std::string& alias = "") {
     absl::MutexLock l(&mu_);
-    return NewLinkLocked(host_, name, mtu);
+    return NewLinkLocked(host_, name, mtu, alias);
   }
   void SetDefaultRoute(const std::string& dev, std::optional<agent::IpAddress> addr) {
     absl::MutexLock l(&mu_);
@@ -129,9 +130,17 @@ class FakeNetlink final : public agent::Netlink {
       return absl::AlreadyExistsError(
           absl::StrCat(spec.pod_ifname, " exists in ", spec.pod_netns_path));
     }
-    host_.links.erase(spec.host_ifname);  // a stale host end is replaced, as the real one does
-    agent::LinkInfo host = NewLinkLocked(host_, spec.host_ifname, spec.mtu);
-    agent::LinkInfo pod = NewLinkLocked(ns->second, spec.pod_ifname, spec.mtu);
+    // A stale host end carrying this very mark is replaced, as the real one does; any other link
+    // of that name is left alone.
+    if (auto it = host_.links.find(spec.host_ifname); it != host_.links.end()) {
+      if (spec.alias.empty() || it->second.alias != spec.alias) {
+        return absl::AlreadyExistsError(
+            absl::StrCat(spec.host_ifname, " exists (alias \"", it->second.alias, "\")"));
+      }
+      host_.links.erase(it);
+    }
+    agent::LinkInfo host = NewLinkLocked(host_, spec.host_ifname, spec.mtu, spec.alias);
+    agent::LinkInfo pod = NewLinkLocked(ns->second, spec.pod_ifname, spec.mtu, spec.alias);
     peer_of_[spec.host_ifname] = {spec.pod_netns_path, spec.pod_ifname};
     return agent::PodVeth{host.ifindex, host.mac, pod.ifindex, pod.mac};
   }
@@ -175,6 +184,31 @@ class FakeNetlink final : public agent::Netlink {
       peer_of_.erase(it);
     }
     return absl::OkStatus();
+  }
+
+  absl::Status DeleteLinkByIndex(int ifindex) override {
+    if (auto st = script_.Enter("DeleteLinkByIndex"); !st.ok()) return st;
+    std::string name;
+    {
+      absl::MutexLock l(&mu_);
+      for (const auto& [n, link] : host_.links) {
+        if (link.ifindex == ifindex) name = n;
+      }
+    }
+    if (name.empty()) return absl::OkStatus();
+    return DeleteLink(name);
+  }
+
+  absl::Status SetLinkAlias(int ifindex, const std::string& alias) override {
+    if (auto st = script_.Enter("SetLinkAlias"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    for (auto& [n, link] : host_.links) {
+      if (link.ifindex == ifindex) {
+        link.alias = alias;
+        return absl::OkStatus();
+      }
+    }
+    return absl::NotFoundError(absl::StrCat("link #", ifindex));
   }
 
   absl::StatusOr<agent::LinkInfo> LinkByName(const std::string& ifname) override {
@@ -316,10 +350,11 @@ class FakeNetlink final : public agent::Netlink {
   }
 
  private:
-  agent::LinkInfo NewLinkLocked(Netns& ns, const std::string& name, uint32_t mtu)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+  agent::LinkInfo NewLinkLocked(Netns& ns, const std::string& name, uint32_t mtu,
+                                const std::string& alias = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     agent::LinkInfo link;
     link.name = name;
+    link.alias = alias;
     link.ifindex = next_ifindex_++;
     link.mtu = mtu;
     link.mac.bytes = {0x02, 0x00, 0x00, 0x00, static_cast<uint8_t>(link.ifindex >> 8),

@@ -132,7 +132,7 @@ TEST_F(EndpointServicePrivTest, AddIntoTheAgentsOwnNetnsIsRefusedAndTouchesNothi
     EXPECT_EQ(Code(reply), api::kCniInvalidEnvironment) << path << ": " << Msg(reply);
     EXPECT_THAT(Msg(reply), HasSubstr("must not be the same")) << path;
   }
-  auto links = InNode([&] { return netlink_.ListLinks("lxc"); });
+  auto links = InNode([&] { return netlink_.ListLinks("slc"); });
   ASSERT_TRUE(links.ok()) << links.status();
   EXPECT_TRUE(links->empty()) << "a veth was created for a refused ADD";
   EXPECT_TRUE(ipam_->Allocated().empty());

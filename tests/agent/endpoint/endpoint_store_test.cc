@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -61,13 +62,25 @@ class EndpointStoreTest : public ::testing::Test {
   const std::string dir_ = tmp_.path();
 };
 
-TEST(HostInterfaceNameTest, IsLxcPlusElevenHexDigitsOfSha256) {
+TEST(HostInterfaceNameTest, IsSlcPlusElevenHexDigitsOfSha256) {
   // printf 'cid123/eth0' | sha256sum -> bf5e306f5bb92bf4...
-  EXPECT_EQ(HostInterfaceName("cid123", "eth0"), "lxcbf5e306f5bb");
+  EXPECT_EQ(HostInterfaceName("cid123", "eth0"), "slcbf5e306f5bb");
   // Two SHA-256 blocks: printf '<64 x>/eth0' | sha256sum -> bd7b91f19b12...
-  EXPECT_EQ(HostInterfaceName(std::string(64, 'x'), "eth0"), "lxcbd7b91f19b1");
+  EXPECT_EQ(HostInterfaceName(std::string(64, 'x'), "eth0"), "slcbd7b91f19b1");
+  // What agents before the "slc" prefix named it: the same digits after "lxc".
+  EXPECT_EQ(LegacyHostInterfaceName("cid123", "eth0"), "lxcbf5e306f5bb");
+  EXPECT_EQ(LegacyHostInterfaceName(std::string(64, 'x'), "eth0"), "lxcbd7b91f19b1");
   EXPECT_LE(HostInterfaceName("a", "b").size(), 15u);
   EXPECT_NE(HostInterfaceName("cid123", "eth0"), HostInterfaceName("cid123", "eth1"));
+}
+
+TEST(LinkMarkTest, NamesTheAttachmentAndFitsTheKernelsAliasSize) {
+  EXPECT_EQ(LinkMark("cid123", "eth0"), "sluice:cid123/eth0");
+  EXPECT_NE(LinkMark("cid123", "eth0"), LinkMark("cid123", "eth1"));
+  const std::string huge = LinkMark(std::string(300, 'x'), "eth0");
+  EXPECT_LT(huge.size(), 256u);
+  EXPECT_TRUE(absl::StartsWith(huge, "sluice:sha256:")) << huge;
+  EXPECT_NE(huge, LinkMark(std::string(301, 'x'), "eth0"));
 }
 
 TEST(EndpointJsonTest, RoundTripsEveryField) {

@@ -84,6 +84,7 @@ absl::Status ToStatus(const absl::StatusOr<T>& s) {
 
 constexpr uint32_t kMtu = 1400;
 const char kPodIfname[] = "eth0";
+const char kMark[] = "sluice:nltest/eth0";  // what the agent would set: LinkMark(cid, ifname)
 
 class NetlinkPrivTest : public ::testing::Test {
  protected:
@@ -92,7 +93,7 @@ class NetlinkPrivTest : public ::testing::Test {
     std::string base = absl::StrCat("sluice-t-", ::getpid(), "-", counter++);
     node_ = base + "-node";
     pod_ = base + "-pod";
-    host_if_ = absl::StrCat("lxct", ::getpid() % 100000, counter.load());
+    host_if_ = absl::StrCat("slct", ::getpid() % 100000, counter.load());
     ASSERT_EQ(Sh("ip netns add " + node_).exit_code, 0);
     node_created_ = true;
     ASSERT_EQ(Sh("ip netns add " + pod_).exit_code, 0);
@@ -132,7 +133,8 @@ class NetlinkPrivTest : public ::testing::Test {
       return nl_.CreatePodVeth({.host_ifname = host_if_,
                                 .pod_netns_path = PodPath(),
                                 .pod_ifname = kPodIfname,
-                                .mtu = kMtu});
+                                .mtu = kMtu,
+                                .alias = kMark});
     });
   }
 
@@ -198,11 +200,27 @@ TEST_F(NetlinkPrivTest, SecondCreateWithSamePodIfnameIsAlreadyExists) {
   EXPECT_EQ(IpJson(absl::StrCat("-n ", node_, " link show dev ", host_if_)).size(), 1u);
 }
 
+TEST_F(NetlinkPrivTest, CreatePodVethMarksBothEnds) {
+  ASSERT_OK(CreateVeth());
+  json host = IpJson(absl::StrCat("-n ", node_, " link show dev ", host_if_));
+  ASSERT_EQ(host.size(), 1u);
+  EXPECT_EQ(host[0].value("ifalias", ""), kMark);
+  json pod = IpJson(absl::StrCat("-n ", pod_, " link show dev ", kPodIfname));
+  ASSERT_EQ(pod.size(), 1u);
+  EXPECT_EQ(pod[0].value("ifalias", ""), kMark);
+  absl::StatusOr<LinkInfo> link = InNode([&] { return nl_.LinkByName(host_if_); });
+  ASSERT_OK(link);
+  EXPECT_EQ(link->alias, kMark);
+}
+
 TEST_F(NetlinkPrivTest, StaleHostVethFromACrashIsReplaced) {
   ASSERT_EQ(
       Sh(absl::StrCat("ip -n ", node_, " link add ", host_if_, " type veth peer name stalepeer"))
           .exit_code,
       0);
+  // A crashed attempt of the same attachment left it: it carries the same mark.
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " link set ", host_if_, " alias ", kMark)).exit_code,
+            0);
   absl::StatusOr<PodVeth> veth = CreateVeth();
   ASSERT_OK(veth);
   EXPECT_TRUE(IpJson(absl::StrCat("-n ", node_, " link show dev stalepeer")).empty());
@@ -210,6 +228,51 @@ TEST_F(NetlinkPrivTest, StaleHostVethFromACrashIsReplaced) {
   ASSERT_EQ(host.size(), 1u);
   EXPECT_EQ(host[0]["ifindex"], veth->host_ifindex);
   EXPECT_EQ(IpJson(absl::StrCat("-n ", pod_, " link show dev ", kPodIfname)).size(), 1u);
+}
+
+TEST_F(NetlinkPrivTest, HostNameTakenByAVethWithoutTheMarkIsNotDeleted) {
+  // Another plugin's veth, and one marked for another attachment: neither is this one's.
+  for (const std::string alias : {"", "sluice:other/eth0"}) {
+    SCOPED_TRACE(alias);
+    ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " link add ", host_if_,
+                              " type veth peer name foreignpeer"))
+                  .exit_code,
+              0);
+    if (!alias.empty()) {
+      ASSERT_EQ(
+          Sh(absl::StrCat("ip -n ", node_, " link set ", host_if_, " alias ", alias)).exit_code, 0);
+    }
+    json before = IpJson(absl::StrCat("-n ", node_, " link show dev ", host_if_));
+    ASSERT_EQ(before.size(), 1u);
+    absl::StatusOr<PodVeth> veth = CreateVeth();
+    EXPECT_TRUE(absl::IsAlreadyExists(veth.status())) << veth.status();
+    EXPECT_THAT(veth.status().message(), HasSubstr(host_if_));
+    EXPECT_THAT(veth.status().message(), HasSubstr("not this endpoint's"));
+    json after = IpJson(absl::StrCat("-n ", node_, " link show dev ", host_if_));
+    ASSERT_EQ(after.size(), 1u);
+    EXPECT_EQ(after[0]["ifindex"], before[0]["ifindex"]);
+    EXPECT_EQ(IpJson(absl::StrCat("-n ", node_, " link show dev foreignpeer")).size(), 1u);
+    EXPECT_TRUE(IpJson(absl::StrCat("-n ", pod_, " link show dev ", kPodIfname)).empty());
+    ASSERT_EQ(Sh(absl::StrCat("ip -n ", node_, " link del ", host_if_)).exit_code, 0);
+  }
+}
+
+TEST_F(NetlinkPrivTest, DeleteLinkByIndexAndSetLinkAlias) {
+  absl::StatusOr<PodVeth> veth = CreateVeth();
+  ASSERT_OK(veth);
+  ASSERT_OK(InNode([&] { return nl_.SetLinkAlias(veth->host_ifindex, "sluice:adopted/eth0"); }));
+  absl::StatusOr<LinkInfo> link = InNode([&] { return nl_.LinkByName(host_if_); });
+  ASSERT_OK(link);
+  EXPECT_EQ(link->alias, "sluice:adopted/eth0");
+  absl::StatusOr<std::vector<LinkInfo>> all = InNode([&] { return nl_.ListLinks(""); });
+  ASSERT_OK(all);
+  bool listed = false;
+  for (const LinkInfo& l : *all) listed |= l.name == host_if_ && l.alias == "sluice:adopted/eth0";
+  EXPECT_TRUE(listed);
+  ASSERT_OK(InNode([&] { return nl_.DeleteLinkByIndex(veth->host_ifindex); }));
+  EXPECT_TRUE(IpJson(absl::StrCat("-n ", node_, " link show dev ", host_if_)).empty());
+  EXPECT_TRUE(IpJson(absl::StrCat("-n ", pod_, " link show dev ", kPodIfname)).empty());
+  EXPECT_OK(InNode([&] { return nl_.DeleteLinkByIndex(veth->host_ifindex); }));  // absent: OK
 }
 
 TEST_F(NetlinkPrivTest, HostNameTakenByNonVethIsNotDeleted) {
@@ -381,7 +444,7 @@ TEST_F(NetlinkPrivTest, LinkQueriesSeeOnlyTheCallersNetns) {
   absl::StatusOr<LinkInfo> missing = InNode([&] { return nl_.LinkByName(kPodIfname); });
   EXPECT_TRUE(absl::IsNotFound(missing.status())) << missing.status();
 
-  absl::StatusOr<std::vector<LinkInfo>> lxc = InNode([&] { return nl_.ListLinks("lxc"); });
+  absl::StatusOr<std::vector<LinkInfo>> lxc = InNode([&] { return nl_.ListLinks("slc"); });
   ASSERT_OK(lxc);
   ASSERT_EQ(lxc->size(), 1u);
   EXPECT_EQ((*lxc)[0].name, host_if_);
