@@ -120,7 +120,8 @@ std::string Reflector::Query(
 }
 
 bool Reflector::BackoffSleep() {
-  absl::Duration d = backoff_.Next(unreachable_ ? opts_.backoff.unreachable_cap : opts_.backoff.cap);
+  absl::Duration d =
+      backoff_.Next(unreachable_ ? opts_.backoff.unreachable_cap : opts_.backoff.cap);
   unreachable_ = false;
   if (retry_after_.has_value()) {
     d = std::min(std::max(d, *retry_after_), std::max(opts_.backoff.cap, *retry_after_));
@@ -313,8 +314,8 @@ Reflector::Next Reflector::Watch() {
         }
         if (o.by_identity && ev.type == EventType::kDeleted) {
           ++c_.undecodable_deletes;
-          spdlog::info("k8s {} {}: DELETED event does not decode ({}); deleted by name",
-                       kind_name, o.key, std::string(o.decode_error.message()));
+          spdlog::info("k8s {} {}: DELETED event does not decode ({}); deleted by name", kind_name,
+                       o.key, std::string(o.decode_error.message()));
         } else if (o.by_identity) {
           ++c_.undecodable_removals;
           if (o.first_report) {

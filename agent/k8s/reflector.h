@@ -105,11 +105,11 @@ struct ReflectorCounters {
 
 // What a sink did with one list item or watch event object.
 struct SinkOutcome {
-  std::string key;             // "namespace/name" ("" when not even the identity decoded)
-  absl::Status decode_error;   // the full decode's error; OK when the object decoded
-  bool applied = false;        // the store was updated from this object (fully or by identity)
-  bool by_identity = false;    // acted on from namespace/name alone: a DELETED, or a removal
-  bool first_report = false;   // first time this object is refused with this error: log it
+  std::string key;            // "namespace/name" ("" when not even the identity decoded)
+  absl::Status decode_error;  // the full decode's error; OK when the object decoded
+  bool applied = false;       // the store was updated from this object (fully or by identity)
+  bool by_identity = false;   // acted on from namespace/name alone: a DELETED, or a removal
+  bool first_report = false;  // first time this object is refused with this error: log it
 };
 
 // The per-kind half of a reflector: decodes items and events and applies them to a store.
@@ -266,10 +266,9 @@ class Reflector {
   std::string last_rv_ ABSL_GUARDED_BY(mu_);
 
   struct AtomicCounters {
-    std::atomic<uint64_t> lists{0}, list_pages{0}, list_items{0}, relists{0}, watches{0},
-        events{0}, bookmarks{0}, expired{0}, decode_errors{0}, undecodable_deletes{0},
-        undecodable_removals{0}, backoffs{0}, transport_errors{0}, http_errors{0},
-        short_watches{0};
+    std::atomic<uint64_t> lists{0}, list_pages{0}, list_items{0}, relists{0}, watches{0}, events{0},
+        bookmarks{0}, expired{0}, decode_errors{0}, undecodable_deletes{0}, undecodable_removals{0},
+        backoffs{0}, transport_errors{0}, http_errors{0}, short_watches{0};
   } c_;
 };
 

@@ -631,8 +631,8 @@ void Kubelet::RetryDels(bool last_chance) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (del_pending_.empty()) return;
-    std::vector<std::string> keys = last_chance ? std::vector<std::string>{}
-                                                : del_retries_.Due(absl::Now());
+    std::vector<std::string> keys =
+        last_chance ? std::vector<std::string>{} : del_retries_.Due(absl::Now());
     if (last_chance) {
       for (const auto& [uid, pod] : del_pending_) keys.push_back(uid);
     }
@@ -655,8 +655,8 @@ void Kubelet::RetryDels(bool last_chance) {
   if (last_chance) {
     std::lock_guard<std::mutex> lock(mu_);
     for (const auto& [uid, pod] : del_pending_) {
-      spdlog::error("pod {}/{}: CNI DEL never succeeded; its sandbox {} is left", pod.namespace_name,
-                    pod.name, pod.netns);
+      spdlog::error("pod {}/{}: CNI DEL never succeeded; its sandbox {} is left",
+                    pod.namespace_name, pod.name, pod.netns);
     }
   }
 }

@@ -69,9 +69,8 @@ const char* RangeName(RefusalReason r) {
 
 // externalIPs / LB ingress IPs: IPv4 addresses to program; IPv6 ones are valid but not ours yet
 // (skipped without a word), anything else is refused as `reason`.
-std::vector<IpAddress> ParseFrontendIps(const std::vector<std::string>& texts,
-                                        RefusalReason reason, const char* field,
-                                        std::set<Refusal>* refused) {
+std::vector<IpAddress> ParseFrontendIps(const std::vector<std::string>& texts, RefusalReason reason,
+                                        const char* field, std::set<Refusal>* refused) {
   std::set<IpAddress> out;
   for (const std::string& t : texts) {
     absl::StatusOr<IpAddress> a = IpAddress::Parse(absl::StripAsciiWhitespace(t));
@@ -148,9 +147,9 @@ std::vector<Candidate> CollectEndpoints(
     for (const k8s::EndpointPort& ep : slice->ports) {
       if (ep.name != port.name || ep.protocol != port.protocol || !ep.port.has_value()) continue;
       if (*ep.port <= 0 || *ep.port > 65535) {
-        refused->insert({RefusalReason::kPortInvalid,
-                         absl::StrCat("EndpointSlice ", slice->meta.Key(), " port '", ep.name,
-                                      "' ", *ep.port)});
+        refused->insert(
+            {RefusalReason::kPortInvalid, absl::StrCat("EndpointSlice ", slice->meta.Key(),
+                                                       " port '", ep.name, "' ", *ep.port)});
         continue;
       }
       target = static_cast<uint16_t>(*ep.port);
@@ -167,8 +166,8 @@ std::vector<Candidate> CollectEndpoints(
         continue;
       }
       if (std::optional<RefusalReason> special = SpecialV4(*addr)) {
-        refused->insert({*special, absl::StrCat("EndpointSlice ", slice->meta.Key(),
-                                                " endpoint ", addr->ToString())});
+        refused->insert({*special, absl::StrCat("EndpointSlice ", slice->meta.Key(), " endpoint ",
+                                                addr->ToString())});
         continue;
       }
       Candidate c;

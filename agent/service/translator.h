@@ -67,15 +67,15 @@ struct HealthCheck {
 // the node's 127.0.0.1); a port or protocol the datapath cannot express is no frontend. Only the
 // offending port, address or endpoint is dropped; the rest of the Service is programmed.
 enum class RefusalReason : uint8_t {
-  kBackendLoopback,      // 127.0.0.0/8
-  kBackendUnspecified,   // 0.0.0.0/8
-  kBackendLinkLocal,     // 169.254.0.0/16
-  kBackendMulticast,     // 224.0.0.0/4
-  kBackendBroadcast,     // 255.255.255.255
-  kBackendInvalid,       // not an IPv4 address in an IPv4 EndpointSlice
-  kPortInvalid,          // a Service port, nodePort or EndpointSlice port outside 1..65535
-  kProtocolUnknown,      // not TCP, UDP or SCTP
-  kExternalIpInvalid,    // spec.externalIPs: unparsable or one of the special ranges above
+  kBackendLoopback,        // 127.0.0.0/8
+  kBackendUnspecified,     // 0.0.0.0/8
+  kBackendLinkLocal,       // 169.254.0.0/16
+  kBackendMulticast,       // 224.0.0.0/4
+  kBackendBroadcast,       // 255.255.255.255
+  kBackendInvalid,         // not an IPv4 address in an IPv4 EndpointSlice
+  kPortInvalid,            // a Service port, nodePort or EndpointSlice port outside 1..65535
+  kProtocolUnknown,        // not TCP, UDP or SCTP
+  kExternalIpInvalid,      // spec.externalIPs: unparsable or one of the special ranges above
   kLoadBalancerIpInvalid,  // status.loadBalancer.ingress[].ip: likewise
   kCount,
 };

@@ -482,7 +482,8 @@ TEST_F(ReflectorTest, ExpiredWatchRelistsWithoutBackingOff) {
     Upsert("b", 2);
     ASSERT_TRUE(Eventually([&] {
       return reflector->counters().relists >= 1 && store.Get("default/b") != nullptr;
-    })) << "relists " << reflector->counters().relists;
+    })) << "relists "
+        << reflector->counters().relists;
     EXPECT_GE(reflector->counters().expired, 1u);
     EXPECT_TRUE(clock.sleeps().empty()) << "backed off " << clock.sleeps().size() << " times";
     reflector->Stop();
@@ -611,8 +612,8 @@ TEST(StoreSinkTest, DeletedEventThatDoesNotDecodeDeletesByName) {
   EXPECT_EQ(store.Get("default/upd"), nullptr);
   EXPECT_EQ(store.resource_version(), "7");
   // Not even a name: nothing to act on, reported as not applied.
-  SinkOutcome garbage = sink.ApplyEvent(EventType::kDeleted, R"({"metadata":{"uid":1}})",
-                                        decoder, &rv);
+  SinkOutcome garbage =
+      sink.ApplyEvent(EventType::kDeleted, R"({"metadata":{"uid":1}})", decoder, &rv);
   EXPECT_FALSE(garbage.applied);
 }
 
@@ -621,9 +622,8 @@ TEST(StoreSinkTest, RefusedObjectIsReportedOncePerError) {
   StoreSink<Service> sink(&store);
   Decoder decoder;
   std::string rv;
-  const std::string bad =
-      R"({"metadata":{"namespace":"default","name":"x","resourceVersion":"1"},)"
-      R"("spec":{"ports":[{"port":4294967296}]}})";
+  const std::string bad = R"({"metadata":{"namespace":"default","name":"x","resourceVersion":"1"},)"
+                          R"("spec":{"ports":[{"port":4294967296}]}})";
   EXPECT_TRUE(sink.ApplyEvent(EventType::kAdded, bad, decoder, &rv).first_report);
   EXPECT_FALSE(sink.ApplyEvent(EventType::kModified, bad, decoder, &rv).first_report);
   // A relist that still holds it does not report it again ...

@@ -1,13 +1,12 @@
 #include "agent/service/translator.h"
 
-#include "agent/service/refusals.h"
-
 #include <netinet/in.h>
 
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "agent/service/refusals.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "maps/lb.h"
@@ -596,9 +595,9 @@ TEST(ServiceTranslatorTest, LoopbackUnspecifiedLinkLocalMulticastBroadcastBacken
                               RefusalReason::kBackendUnspecified, RefusalReason::kBackendLinkLocal,
                               RefusalReason::kBackendMulticast, RefusalReason::kBackendBroadcast,
                               RefusalReason::kBackendInvalid));
-  EXPECT_THAT(t.refused, ::testing::Contains(Refusal{
-                             RefusalReason::kBackendLoopback,
-                             "EndpointSlice default/web-abc endpoint 127.0.0.1"}));
+  EXPECT_THAT(t.refused,
+              ::testing::Contains(Refusal{RefusalReason::kBackendLoopback,
+                                          "EndpointSlice default/web-abc endpoint 127.0.0.1"}));
 }
 
 TEST(ServiceTranslatorTest, OnlyRefusedBackendsMeanTheServiceRejects) {
@@ -610,10 +609,10 @@ TEST(ServiceTranslatorTest, OnlyRefusedBackendsMeanTheServiceRejects) {
 }
 
 TEST(ServiceTranslatorTest, BadPortsAndProtocolsAreRefusedAndTheValidPortKept) {
-  ServiceTranslation t = TranslateService(
-      Svc({Port("zero", 0), Port("big", 65536), Port("neg", -1),
-           Port("foo", 81, k8s::Protocol::kUnknown), Port("http", 80)}),
-      {Slice({Ep("10.244.1.5")})}, Node());
+  ServiceTranslation t =
+      TranslateService(Svc({Port("zero", 0), Port("big", 65536), Port("neg", -1),
+                            Port("foo", 81, k8s::Protocol::kUnknown), Port("http", 80)}),
+                       {Slice({Ep("10.244.1.5")})}, Node());
   ASSERT_EQ(t.frontends.size(), 1u);
   EXPECT_EQ(t.frontends[0].port_name, "http");
   EXPECT_THAT(t.frontends[0].backends, ElementsAre(Be("10.244.1.5", 8080)));
@@ -634,9 +633,9 @@ TEST(ServiceTranslatorTest, BadNodePortIsRefusedButTheClusterIpPortServes) {
 }
 
 TEST(ServiceTranslatorTest, BadEndpointSlicePortIsRefused) {
-  ServiceTranslation t = TranslateService(
-      Svc({Port("http", 80)}), {Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, 0}})},
-      Node());
+  ServiceTranslation t =
+      TranslateService(Svc({Port("http", 80)}),
+                       {Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, 0}})}, Node());
   ASSERT_EQ(t.frontends.size(), 1u);
   EXPECT_THAT(t.frontends[0].backends, IsEmpty());
   EXPECT_THAT(t.refused, ElementsAre(Refusal{RefusalReason::kPortInvalid,
@@ -651,20 +650,21 @@ TEST(ServiceTranslatorTest, InvalidExternalAndLoadBalancerIpsAreRefused) {
   std::vector<IpAddress> addrs;
   for (const LbFrontend& f : t.frontends) addrs.push_back(f.addr);
   EXPECT_THAT(addrs, ElementsAre(Ip("10.96.0.10"), Ip("198.51.100.1"), Ip("203.0.113.7")));
-  EXPECT_THAT(t.refused,
-              ElementsAre(Refusal{RefusalReason::kExternalIpInvalid,
-                                  "externalIP 'garbage': not an IP address"},
-                          Refusal{RefusalReason::kExternalIpInvalid, "externalIP 127.0.0.1: loopback"},
-                          Refusal{RefusalReason::kLoadBalancerIpInvalid,
-                                  "loadBalancer ingress IP 0.0.0.0: unspecified"},
-                          Refusal{RefusalReason::kLoadBalancerIpInvalid,
-                                  "loadBalancer ingress IP 224.1.1.1: multicast"}));
+  EXPECT_THAT(
+      t.refused,
+      ElementsAre(
+          Refusal{RefusalReason::kExternalIpInvalid, "externalIP 'garbage': not an IP address"},
+          Refusal{RefusalReason::kExternalIpInvalid, "externalIP 127.0.0.1: loopback"},
+          Refusal{RefusalReason::kLoadBalancerIpInvalid,
+                  "loadBalancer ingress IP 0.0.0.0: unspecified"},
+          Refusal{RefusalReason::kLoadBalancerIpInvalid,
+                  "loadBalancer ingress IP 224.1.1.1: multicast"}));
 }
 
 TEST(ServiceTranslatorTest, ValidServiceHasNoRefusals) {
-  ServiceTranslation t = TranslateService(Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)},
-                                              "NodePort"),
-                                          {Slice({Ep("10.244.1.5"), Ep("10.244.2.9")})}, Node());
+  ServiceTranslation t =
+      TranslateService(Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}, "NodePort"),
+                       {Slice({Ep("10.244.1.5"), Ep("10.244.2.9")})}, Node());
   EXPECT_THAT(t.refused, IsEmpty());
 }
 
