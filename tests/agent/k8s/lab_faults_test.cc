@@ -407,7 +407,11 @@ TEST_F(LabFaultsTest, RepeatedWatchCutsKeepEachChangeUnderTwoSeconds) {
   absl::Duration worst;
   for (int i = 0; i < 6; ++i) {
     ASSERT_TRUE(Eventually([&] { return server_->open_watches() >= 3; }));
+    const uint64_t cuts = svc_reflector().counters().transport_errors;
     server_->CutWatches();
+    // The change is made once the Service reflector has seen its stream cut (it is backing off).
+    ASSERT_TRUE(
+        Eventually([&] { return svc_reflector().counters().transport_errors > cuts; }));
     const std::string name = absl::StrCat("after-cut-", i);
     CreateService(name);
     const absl::Time start = absl::Now();
