@@ -719,6 +719,25 @@ void DecodeObject(od::object root, ResourceVersionOnly* out) {
   });
 }
 
+void DecodeObject(od::object root, ObjectMeta* out) {
+  ForFields(root, [&](std::string_view key, od::value& val) {
+    if (key != "metadata") return;
+    ForFields(val, [&](std::string_view k, od::value& x) {
+      if (x.type() != json_type::string) return;  // identity fields are strings; skip the rest
+      if (k == "name") {
+        out->name = Str(x);
+      } else if (k == "namespace") {
+        out->namespace_ = Str(x);
+      } else if (k == "uid") {
+        out->uid = Str(x);
+      } else if (k == "resourceVersion") {
+        out->resource_version = Str(x);
+      }
+    });
+  });
+  if (out->name.empty()) throw simdjson::simdjson_error(simdjson::NO_SUCH_FIELD);
+}
+
 }  // namespace
 
 std::string_view EventTypeName(EventType t) {
@@ -787,6 +806,11 @@ absl::Status Decoder::DecodeResourceVersion(std::string_view json, std::string* 
                         [&](od::object root) { DecodeObject(root, &out); });
   *rv = std::move(out.rv);
   return st;
+}
+
+absl::Status Decoder::DecodeIdentity(std::string_view json, ObjectMeta* out) {
+  *out = ObjectMeta{};
+  return Run(json, "object identity", [&](od::object root) { DecodeObject(root, out); });
 }
 
 }  // namespace sluice::k8s

@@ -52,6 +52,10 @@ class Decoder {
 
   // Only metadata.resourceVersion of an object of any kind (BOOKMARK events).
   absl::Status DecodeResourceVersion(std::string_view json, std::string* rv);
+  // Only the object's identity (metadata namespace, name, uid, resourceVersion), skipping every
+  // other field unread: what a DELETED event, or the removal of an object the full decode
+  // refuses, needs. Fails only when the JSON is malformed or the name is missing.
+  absl::Status DecodeIdentity(std::string_view json, ObjectMeta* out);
 
  private:
   // simdjson's parser and the padded copy of the input: kept out of this header, which half of

@@ -42,14 +42,15 @@ std::string QueryEscape(std::string_view s) {
   return out;
 }
 
-absl::Duration Backoff::Next() {
+absl::Duration Backoff::Next(absl::Duration cap) {
+  cap = std::min(cap, opts_.cap);
   const absl::Time now = clock_->Now();
   if (last_ != absl::InfinitePast() && now - last_ > opts_.reset_after) base_ = opts_.initial;
   last_ = now;
-  const absl::Duration base = base_;
-  base_ = std::min(base_ * opts_.factor, opts_.cap);
+  const absl::Duration base = std::min(base_, cap);
+  base_ = std::min(base * opts_.factor, opts_.cap);
   const double r = random_ ? random_() : 0.0;
-  return std::min(base * (1.0 + opts_.jitter * r), opts_.cap);
+  return std::min(base * (1.0 + opts_.jitter * r), cap);
 }
 
 Reflector::Reflector(HttpClient* http, std::unique_ptr<ReflectorSink> sink, ReflectorOptions opts)
@@ -83,6 +84,8 @@ ReflectorCounters Reflector::counters() const {
   out.bookmarks = c_.bookmarks;
   out.expired = c_.expired;
   out.decode_errors = c_.decode_errors;
+  out.undecodable_deletes = c_.undecodable_deletes;
+  out.undecodable_removals = c_.undecodable_removals;
   out.backoffs = c_.backoffs;
   out.transport_errors = c_.transport_errors;
   out.http_errors = c_.http_errors;
@@ -117,7 +120,9 @@ std::string Reflector::Query(
 }
 
 bool Reflector::BackoffSleep() {
-  absl::Duration d = backoff_.Next();
+  absl::Duration d =
+      backoff_.Next(unreachable_ ? opts_.backoff.unreachable_cap : opts_.backoff.cap);
+  unreachable_ = false;
   if (retry_after_.has_value()) {
     d = std::min(std::max(d, *retry_after_), std::max(opts_.backoff.cap, *retry_after_));
     retry_after_.reset();
@@ -169,12 +174,21 @@ Reflector::Next Reflector::List() {
     ListFramer::Callbacks cb;
     cb.on_metadata = [&](std::string_view json) { return decoder_.Decode(json, &meta); };
     cb.on_item = [&](std::string_view json) {
-      absl::Status st = sink_->AddListItem(json, decoder_);
-      if (st.ok()) {
+      SinkOutcome o = sink_->AddListItem(json, decoder_);
+      if (o.decode_error.ok()) {
         ++c_.list_items;
+        return absl::OkStatus();
+      }
+      ++c_.decode_errors;
+      if (!o.applied) {
+        spdlog::warn("k8s {}: skipping a list item without a readable name: {}", kind_name,
+                     o.decode_error.ToString());
       } else {
-        ++c_.decode_errors;
-        spdlog::warn("k8s {}: skipping a list item: {}", kind_name, st.ToString());
+        ++c_.undecodable_removals;
+        if (o.first_report) {
+          spdlog::warn("k8s {} {}: cannot decode it ({}); treated as absent until it decodes",
+                       kind_name, o.key, std::string(o.decode_error.message()));
+        }
       }
       return absl::OkStatus();
     };
@@ -211,6 +225,7 @@ Reflector::Next Reflector::List() {
     }
     if (r.status == 0 || r.curl_code != 0) {
       ++c_.transport_errors;
+      unreachable_ = true;
       spdlog::warn("k8s {}: list {}: {}", kind_name, path, r.Describe());
       return Next::kBackoffRelist;
     }
@@ -275,6 +290,7 @@ Reflector::Next Reflector::Watch() {
   absl::Status stream_error;
   std::optional<Next> outcome;  // decided by an ERROR event
   uint64_t events = 0;
+  uint64_t delivered = 0;  // object events and bookmarks: the stream was healthy
 
   auto on_event = [&](std::string_view json) -> absl::Status {
     RawEvent ev;
@@ -287,12 +303,25 @@ Reflector::Next Reflector::Watch() {
       case EventType::kModified:
       case EventType::kDeleted: {
         std::string rv;
-        absl::Status st = sink_->ApplyEvent(ev.type, ev.object_json, decoder_, &rv);
+        SinkOutcome o = sink_->ApplyEvent(ev.type, ev.object_json, decoder_, &rv);
         ++events;
-        if (!st.ok()) {
-          ++c_.decode_errors;
-          spdlog::warn("k8s {}: skipping a {} event: {}", kind_name, ev.type_name, st.ToString());
+        ++delivered;
+        if (!o.decode_error.ok()) ++c_.decode_errors;
+        if (!o.applied) {
+          spdlog::warn("k8s {}: skipping a {} event without a readable name: {}", kind_name,
+                       ev.type_name, o.decode_error.ToString());
           return absl::OkStatus();
+        }
+        if (o.by_identity && ev.type == EventType::kDeleted) {
+          ++c_.undecodable_deletes;
+          spdlog::info("k8s {} {}: DELETED event does not decode ({}); deleted by name", kind_name,
+                       o.key, std::string(o.decode_error.message()));
+        } else if (o.by_identity) {
+          ++c_.undecodable_removals;
+          if (o.first_report) {
+            spdlog::warn("k8s {} {}: cannot decode its {} ({}); removed until it decodes",
+                         kind_name, o.key, ev.type_name, std::string(o.decode_error.message()));
+          }
         }
         ++c_.events;
         if (!rv.empty()) SetLastRv(std::move(rv));
@@ -301,6 +330,7 @@ Reflector::Next Reflector::Watch() {
       case EventType::kBookmark: {
         std::string rv;
         ++events;
+        ++delivered;
         if (absl::Status st = decoder_.DecodeResourceVersion(ev.object_json, &rv); !st.ok()) {
           ++c_.decode_errors;
           return absl::OkStatus();
@@ -358,6 +388,7 @@ Reflector::Next Reflector::Watch() {
       },
       &canceller_);
   if (stopping() || r.cancelled) return Next::kStopped;
+  if (delivered > 0) backoff_.Reset();
   if (outcome.has_value()) {
     if (*outcome == Next::kRelistNow) internal_errors_since_.reset();
     return *outcome;
@@ -371,6 +402,7 @@ Reflector::Next Reflector::Watch() {
       // Cut, reset or idle: complete events were applied, a torn tail (if any) is dropped with
       // the framer.
       ++c_.transport_errors;
+      unreachable_ = true;
       spdlog::info("k8s {}: watch from {} ended: {} ({} events, {} bytes torn)", kind_name,
                    from_rv, r.Describe(), events, framer.partial_bytes());
       return Next::kBackoffRewatch;

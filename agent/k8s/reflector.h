@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
@@ -35,15 +36,25 @@ struct BackoffOptions {
   absl::Duration cap = absl::Seconds(30);
   // Each delay is base * (1 + jitter * U[0,1)), then capped at `cap`.
   double jitter = 1.0;
-  // The sequence restarts from `initial` after this long without a back-off.
+  // The sequence restarts from `initial` after this long without a back-off, and whenever a
+  // watch has delivered an event or a bookmark (the stream was healthy; a cut after that is not
+  // the apiserver failing again).
   absl::Duration reset_after = absl::Minutes(2);
+  // Cap while the apiserver does not answer at all (connection refused or reset, cut streams,
+  // timeouts): a retry then costs the server nothing, and this bounds how long after it returns
+  // the agent converges. Answers that are errors (5xx, 429, watches ending at once) back off up
+  // to `cap`, and Retry-After is honoured.
+  absl::Duration unreachable_cap = absl::Milliseconds(1500);
 };
 
 class Backoff {
  public:
   Backoff(BackoffOptions opts, const Clock* clock, RandomFn random)
       : opts_(opts), clock_(clock), random_(std::move(random)), base_(opts.initial) {}
-  absl::Duration Next();
+  // The next delay, at most `cap` (clamped to opts.cap); the sequence grows from there.
+  absl::Duration Next(absl::Duration cap);
+  absl::Duration Next() { return Next(opts_.cap); }
+  void Reset() { base_ = opts_.initial; }
 
  private:
   const BackoffOptions opts_;
@@ -82,25 +93,44 @@ struct ReflectorCounters {
   uint64_t bookmarks = 0;
   uint64_t expired = 0;           // 410 (HTTP or ERROR event), continue-token expiry included
   uint64_t decode_errors = 0;     // malformed items/events/streams
+  // Objects the full decoder refused that were acted on by identity: DELETED events applied
+  // anyway, and ADDED/MODIFIED/list objects removed from the store (counted per occurrence).
+  uint64_t undecodable_deletes = 0;
+  uint64_t undecodable_removals = 0;
   uint64_t backoffs = 0;          // back-off sleeps taken
   uint64_t transport_errors = 0;  // connect failures, cut streams, timeouts
   uint64_t http_errors = 0;       // non-2xx other than 410
   uint64_t short_watches = 0;     // clean ends with no event before min_watch_duration
 };
 
+// What a sink did with one list item or watch event object.
+struct SinkOutcome {
+  std::string key;            // "namespace/name" ("" when not even the identity decoded)
+  absl::Status decode_error;  // the full decode's error; OK when the object decoded
+  bool applied = false;       // the store was updated from this object (fully or by identity)
+  bool by_identity = false;   // acted on from namespace/name alone: a DELETED, or a removal
+  bool first_report = false;  // first time this object is refused with this error: log it
+};
+
 // The per-kind half of a reflector: decodes items and events and applies them to a store.
+//
+// An object the full decoder refuses (a value out of range, a wrong type) is never silently
+// skipped: a DELETED event needs only the identity and deletes; an ADDED/MODIFIED object, or a
+// list item, that does not decode is treated as absent, so what its previous version programmed
+// is removed (the same outcome a relist gives, which cannot keep an object it cannot read). Each
+// refused object is reported once (first_report) until it decodes again or is deleted.
 class ReflectorSink {
  public:
   virtual ~ReflectorSink() = default;
   virtual std::string_view kind() const = 0;
   virtual std::string_view path() const = 0;
   virtual void BeginList() = 0;
-  // Decodes one list item into the pending list; an error means the item was skipped.
-  virtual absl::Status AddListItem(std::string_view json, Decoder& decoder) = 0;
+  // Decodes one list item into the pending list.
+  virtual SinkOutcome AddListItem(std::string_view json, Decoder& decoder) = 0;
   virtual void CommitList(std::string resource_version) = 0;
-  // ADDED/MODIFIED/DELETED; sets *rv to the object's resourceVersion.
-  virtual absl::Status ApplyEvent(EventType type, std::string_view object_json, Decoder& decoder,
-                                  std::string* rv) = 0;
+  // ADDED/MODIFIED/DELETED; sets *rv to the object's resourceVersion when the identity decoded.
+  virtual SinkOutcome ApplyEvent(EventType type, std::string_view object_json, Decoder& decoder,
+                                 std::string* rv) = 0;
 };
 
 template <typename T>
@@ -109,34 +139,82 @@ class StoreSink : public ReflectorSink {
   explicit StoreSink(Store<T>* store) : store_(store) {}
   std::string_view kind() const override { return KindInfo<T>::kKind; }
   std::string_view path() const override { return KindInfo<T>::kPath; }
-  void BeginList() override { pending_.clear(); }
-  absl::Status AddListItem(std::string_view json, Decoder& decoder) override {
+  void BeginList() override {
+    pending_.clear();
+    pending_refused_.clear();
+  }
+  SinkOutcome AddListItem(std::string_view json, Decoder& decoder) override {
+    SinkOutcome out;
     T obj;
-    absl::Status st = decoder.Decode(json, &obj);
-    if (st.ok()) pending_.push_back(std::move(obj));
-    return st;
+    out.decode_error = decoder.Decode(json, &obj);
+    if (out.decode_error.ok()) {
+      out.key = obj.meta.Key();
+      out.applied = true;
+      pending_.push_back(std::move(obj));
+      return out;
+    }
+    ObjectMeta id;
+    if (!decoder.DecodeIdentity(json, &id).ok()) return out;
+    // Left out of the list, so Replace removes what an earlier version programmed.
+    out.key = id.Key();
+    out.applied = true;
+    out.by_identity = true;
+    out.first_report = Refused(out.key, out.decode_error);
+    pending_refused_[out.key] = std::string(out.decode_error.message());
+    return out;
   }
   void CommitList(std::string resource_version) override {
     store_->Replace(std::move(pending_), std::move(resource_version));
     pending_.clear();
+    refused_ = std::move(pending_refused_);  // objects gone from the list are forgotten
+    pending_refused_.clear();
   }
-  absl::Status ApplyEvent(EventType type, std::string_view object_json, Decoder& decoder,
-                          std::string* rv) override {
+  SinkOutcome ApplyEvent(EventType type, std::string_view object_json, Decoder& decoder,
+                         std::string* rv) override {
+    SinkOutcome out;
     T obj;
-    absl::Status st = decoder.Decode(object_json, &obj);
-    if (!st.ok()) return st;
-    *rv = obj.meta.resource_version;
-    if (type == EventType::kDeleted) {
-      store_->Delete(obj);
-    } else {
-      store_->Upsert(std::move(obj));
+    out.decode_error = decoder.Decode(object_json, &obj);
+    if (out.decode_error.ok()) {
+      out.key = obj.meta.Key();
+      out.applied = true;
+      *rv = obj.meta.resource_version;
+      refused_.erase(out.key);
+      if (type == EventType::kDeleted) {
+        store_->Delete(obj);
+      } else {
+        store_->Upsert(std::move(obj));
+      }
+      return out;
     }
-    return absl::OkStatus();
+    T id;
+    if (!decoder.DecodeIdentity(object_json, &id.meta).ok()) return out;
+    out.key = id.meta.Key();
+    out.applied = true;
+    out.by_identity = true;
+    *rv = id.meta.resource_version;
+    if (type == EventType::kDeleted) {
+      refused_.erase(out.key);
+    } else {
+      out.first_report = Refused(out.key, out.decode_error);
+      refused_[out.key] = std::string(out.decode_error.message());
+    }
+    store_->Delete(id);
+    return out;
   }
 
+  // Objects currently refused (key -> decode error), for tests and status.
+  size_t refused_objects() const { return refused_.size(); }
+
  private:
+  bool Refused(const std::string& key, const absl::Status& error) const {
+    auto it = refused_.find(key);
+    return it == refused_.end() || it->second != error.message();
+  }
+
   Store<T>* const store_;
   std::vector<T> pending_;
+  absl::flat_hash_map<std::string, std::string> refused_;  // reflector thread only
+  absl::flat_hash_map<std::string, std::string> pending_refused_;
 };
 
 class Reflector {
@@ -180,6 +258,7 @@ class Reflector {
   bool rv_unavailable_ = false;        // the last list got Expired/TooLarge: relist with RV=""
   bool unpaginated_next_ = false;      // a continue token expired twice in a row: list in one go
   bool continue_expired_ = false;
+  bool unreachable_ = false;  // the last failure got no answer from the apiserver
   std::optional<absl::Duration> retry_after_;
   std::optional<absl::Time> internal_errors_since_;
 
@@ -187,9 +266,9 @@ class Reflector {
   std::string last_rv_ ABSL_GUARDED_BY(mu_);
 
   struct AtomicCounters {
-    std::atomic<uint64_t> lists{0}, list_pages{0}, list_items{0}, relists{0}, watches{0},
-        events{0}, bookmarks{0}, expired{0}, decode_errors{0}, backoffs{0}, transport_errors{0},
-        http_errors{0}, short_watches{0};
+    std::atomic<uint64_t> lists{0}, list_pages{0}, list_items{0}, relists{0}, watches{0}, events{0},
+        bookmarks{0}, expired{0}, decode_errors{0}, undecodable_deletes{0}, undecodable_removals{0},
+        backoffs{0}, transport_errors{0}, http_errors{0}, short_watches{0};
   } c_;
 };
 

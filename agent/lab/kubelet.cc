@@ -233,6 +233,7 @@ void Kubelet::Stop() {
     pods.swap(pods_);
   }
   for (const auto& [key, pod] : pods) TearDown(pod);
+  RetryDels(/*last_chance=*/true);
   watch_.reset();
 }
 
@@ -260,6 +261,7 @@ void Kubelet::Run() {
         break;
     }
     RetryFailed();
+    RetryDels(/*last_chance=*/false);
     // Pod processes that died are reaped here (a zombie would look alive to `status`).
     std::lock_guard<std::mutex> lock(mu_);
     for (auto& [key, pod] : pods_) {
@@ -464,10 +466,7 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
   if (auto st = CreatePodNetns(topology_, pod.netns); !st.ok()) return st;
   auto undo = [&](absl::Status st) {
     for (pid_t pid : pod.pids) StopProcess(pid, absl::Seconds(1));
-    if (auto del = Cni("DEL", pod, node); !del.ok()) {
-      spdlog::warn("pod {}: CNI DEL after failure: {}", key, del.status().ToString());
-    }
-    DeletePodNetns(topology_, pod.netns).IgnoreError();
+    ReleaseSandbox(pod, node);
     return st;
   };
   auto result = Cni("ADD", pod, node);
@@ -594,14 +593,104 @@ void Kubelet::TearDown(const RunningPod& pod) {
   }
   const LabNode* node = topology_.FindNode(pod.node);
   if (node != nullptr) {
-    if (auto r = Cni("DEL", pod, *node); !r.ok()) {
-      spdlog::warn("pod {}: CNI DEL: {}", key, r.status().ToString());
+    ReleaseSandbox(pod, *node);
+  } else if (auto st = DeletePodNetns(topology_, pod.netns); !st.ok()) {
+    spdlog::warn("pod {}: {}", key, st.ToString());
+  }
+  spdlog::info("pod {} torn down", key);
+}
+
+void Kubelet::ReleaseSandbox(const RunningPod& pod, const LabNode& node) {
+  const std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
+  if (auto r = Cni("DEL", pod, node); !r.ok()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (del_retries_.Failed(pod.uid, absl::Now())) {
+      spdlog::warn("pod {}: CNI DEL: {}; will retry", key, r.status().ToString());
+      del_pending_[pod.uid] = pod;
+      return;  // the sandbox stays until DEL succeeds
     }
+    spdlog::error("pod {}: CNI DEL still failing after {} attempts; giving up: {}", key,
+                  del_retries_.attempts(pod.uid), r.status().ToString());
+    del_retries_.Done(pod.uid);
+    del_pending_.erase(pod.uid);
+  } else {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (del_pending_.erase(pod.uid) > 0) {
+      spdlog::info("pod {}: CNI DEL succeeded after {} failed attempts", key,
+                   del_retries_.attempts(pod.uid));
+    }
+    del_retries_.Done(pod.uid);
   }
   if (auto st = DeletePodNetns(topology_, pod.netns); !st.ok()) {
     spdlog::warn("pod {}: {}", key, st.ToString());
   }
-  spdlog::info("pod {} torn down", key);
+}
+
+void Kubelet::RetryDels(bool last_chance) {
+  std::vector<RunningPod> due;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (del_pending_.empty()) return;
+    std::vector<std::string> keys =
+        last_chance ? std::vector<std::string>{} : del_retries_.Due(absl::Now());
+    if (last_chance) {
+      for (const auto& [uid, pod] : del_pending_) keys.push_back(uid);
+    }
+    for (const std::string& uid : keys) {
+      auto it = del_pending_.find(uid);
+      if (it != del_pending_.end()) due.push_back(it->second);
+    }
+  }
+  for (const RunningPod& pod : due) {
+    const LabNode* node = topology_.FindNode(pod.node);
+    if (node == nullptr || !std::filesystem::exists(topology_.netns_path(pod.netns))) {
+      // The sandbox is gone: nothing left to release.
+      std::lock_guard<std::mutex> lock(mu_);
+      del_pending_.erase(pod.uid);
+      del_retries_.Done(pod.uid);
+      continue;
+    }
+    ReleaseSandbox(pod, *node);
+  }
+  if (last_chance) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [uid, pod] : del_pending_) {
+      spdlog::error("pod {}/{}: CNI DEL never succeeded; its sandbox {} is left",
+                    pod.namespace_name, pod.name, pod.netns);
+    }
+  }
+}
+
+size_t Kubelet::PendingDels() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return del_pending_.size();
+}
+
+bool CniDelRetries::Failed(const std::string& key, absl::Time now) {
+  auto [it, inserted] = entries_.try_emplace(key);
+  Entry& e = it->second;
+  if (inserted) {
+    e.first_failure = now;
+    e.delay = initial_;
+  } else {
+    e.delay = std::min(e.delay * 2, cap_);
+  }
+  ++e.attempts;
+  e.next = now + e.delay;
+  return now - e.first_failure < give_up_;
+}
+
+std::vector<std::string> CniDelRetries::Due(absl::Time now) const {
+  std::vector<std::string> out;
+  for (const auto& [key, e] : entries_) {
+    if (e.next <= now) out.push_back(key);
+  }
+  return out;
+}
+
+int CniDelRetries::attempts(const std::string& key) const {
+  auto it = entries_.find(key);
+  return it == entries_.end() ? 0 : it->second.attempts;
 }
 
 }  // namespace sluice::lab

@@ -36,6 +36,12 @@ inline constexpr char kReadyAnnotation[] = "lab.sluice.dev/ready";
 struct KubeletOptions {
   std::string netexec_binary;                        // `sluice-lab` itself (runs `netexec`)
   absl::Duration retry_interval = absl::Seconds(2);  // after a failed pod start (agent not up)
+  // A failed CNI DEL is retried (doubling from `initial` up to `cap`) while the sandbox (the
+  // pod's network namespace) is kept, until DEL succeeds, the namespace is gone, or `give_up`
+  // after the first failure; then the namespace is deleted anyway and the failure logged.
+  absl::Duration del_retry_initial = absl::Seconds(1);
+  absl::Duration del_retry_cap = absl::Seconds(16);
+  absl::Duration del_retry_give_up = absl::Minutes(5);
   std::function<void()> on_change;  // after pods were started or torn down (status file)
 };
 
@@ -56,6 +62,31 @@ absl::StatusOr<nlohmann::json> PluginConfFromConflist(const std::string& conflis
 // ips[0].address of a CNI result, without the prefix length.
 absl::StatusOr<std::string> PodIpFromCniResult(const std::string& result);
 
+// The schedule of CNI DEL retries, as a real kubelet keeps retrying StopPodSandbox: per pod
+// sandbox (key: pod uid), when the next attempt is due and when to give up.
+class CniDelRetries {
+ public:
+  CniDelRetries(absl::Duration initial, absl::Duration cap, absl::Duration give_up)
+      : initial_(initial), cap_(cap), give_up_(give_up) {}
+  // DEL failed (first or again) at `now`. False when the retries are over (give up now).
+  bool Failed(const std::string& key, absl::Time now);
+  void Done(const std::string& key) { entries_.erase(key); }
+  // Keys whose next attempt is due.
+  std::vector<std::string> Due(absl::Time now) const;
+  size_t size() const { return entries_.size(); }
+  int attempts(const std::string& key) const;
+
+ private:
+  struct Entry {
+    absl::Time first_failure;
+    absl::Time next;
+    absl::Duration delay;
+    int attempts = 0;
+  };
+  const absl::Duration initial_, cap_, give_up_;
+  std::map<std::string, Entry> entries_;
+};
+
 class Kubelet {
  public:
   Kubelet(ObjectStore* store, Topology topology, KubeletOptions options);
@@ -68,6 +99,8 @@ class Kubelet {
   void Stop();
 
   std::vector<RunningPod> Pods() const;
+  // Pod sandboxes whose CNI DEL failed and is being retried.
+  size_t PendingDels() const;
 
  private:
   void Run();
@@ -77,6 +110,9 @@ class Kubelet {
   void Schedule(const nlohmann::json& pod);
   absl::Status StartPod(const nlohmann::json& pod, const LabNode& node);
   void TearDown(const RunningPod& pod);
+  // CNI DEL, then the namespace; a failed DEL keeps the namespace and schedules a retry.
+  void ReleaseSandbox(const RunningPod& pod, const LabNode& node);
+  void RetryDels(bool last_chance);
   absl::Status WriteStatus(const RunningPod& pod, const nlohmann::json& spec_pod);
   absl::StatusOr<std::string> Cni(const std::string& command, const RunningPod& pod,
                                   const LabNode& node);
@@ -93,6 +129,10 @@ class Kubelet {
   std::map<std::string, nlohmann::json> failed_;  // waiting for a retry
   std::map<std::string, int> bound_;              // node -> pods bound by us not yet started
   absl::Time next_retry_ = absl::InfinitePast();
+  // Sandboxes waiting for a successful CNI DEL, by pod uid (guarded by mu_).
+  std::map<std::string, RunningPod> del_pending_;
+  CniDelRetries del_retries_{options_.del_retry_initial, options_.del_retry_cap,
+                             options_.del_retry_give_up};
 };
 
 }  // namespace sluice::lab

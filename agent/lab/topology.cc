@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mount.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -143,8 +144,13 @@ absl::Status CreateLinks(const Topology& t) {
     }
     // bpffs mounted from the root mount namespace (not inside the agent's `ip netns exec`
     // mount namespace), so pins survive an agent restart as /sys/fs/bpf does on a real node.
-    if (mount("bpffs", n.bpffs().c_str(), "bpf", 0, nullptr) != 0) {
+    // mode=0700 as on a real node (systemd mounts /sys/fs/bpf so): the kernel's default root is
+    // 1777, which lets any user pin (or squat) names under Sluice's root.
+    if (mount("bpffs", n.bpffs().c_str(), "bpf", 0, "mode=0700") != 0) {
       return absl::InternalError(absl::StrCat("mount bpffs on ", n.bpffs(), ": ", strerror(errno)));
+    }
+    if (chmod(n.bpffs().c_str(), 0700) != 0) {
+      return absl::InternalError(absl::StrCat("chmod 0700 ", n.bpffs(), ": ", strerror(errno)));
     }
     if (auto st = AttachToUnderlay(t, n.netns, absl::StrCat("n", k + 1), n.ip); !st.ok()) {
       return st;

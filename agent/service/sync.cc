@@ -97,7 +97,15 @@ absl::Status ServiceSync::Reconcile(const controller::Batch& batch) {
   absl::Time start = absl::Now();
   std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> changes;
   changes.reserve(batch.keys.size());
-  for (const std::string& key : batch.keys) changes.emplace_back(key, Translate(key));
+  for (const std::string& key : batch.keys) {
+    std::optional<ServiceTranslation> t = Translate(key);
+    if (t) {
+      refusals_.Record(key, t->refused);
+    } else {
+      refusals_.Forget(key);
+    }
+    changes.emplace_back(key, std::move(t));
+  }
   absl::Duration translated = absl::Now() - start;
   absl::Status st = reconciler_.ApplyAll(changes);
   if (st.ok() && batch.full) st = reconciler_.PruneStale();

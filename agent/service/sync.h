@@ -16,10 +16,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/controller/controller.h"
-#include "agent/service/health_check.h"
 #include "agent/k8s/model.h"
 #include "agent/k8s/store.h"
+#include "agent/service/health_check.h"
 #include "agent/service/reconciler.h"
+#include "agent/service/refusals.h"
 #include "agent/service/translator.h"
 
 namespace sluice::agent {
@@ -38,6 +39,8 @@ class ServiceSync {
   bool WaitIdle(absl::Duration timeout) { return controller_->WaitIdle(timeout); }
   bool pruned() const { return controller_->primed(); }
   uint64_t applies() const { return controller_->reconciled(); }  // Services applied so far
+  // What the translator refused so far, per reason (each refusal counted once per object).
+  RefusalCounts refusals() const { return refusals_.counts(); }
 
  private:
   absl::Status Reconcile(const controller::Batch& batch);
@@ -48,6 +51,7 @@ class ServiceSync {
   ServiceReconciler& reconciler_;
   HealthCheckServers* const health_;
   const NodeContext node_;
+  ServiceRefusals refusals_;
 
   // EndpointSlice keys by the Service ("namespace/name") they are labelled for. Kept by the
   // slice listener, which may outlive this object (stores have no RemoveListener): shared.

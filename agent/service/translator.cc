@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "maps/lb.h"
 
@@ -38,10 +39,51 @@ std::optional<IpAddress> ParseV4(const std::string& text) {
   return *a;
 }
 
-std::vector<IpAddress> ParseV4List(const std::vector<std::string>& texts) {
+// The IPv4 ranges that are never a Service backend or frontend address, and why.
+std::optional<RefusalReason> SpecialV4(const IpAddress& a) {
+  const uint32_t h = a.v4_host_order();
+  if ((h >> 24) == 127) return RefusalReason::kBackendLoopback;
+  if ((h >> 24) == 0) return RefusalReason::kBackendUnspecified;
+  if ((h >> 16) == 0xa9fe) return RefusalReason::kBackendLinkLocal;
+  if ((h >> 28) == 0xe) return RefusalReason::kBackendMulticast;
+  if (h == 0xffffffff) return RefusalReason::kBackendBroadcast;
+  return std::nullopt;
+}
+
+const char* RangeName(RefusalReason r) {
+  switch (r) {
+    case RefusalReason::kBackendLoopback:
+      return "loopback";
+    case RefusalReason::kBackendUnspecified:
+      return "unspecified";
+    case RefusalReason::kBackendLinkLocal:
+      return "link-local";
+    case RefusalReason::kBackendMulticast:
+      return "multicast";
+    case RefusalReason::kBackendBroadcast:
+      return "broadcast";
+    default:
+      return "invalid";
+  }
+}
+
+// externalIPs / LB ingress IPs: IPv4 addresses to program; IPv6 ones are valid but not ours yet
+// (skipped without a word), anything else is refused as `reason`.
+std::vector<IpAddress> ParseFrontendIps(const std::vector<std::string>& texts, RefusalReason reason,
+                                        const char* field, std::set<Refusal>* refused) {
   std::set<IpAddress> out;
   for (const std::string& t : texts) {
-    if (std::optional<IpAddress> a = ParseV4(t)) out.insert(*a);
+    absl::StatusOr<IpAddress> a = IpAddress::Parse(absl::StripAsciiWhitespace(t));
+    if (!a.ok()) {
+      refused->insert({reason, absl::StrCat(field, " '", t, "': not an IP address")});
+      continue;
+    }
+    if (!a->is_v4()) continue;
+    if (std::optional<RefusalReason> special = SpecialV4(*a)) {
+      refused->insert({reason, absl::StrCat(field, " ", t, ": ", RangeName(*special))});
+      continue;
+    }
+    out.insert(*a);
   }
   return {out.begin(), out.end()};
 }
@@ -89,7 +131,8 @@ bool BetterCopy(const Candidate& a, const Candidate& b) {
 // The endpoints of `port` across the service's slices, deduplicated by address:port.
 std::vector<Candidate> CollectEndpoints(
     const k8s::Service& service, const k8s::ServicePort& port, uint8_t proto,
-    const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices, const NodeContext& node) {
+    const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices, const NodeContext& node,
+    std::set<Refusal>* refused) {
   std::map<std::pair<IpAddress, uint16_t>, Candidate> merged;
   for (const std::shared_ptr<const k8s::EndpointSlice>& slice : slices) {
     if (slice == nullptr) continue;
@@ -103,7 +146,12 @@ std::vector<Candidate> CollectEndpoints(
     std::optional<uint16_t> target;
     for (const k8s::EndpointPort& ep : slice->ports) {
       if (ep.name != port.name || ep.protocol != port.protocol || !ep.port.has_value()) continue;
-      if (*ep.port <= 0 || *ep.port > 65535) continue;
+      if (*ep.port <= 0 || *ep.port > 65535) {
+        refused->insert(
+            {RefusalReason::kPortInvalid, absl::StrCat("EndpointSlice ", slice->meta.Key(),
+                                                       " port '", ep.name, "' ", *ep.port)});
+        continue;
+      }
       target = static_cast<uint16_t>(*ep.port);
       break;
     }
@@ -111,7 +159,17 @@ std::vector<Candidate> CollectEndpoints(
     for (const k8s::Endpoint& e : slice->endpoints) {
       if (e.addresses.empty()) continue;
       std::optional<IpAddress> addr = ParseV4(e.addresses.front());
-      if (!addr.has_value()) continue;
+      if (!addr.has_value()) {
+        refused->insert({RefusalReason::kBackendInvalid,
+                         absl::StrCat("EndpointSlice ", slice->meta.Key(), " endpoint '",
+                                      e.addresses.front(), "'")});
+        continue;
+      }
+      if (std::optional<RefusalReason> special = SpecialV4(*addr)) {
+        refused->insert({*special, absl::StrCat("EndpointSlice ", slice->meta.Key(), " endpoint ",
+                                                addr->ToString())});
+        continue;
+      }
       Candidate c;
       c.backend.addr = *addr;
       c.backend.port = *target;
@@ -159,6 +217,34 @@ std::vector<LbBackend> Select(const std::vector<Candidate>& candidates, bool loc
 
 }  // namespace
 
+std::string_view RefusalReasonName(RefusalReason reason) {
+  switch (reason) {
+    case RefusalReason::kBackendLoopback:
+      return "backend_loopback";
+    case RefusalReason::kBackendUnspecified:
+      return "backend_unspecified";
+    case RefusalReason::kBackendLinkLocal:
+      return "backend_link_local";
+    case RefusalReason::kBackendMulticast:
+      return "backend_multicast";
+    case RefusalReason::kBackendBroadcast:
+      return "backend_broadcast";
+    case RefusalReason::kBackendInvalid:
+      return "backend_invalid";
+    case RefusalReason::kPortInvalid:
+      return "port_invalid";
+    case RefusalReason::kProtocolUnknown:
+      return "protocol_unknown";
+    case RefusalReason::kExternalIpInvalid:
+      return "external_ip_invalid";
+    case RefusalReason::kLoadBalancerIpInvalid:
+      return "load_balancer_ip_invalid";
+    case RefusalReason::kCount:
+      break;
+  }
+  return "unknown";
+}
+
 bool FrontendKeyLess(const LbFrontend& a, const LbFrontend& b) {
   return std::tie(a.addr, a.port, a.proto, a.scope, a.service, a.port_name, a.flags) <
          std::tie(b.addr, b.port, b.proto, b.scope, b.service, b.port_name, b.flags);
@@ -199,17 +285,34 @@ ServiceTranslation TranslateService(
     }
     return std::vector<IpAddress>(s.begin(), s.end());
   }();
-  const std::vector<IpAddress> external_ips = ParseV4List(service.external_ips);
-  const std::vector<IpAddress> lb_ips = ParseV4List(service.load_balancer_ingress_ips);
+  std::set<Refusal> refused;
+  const std::vector<IpAddress> external_ips = ParseFrontendIps(
+      service.external_ips, RefusalReason::kExternalIpInvalid, "externalIP", &refused);
+  const std::vector<IpAddress> lb_ips =
+      ParseFrontendIps(service.load_balancer_ingress_ips, RefusalReason::kLoadBalancerIpInvalid,
+                       "loadBalancer ingress IP", &refused);
   const std::vector<IpPrefix> source_ranges =
       ParseV4SourceRanges(service.load_balancer_source_ranges);
 
   std::set<IpAddress> local_ready;  // for the health check
   for (const k8s::ServicePort& sp : service.ports) {
     std::optional<uint8_t> proto = IpProto(sp.protocol);
-    if (!proto.has_value() || sp.port <= 0 || sp.port > 65535) continue;
+    if (!proto.has_value()) {
+      refused.insert({RefusalReason::kProtocolUnknown,
+                      absl::StrCat("port '", sp.name, "' ", sp.port, ": unknown protocol")});
+      continue;
+    }
+    if (sp.port <= 0 || sp.port > 65535) {
+      refused.insert({RefusalReason::kPortInvalid, absl::StrCat("port '", sp.name, "' ", sp.port)});
+      continue;
+    }
+    if (nodeport_type && (sp.node_port < 0 || sp.node_port > 65535)) {
+      // The port itself is still served on the ClusterIP; only the NodePort is left out.
+      refused.insert({RefusalReason::kPortInvalid,
+                      absl::StrCat("port '", sp.name, "' nodePort ", sp.node_port)});
+    }
     std::vector<Candidate> candidates =
-        CollectEndpoints(service, sp, *proto, slices_of_this_service, node);
+        CollectEndpoints(service, sp, *proto, slices_of_this_service, node, &refused);
     for (const Candidate& c : candidates) {
       if (c.local && c.ready) local_ready.insert(c.backend.addr);
     }
@@ -264,6 +367,8 @@ ServiceTranslation TranslateService(
                            std::tie(b.addr, b.port, b.proto, b.scope);
                   }),
       out.frontends.end());
+
+  out.refused.assign(refused.begin(), refused.end());
 
   if (service.type == "LoadBalancer" && etp_local && service.health_check_node_port > 0 &&
       service.health_check_node_port <= 65535) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "agent/endpoint/ipam.h"
@@ -60,9 +61,37 @@ struct HealthCheck {
   friend bool operator==(const HealthCheck&, const HealthCheck&) = default;
 };
 
+// Why part of a Service or EndpointSlice is not programmed. Refused as kube-proxy and the
+// apiserver's validation refuse them: a backend on the node's loopback, 0.0.0.0, link-local,
+// multicast or broadcast would let a ClusterIP reach what no pod should (a listener bound only to
+// the node's 127.0.0.1); a port or protocol the datapath cannot express is no frontend. Only the
+// offending port, address or endpoint is dropped; the rest of the Service is programmed.
+enum class RefusalReason : uint8_t {
+  kBackendLoopback,        // 127.0.0.0/8
+  kBackendUnspecified,     // 0.0.0.0/8
+  kBackendLinkLocal,       // 169.254.0.0/16
+  kBackendMulticast,       // 224.0.0.0/4
+  kBackendBroadcast,       // 255.255.255.255
+  kBackendInvalid,         // not an IPv4 address in an IPv4 EndpointSlice
+  kPortInvalid,            // a Service port, nodePort or EndpointSlice port outside 1..65535
+  kProtocolUnknown,        // not TCP, UDP or SCTP
+  kExternalIpInvalid,      // spec.externalIPs: unparsable or one of the special ranges above
+  kLoadBalancerIpInvalid,  // status.loadBalancer.ingress[].ip: likewise
+  kCount,
+};
+std::string_view RefusalReasonName(RefusalReason reason);  // "backend_loopback", ...
+
+struct Refusal {
+  RefusalReason reason;
+  std::string what;  // "EndpointSlice default/web-abc endpoint 127.0.0.1", "port 'http' 0"
+
+  friend auto operator<=>(const Refusal&, const Refusal&) = default;
+};
+
 struct ServiceTranslation {
   std::vector<LbFrontend> frontends;  // sorted by FrontendKeyLess
   std::optional<HealthCheck> health_check;
+  std::vector<Refusal> refused;  // sorted, unique; what was left out and why
 
   friend bool operator==(const ServiceTranslation&, const ServiceTranslation&) = default;
 };

@@ -68,6 +68,27 @@ TEST(DecodeTest, ServiceFieldsAreDecoded) {
   EXPECT_THAT(s.load_balancer_source_ranges, ElementsAre("10.0.0.0/8", "fd00::/8"));
 }
 
+// What a DELETED event (or the removal of a refused object) needs, from an object the full
+// decoder refuses.
+TEST(DecodeTest, IdentityDecodesWhereTheFullDecodeRefuses) {
+  const std::string bad = R"({"kind":"Service","metadata":{"name":"upd","namespace":"default",
+    "uid":"u-9","resourceVersion":"77","labels":{"a":1},"generation":3},
+    "spec":{"sessionAffinityConfig":{"clientIP":{"timeoutSeconds":1099511627776}},
+    "ports":[{"port":"eighty"}]}})";
+  Decoder d;
+  Service svc;
+  absl::Status full = d.Decode(bad, &svc);
+  EXPECT_FALSE(full.ok());
+  ObjectMeta id;
+  ASSERT_TRUE(d.DecodeIdentity(bad, &id).ok());
+  EXPECT_EQ(id.Key(), "default/upd");
+  EXPECT_EQ(id.uid, "u-9");
+  EXPECT_EQ(id.resource_version, "77");
+  // No name, or not JSON: nothing to act on.
+  EXPECT_FALSE(d.DecodeIdentity(R"({"metadata":{"namespace":"default"}})", &id).ok());
+  EXPECT_FALSE(d.DecodeIdentity(R"({"metadata":{"name":"x")", &id).ok());
+}
+
 TEST(DecodeTest, HeadlessServiceAndDefaults) {
   Decoder d;
   Service s;

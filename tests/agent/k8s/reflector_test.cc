@@ -4,6 +4,7 @@
 // on 401, x509 client authentication. The server holds only the Services a test creates.
 #include "agent/k8s/reflector.h"
 
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <memory>
@@ -431,6 +432,210 @@ TEST_F(ReflectorTest, ImmediateStreamEndsBackOffOnTheClockWithoutATightLoop) {
   clock_.Advance(absl::Minutes(3));
   ASSERT_TRUE(clock_.WaitForSleeps(expected.size() + 2, kDeadline));
   EXPECT_EQ(clock_.sleeps().back(), absl::Milliseconds(1200));
+}
+
+// A watch that has delivered events is healthy: the cut that ends it starts the back-off from
+// the beginning (before: 1.2, 2.4, 4.8, 9.6, 19.2, 30 s for one cut every few seconds).
+TEST_F(ReflectorTest, WatchThatDeliveredEventsResetsTheBackoff) {
+  StartServer();
+  Upsert("a", 1);
+  ReflectorOptions o;
+  o.clock = &clock_;
+  o.random = [] { return 0.5; };
+  o.backoff.unreachable_cap = absl::Seconds(30);  // the reset alone, not the cut cap, is tested
+  StartReflector(o);
+  ASSERT_TRUE(store_.WaitSynced(kDeadline));
+  for (int i = 0; i < 6; ++i) {
+    const std::string name = absl::StrCat("cut-", i);
+    Upsert(name, 100 + i);
+    ASSERT_TRUE(Eventually([&] { return StoreContents().contains(name); })) << i;
+    server_->CutWatches();
+    ASSERT_TRUE(clock_.WaitForSleeps(i + 1, kDeadline)) << i;
+    EXPECT_EQ(clock_.sleeps().back(), absl::Milliseconds(1200)) << "after cut " << i;
+    clock_.Advance(clock_.sleeps().back());
+  }
+  EXPECT_EQ(reflector_->counters().lists, 1u);  // every cut re-watched, none relisted
+  ASSERT_TRUE(StoreMatchesServer());
+}
+
+// 410 Gone is not a failure of the apiserver: relist at once, never after a back-off.
+TEST_F(ReflectorTest, ExpiredWatchRelistsWithoutBackingOff) {
+  for (auto reply : {lab::ExpiredWatchReply::kHttpStatus, lab::ExpiredWatchReply::kErrorEvent}) {
+    SCOPED_TRACE(reply == lab::ExpiredWatchReply::kHttpStatus ? "HTTP 410" : "ERROR event");
+    server_ = std::make_unique<lab::ApiServer>(OneCollectionOptions());
+    server_->SetExpiredWatchReply(reply);
+    StartServer();
+    Upsert("a", 1);
+    FakeClock clock;
+    ReflectorOptions o;
+    o.clock = &clock;
+    o.random = [] { return 0.5; };
+    http_ = std::make_unique<HttpClient>(Config());
+    Store<Service> store;
+    auto reflector = MakeReflector(http_.get(), &store, o);
+    reflector->Start();
+    ASSERT_TRUE(store.WaitSynced(kDeadline));
+    ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+    // Running watches get ERROR 410; with FailNextWatches the re-watch after it gets `reply`.
+    server_->FailNextWatches(1);
+    server_->Compact();
+    Upsert("b", 2);
+    ASSERT_TRUE(Eventually([&] {
+      return reflector->counters().relists >= 1 && store.Get("default/b") != nullptr;
+    })) << "relists "
+        << reflector->counters().relists;
+    EXPECT_GE(reflector->counters().expired, 1u);
+    EXPECT_TRUE(clock.sleeps().empty()) << "backed off " << clock.sleeps().size() << " times";
+    reflector->Stop();
+    server_->Stop();
+  }
+}
+
+// The apiserver is gone for 40 s (of back-off time, on the fake clock), then returns: every retry
+// while it is gone waits at most the unreachable cap, so a change made while it was away reaches
+// the store within that cap plus one request. The figure is printed for the report.
+TEST_F(ReflectorTest, ConvergesWithinTwoSecondsAfterAFortySecondOutage) {
+  StartServer();
+  Upsert("a", 1);
+  ReflectorOptions o;  // production back-off
+  o.clock = &clock_;
+  o.random = [] { return 0.99; };  // the longest jitter
+  StartReflector(o);
+  ASSERT_TRUE(store_.WaitSynced(kDeadline));
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+  server_->GoAway();
+  absl::Duration outage;
+  size_t n = 0;
+  while (outage < absl::Seconds(40)) {
+    ASSERT_TRUE(clock_.WaitForSleeps(++n, kDeadline)) << n;
+    const absl::Duration d = clock_.sleeps().back();
+    EXPECT_LE(d, absl::Milliseconds(1500)) << "sleep " << n;
+    outage += d;
+    clock_.Advance(d);
+  }
+  ASSERT_TRUE(clock_.WaitForSleeps(++n, kDeadline));
+  const absl::Duration pending = clock_.sleeps().back();  // the worst case: it began just now
+  Upsert("made-while-away", 2);
+  ASSERT_TRUE(server_->ComeBack().ok());
+  const absl::Time start = absl::Now();
+  clock_.Advance(pending);
+  ASSERT_TRUE(Eventually([&] { return StoreContents().contains("made-while-away"); }));
+  const absl::Duration converge = pending + (absl::Now() - start);
+  std::printf("convergence after a %s outage (%zu failed attempts): %s (back-off %s + %s)\n",
+              absl::FormatDuration(outage).c_str(), n, absl::FormatDuration(converge).c_str(),
+              absl::FormatDuration(pending).c_str(),
+              absl::FormatDuration(converge - pending).c_str());
+  RecordProperty("convergence_ms", static_cast<int>(absl::ToInt64Milliseconds(converge)));
+  EXPECT_LT(converge, absl::Seconds(2));
+  EXPECT_GE(reflector_->counters().transport_errors, n - 1);
+  ASSERT_TRUE(StoreMatchesServer());
+}
+
+// sessionAffinityConfig.clientIP.timeoutSeconds 2^40: the lab apiserver (like a lax one) stores
+// it, the agent's decoder refuses it (outside int32).
+void MakeUndecodable(lab::ApiServer& server, const std::string& name) {
+  auto r = server.store().Update(lab::Resource("services"), "default", name, [](json& o) {
+    o["spec"]["sessionAffinity"] = "ClientIP";
+    o["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"] = int64_t{1099511627776};
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+}
+
+TEST_F(ReflectorTest, ServicePatchedToAnUndecodableValueIsRemovedThenItsDeleteApplied) {
+  StartServer();
+  Upsert("upd", 80);
+  Upsert("other", 81);
+  StartReflector();
+  ASSERT_TRUE(store_.WaitSynced(kDeadline));
+  ASSERT_TRUE(StoreMatchesServer());
+  MakeUndecodable(*server_, "upd");
+  // What the previous version programmed goes: a Service the agent cannot read is not kept.
+  ASSERT_TRUE(Eventually([&] { return reflector_->counters().undecodable_removals == 1; }));
+  EXPECT_EQ(StoreContents(), (std::map<std::string, int>{{"other", 81}}));
+  Upsert("upd", 90);  // still undecodable: removed (a miss), counted again
+  ASSERT_TRUE(Eventually([&] { return reflector_->counters().undecodable_removals == 2; }));
+  Remove("upd");  // a DELETED event whose object does not decode either
+  ASSERT_TRUE(Eventually([&] { return reflector_->counters().undecodable_deletes == 1; }));
+  EXPECT_EQ(StoreContents(), (std::map<std::string, int>{{"other", 81}}));
+  // The events were acted on, so the resourceVersion moved past them.
+  EXPECT_EQ(reflector_->last_resource_version(), ResourceVersion());
+  // The name is free again: a new Service with it is taken as usual.
+  Upsert("upd", 82);
+  ASSERT_TRUE(StoreMatchesServer());
+  const auto c = reflector_->counters();
+  EXPECT_EQ(c.decode_errors, 3u);
+  EXPECT_EQ(c.lists, 1u);
+  EXPECT_EQ(c.events, 4u);  // 2 refused MODIFIED, 1 DELETED, 1 ADDED: all acted on
+}
+
+TEST_F(ReflectorTest, UndecodableObjectInTheListIsAbsentUntilItDecodes) {
+  StartServer();
+  Upsert("bad", 80);
+  Upsert("good", 81);
+  MakeUndecodable(*server_, "bad");
+  StartReflector();
+  ASSERT_TRUE(store_.WaitSynced(kDeadline));
+  EXPECT_EQ(StoreContents(), (std::map<std::string, int>{{"good", 81}}));
+  EXPECT_EQ(reflector_->counters().undecodable_removals, 1u);
+  // Fixed by its owner: the next version decodes and is taken.
+  auto r = server_->store().Update(lab::Resource("services"), "default", "bad", [](json& o) {
+    o["spec"]["sessionAffinityConfig"]["clientIP"]["timeoutSeconds"] = 600;
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE(StoreMatchesServer());
+  EXPECT_EQ(store_.Get("default/bad")->session_affinity_timeout_seconds, 600);
+}
+
+// A DELETED event needs only the identity: the store drops the object whatever else fails.
+TEST(StoreSinkTest, DeletedEventThatDoesNotDecodeDeletesByName) {
+  Store<Service> store;
+  StoreSink<Service> sink(&store);
+  Decoder decoder;
+  std::string rv;
+  const std::string good =
+      R"({"metadata":{"namespace":"default","name":"upd","uid":"u1","resourceVersion":"5"},)"
+      R"("spec":{"clusterIP":"10.96.0.10","ports":[{"port":80}]}})";
+  SinkOutcome added = sink.ApplyEvent(EventType::kAdded, good, decoder, &rv);
+  ASSERT_TRUE(added.decode_error.ok()) << added.decode_error;
+  ASSERT_NE(store.Get("default/upd"), nullptr);
+  const std::string bad =
+      R"({"metadata":{"namespace":"default","name":"upd","uid":"u1","resourceVersion":"7"},)"
+      R"("spec":{"sessionAffinityConfig":{"clientIP":{"timeoutSeconds":1099511627776}}}})";
+  SinkOutcome deleted = sink.ApplyEvent(EventType::kDeleted, bad, decoder, &rv);
+  EXPECT_FALSE(deleted.decode_error.ok());
+  EXPECT_TRUE(deleted.applied);
+  EXPECT_TRUE(deleted.by_identity);
+  EXPECT_EQ(deleted.key, "default/upd");
+  EXPECT_EQ(rv, "7");
+  EXPECT_EQ(store.Get("default/upd"), nullptr);
+  EXPECT_EQ(store.resource_version(), "7");
+  // Not even a name: nothing to act on, reported as not applied.
+  SinkOutcome garbage =
+      sink.ApplyEvent(EventType::kDeleted, R"({"metadata":{"uid":1}})", decoder, &rv);
+  EXPECT_FALSE(garbage.applied);
+}
+
+TEST(StoreSinkTest, RefusedObjectIsReportedOncePerError) {
+  Store<Service> store;
+  StoreSink<Service> sink(&store);
+  Decoder decoder;
+  std::string rv;
+  const std::string bad = R"({"metadata":{"namespace":"default","name":"x","resourceVersion":"1"},)"
+                          R"("spec":{"ports":[{"port":4294967296}]}})";
+  EXPECT_TRUE(sink.ApplyEvent(EventType::kAdded, bad, decoder, &rv).first_report);
+  EXPECT_FALSE(sink.ApplyEvent(EventType::kModified, bad, decoder, &rv).first_report);
+  // A relist that still holds it does not report it again ...
+  sink.BeginList();
+  EXPECT_FALSE(sink.AddListItem(bad, decoder).first_report);
+  sink.CommitList("2");
+  EXPECT_EQ(sink.refused_objects(), 1u);
+  // ... one without it forgets it, so a later refusal is news.
+  sink.BeginList();
+  sink.CommitList("3");
+  EXPECT_EQ(sink.refused_objects(), 0u);
+  EXPECT_TRUE(sink.ApplyEvent(EventType::kAdded, bad, decoder, &rv).first_report);
 }
 
 TEST_F(ReflectorTest, TokenIsReReadAfter401) {

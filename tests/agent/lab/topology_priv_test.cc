@@ -1,5 +1,5 @@
 // The lab's network for real: node namespaces on the underlay bridge reach the control plane's
-// address and each other, bpffs is mounted per node, a second lab gets its own /24, and
+// address and each other, bpffs is mounted per node (mode 0700), a second lab gets its own /24, and
 // DestroyTopology leaves no namespace, mount or directory behind.
 #include <sys/stat.h>
 
@@ -41,6 +41,10 @@ TEST(TopologyTest, NodesReachTheControlPlaneAndEachOtherAndTeardownLeavesNothing
   for (const auto& n : t->nodes) {
     EXPECT_TRUE(std::filesystem::exists(n.netns_path())) << n.netns;
     EXPECT_TRUE(Mounted(n.bpffs())) << n.bpffs();
+    // Root-only, like a real node's /sys/fs/bpf (the bpffs default is 1777).
+    struct stat st {};
+    ASSERT_EQ(stat(n.bpffs().c_str(), &st), 0) << n.bpffs();
+    EXPECT_EQ(st.st_mode & 07777, 0700u) << std::oct << (st.st_mode & 07777);
     EXPECT_TRUE(Ping(n.netns, t->gateway_ip)) << n.name << " -> " << t->gateway_ip;
   }
   EXPECT_TRUE(Ping(t->nodes[0].netns, t->nodes[1].ip));

@@ -522,6 +522,40 @@ TEST(ServiceSyncTest, AppliesAfterSyncPrunesOnceThenFollowsChanges) {
   EXPECT_THAT(maps.be, IsEmpty());
 }
 
+// Refused backends (loopback here) are left out, counted once per object however often the
+// Service is re-applied, and a valid Service next to it is untouched.
+TEST(ServiceSyncTest, RefusedBackendsAreCountedOncePerObjectAcrossReapplies) {
+  RecordingLbMaps maps;
+  auto r = *ServiceReconciler::Create(maps);
+  k8s::SyncGate gate;
+  k8s::Store<k8s::Service> services(&gate);
+  k8s::Store<k8s::EndpointSlice> slices(&gate);
+  ServiceSync sync(
+      services, slices, [&] { return gate.AllSynced(); }, *r, nullptr,
+      NodeContext{"node-a", {Ip("192.168.0.10")}});
+  services.Replace({Svc("web", "10.96.0.10"), Svc("ok", "10.96.0.11")}, "1");
+  slices.Replace({Slice("web", {"127.0.0.1", "10.244.1.4"}), Slice("ok", {"10.244.1.5"})}, "2");
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  std::vector<std::string> ops = maps.Take();
+  EXPECT_THAT(ops, ::testing::Contains("master+ 10.96.0.10:80/6 count=1 flags=0 rnat=1"));
+  EXPECT_THAT(ops, ::testing::Contains("master+ 10.96.0.11:80/6 count=1 flags=0 rnat=2"));
+  EXPECT_EQ(sync.refusals().of(RefusalReason::kBackendLoopback), 1u);
+  EXPECT_EQ(sync.refusals().total(), 1u);
+  // Re-applied (the same slice again, as after a resync): not counted again, nothing written.
+  for (int i = 0; i < 3; ++i) {
+    slices.Upsert(Slice("web", {"127.0.0.1", "10.244.1.4"}));
+    ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  }
+  EXPECT_THAT(maps.Take(), IsEmpty());
+  EXPECT_EQ(sync.refusals().total(), 1u);
+  // A new refused address is news.
+  slices.Upsert(Slice("web", {"127.0.0.1", "0.0.0.0", "10.244.1.4"}));
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(maps.Take(), IsEmpty());
+  EXPECT_EQ(sync.refusals().of(RefusalReason::kBackendUnspecified), 1u);
+  EXPECT_EQ(sync.refusals().ToString(), "backend_loopback=1 backend_unspecified=1");
+}
+
 TEST(ServiceSyncTest, ServiceRefusedAFrontendGetsItWhenTheHolderGoes) {
   RecordingLbMaps maps;
   auto r = *ServiceReconciler::Create(maps);

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "agent/service/refusals.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "maps/lb.h"
@@ -573,6 +574,124 @@ TEST(ServiceTranslatorTest, UnknownProtocolPortIsSkipped) {
       Node());
   ASSERT_EQ(t.frontends.size(), 1u);
   EXPECT_EQ(t.frontends[0].port_name, "http");
+}
+
+std::vector<RefusalReason> Reasons(const ServiceTranslation& t) {
+  std::vector<RefusalReason> out;
+  for (const Refusal& r : t.refused) out.push_back(r.reason);
+  return out;
+}
+
+TEST(ServiceTranslatorTest, LoopbackUnspecifiedLinkLocalMulticastBroadcastBackendsAreRefused) {
+  ServiceTranslation t = TranslateService(
+      Svc({Port("http", 80)}),
+      {Slice({Ep("127.0.0.1"), Ep("0.0.0.0"), Ep("169.254.169.254"), Ep("224.0.0.251"),
+              Ep("255.255.255.255"), Ep("fd00::5"), Ep("10.244.1.5"), Ep("127.1.2.3")})},
+      Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, ElementsAre(Be("10.244.1.5", 8080)));
+  EXPECT_THAT(Reasons(t), ::testing::UnorderedElementsAre(
+                              RefusalReason::kBackendLoopback, RefusalReason::kBackendLoopback,
+                              RefusalReason::kBackendUnspecified, RefusalReason::kBackendLinkLocal,
+                              RefusalReason::kBackendMulticast, RefusalReason::kBackendBroadcast,
+                              RefusalReason::kBackendInvalid));
+  EXPECT_THAT(t.refused,
+              ::testing::Contains(Refusal{RefusalReason::kBackendLoopback,
+                                          "EndpointSlice default/web-abc endpoint 127.0.0.1"}));
+}
+
+TEST(ServiceTranslatorTest, OnlyRefusedBackendsMeanTheServiceRejects) {
+  ServiceTranslation t =
+      TranslateService(Svc({Port("http", 80)}), {Slice({Ep("127.0.0.1")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, IsEmpty());
+  EXPECT_NE(t.frontends[0].flags & SLUICE_SVC_F_REJECT, 0);
+}
+
+TEST(ServiceTranslatorTest, BadPortsAndProtocolsAreRefusedAndTheValidPortKept) {
+  ServiceTranslation t =
+      TranslateService(Svc({Port("zero", 0), Port("big", 65536), Port("neg", -1),
+                            Port("foo", 81, k8s::Protocol::kUnknown), Port("http", 80)}),
+                       {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].port_name, "http");
+  EXPECT_THAT(t.frontends[0].backends, ElementsAre(Be("10.244.1.5", 8080)));
+  EXPECT_THAT(t.refused, ElementsAre(Refusal{RefusalReason::kPortInvalid, "port 'big' 65536"},
+                                     Refusal{RefusalReason::kPortInvalid, "port 'neg' -1"},
+                                     Refusal{RefusalReason::kPortInvalid, "port 'zero' 0"},
+                                     Refusal{RefusalReason::kProtocolUnknown,
+                                             "port 'foo' 81: unknown protocol"}));
+}
+
+TEST(ServiceTranslatorTest, BadNodePortIsRefusedButTheClusterIpPortServes) {
+  ServiceTranslation t =
+      TranslateService(Svc({Port("http", 80, k8s::Protocol::kTCP, 70000)}, "NodePort"),
+                       {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].addr, Ip("10.96.0.10"));
+  EXPECT_THAT(Reasons(t), ElementsAre(RefusalReason::kPortInvalid));
+}
+
+TEST(ServiceTranslatorTest, BadEndpointSlicePortIsRefused) {
+  ServiceTranslation t =
+      TranslateService(Svc({Port("http", 80)}),
+                       {Slice({Ep("10.244.1.5")}, {{"http", k8s::Protocol::kTCP, 0}})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_THAT(t.frontends[0].backends, IsEmpty());
+  EXPECT_THAT(t.refused, ElementsAre(Refusal{RefusalReason::kPortInvalid,
+                                             "EndpointSlice default/web-abc port 'http' 0"}));
+}
+
+TEST(ServiceTranslatorTest, InvalidExternalAndLoadBalancerIpsAreRefused) {
+  k8s::Service s = Svc({Port("http", 80)}, "LoadBalancer");
+  s.external_ips = {"garbage", "127.0.0.1", "198.51.100.1", "fd00::7"};
+  s.load_balancer_ingress_ips = {"0.0.0.0", "203.0.113.7", "224.1.1.1"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+  std::vector<IpAddress> addrs;
+  for (const LbFrontend& f : t.frontends) addrs.push_back(f.addr);
+  EXPECT_THAT(addrs, ElementsAre(Ip("10.96.0.10"), Ip("198.51.100.1"), Ip("203.0.113.7")));
+  EXPECT_THAT(
+      t.refused,
+      ElementsAre(
+          Refusal{RefusalReason::kExternalIpInvalid, "externalIP 'garbage': not an IP address"},
+          Refusal{RefusalReason::kExternalIpInvalid, "externalIP 127.0.0.1: loopback"},
+          Refusal{RefusalReason::kLoadBalancerIpInvalid,
+                  "loadBalancer ingress IP 0.0.0.0: unspecified"},
+          Refusal{RefusalReason::kLoadBalancerIpInvalid,
+                  "loadBalancer ingress IP 224.1.1.1: multicast"}));
+}
+
+TEST(ServiceTranslatorTest, ValidServiceHasNoRefusals) {
+  ServiceTranslation t =
+      TranslateService(Svc({Port("http", 80, k8s::Protocol::kTCP, 30080)}, "NodePort"),
+                       {Slice({Ep("10.244.1.5"), Ep("10.244.2.9")})}, Node());
+  EXPECT_THAT(t.refused, IsEmpty());
+}
+
+TEST(ServiceRefusalsTest, EachRefusalIsCountedOncePerObjectNotPerResync) {
+  ServiceRefusals log;
+  const std::vector<Refusal> two = {{RefusalReason::kBackendLoopback, "a"},
+                                    {RefusalReason::kPortInvalid, "b"}};
+  EXPECT_EQ(log.Record("default/web", two), 2u);
+  EXPECT_EQ(log.Record("default/web", two), 0u);  // resync: nothing new
+  EXPECT_EQ(log.Record("default/web", two), 0u);
+  EXPECT_EQ(log.counts().of(RefusalReason::kBackendLoopback), 1u);
+  EXPECT_EQ(log.counts().of(RefusalReason::kPortInvalid), 1u);
+  EXPECT_EQ(log.counts().total(), 2u);
+  // Another object with the same refusal is another count.
+  EXPECT_EQ(log.Record("default/other", {{RefusalReason::kBackendLoopback, "a"}}), 1u);
+  EXPECT_EQ(log.counts().of(RefusalReason::kBackendLoopback), 2u);
+  EXPECT_EQ(log.services_with_refusals(), 2u);
+  // Fixed, then broken again: news again.
+  EXPECT_EQ(log.Record("default/web", {}), 0u);
+  EXPECT_EQ(log.services_with_refusals(), 1u);
+  EXPECT_EQ(log.Record("default/web", {{RefusalReason::kPortInvalid, "b"}}), 1u);
+  EXPECT_EQ(log.counts().of(RefusalReason::kPortInvalid), 2u);
+  // Deleted and recreated the same: news again.
+  log.Forget("default/other");
+  EXPECT_EQ(log.Record("default/other", {{RefusalReason::kBackendLoopback, "a"}}), 1u);
+  EXPECT_EQ(log.counts().ToString(), "backend_loopback=3 port_invalid=2");
+  EXPECT_EQ(RefusalCounts{}.ToString(), "none");
 }
 
 }  // namespace
