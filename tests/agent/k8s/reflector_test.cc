@@ -655,6 +655,11 @@ TEST_F(ReflectorTest, TokenIsReReadAfter401) {
   WriteFile(token_file, "second-token\n");
   server_->SetToken("second-token");
   server_->CutWatches();
+  // The re-watch gets 401, re-reads the file and comes back with the new token. (An event
+  // written before the cut took effect may still arrive on the old stream: wait for the
+  // re-watch itself, not for the store.)
+  ASSERT_TRUE(Eventually([&] { return http_->tokens()->file_reads() > reads; }));
+  ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
   Upsert("b", 2);
   ASSERT_TRUE(StoreMatchesServer());
   EXPECT_GT(http_->tokens()->file_reads(), reads);
