@@ -8,7 +8,7 @@ NPROC ?= $(shell nproc)
 FUZZ_SECONDS ?= 600
 
 DEB_PACKAGES := \
-	build-essential cmake ninja-build pkg-config git \
+	build-essential cmake ninja-build pkg-config git lld \
 	clang llvm libclang-rt-dev libbpf-dev bpftool libelf-dev zlib1g-dev \
 	libabsl-dev libgtest-dev libgmock-dev googletest libbenchmark-dev \
 	libnl-3-dev libnl-route-3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev \
