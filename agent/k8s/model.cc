@@ -1,5 +1,7 @@
 #include "agent/k8s/model.h"
 
+#include <netinet/in.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +42,20 @@ bool ApiStatus::IsTooLargeResourceVersion() const {
   if (code != 504 && reason != "Timeout") return false;
   return std::find(cause_reasons.begin(), cause_reasons.end(), "ResourceVersionTooLarge") !=
          cause_reasons.end();
+}
+
+std::optional<uint8_t> IpProtocolNumber(Protocol p) {
+  switch (p) {
+    case Protocol::kTCP:
+      return IPPROTO_TCP;
+    case Protocol::kUDP:
+      return IPPROTO_UDP;
+    case Protocol::kSCTP:
+      return IPPROTO_SCTP;
+    case Protocol::kUnknown:
+      break;
+  }
+  return std::nullopt;
 }
 
 }  // namespace sluice::k8s

@@ -53,6 +53,8 @@ struct IntOrString {
 enum class Protocol : uint8_t { kTCP, kUDP, kSCTP, kUnknown };
 std::string_view ProtocolName(Protocol p);
 Protocol ParseProtocol(std::string_view s);  // "" means TCP (the API default)
+// The IP protocol number (IPPROTO_TCP, ...); none for kUnknown.
+std::optional<uint8_t> IpProtocolNumber(Protocol p);
 
 struct ServicePort {
   std::string name;

@@ -23,19 +23,8 @@ using k8s::StringMap;
 constexpr uint8_t kIngress = SLUICE_POLICY_INGRESS;
 constexpr uint8_t kEgress = SLUICE_POLICY_EGRESS;
 
-uint8_t IpProto(k8s::Protocol p) {
-  switch (p) {
-    case k8s::Protocol::kTCP:
-      return IPPROTO_TCP;
-    case k8s::Protocol::kUDP:
-      return IPPROTO_UDP;
-    case k8s::Protocol::kSCTP:
-      return IPPROTO_SCTP;
-    case k8s::Protocol::kUnknown:
-      break;
-  }
-  return 0;
-}
+// 0 for a protocol the datapath does not know (such a rule is refused before it gets here).
+uint8_t IpProto(k8s::Protocol p) { return k8s::IpProtocolNumber(p).value_or(0); }
 
 // ---- selectors -----------------------------------------------------------------------------
 

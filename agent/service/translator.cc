@@ -19,20 +19,6 @@
 namespace sluice::agent {
 namespace {
 
-std::optional<uint8_t> IpProto(k8s::Protocol p) {
-  switch (p) {
-    case k8s::Protocol::kTCP:
-      return IPPROTO_TCP;
-    case k8s::Protocol::kUDP:
-      return IPPROTO_UDP;
-    case k8s::Protocol::kSCTP:
-      return IPPROTO_SCTP;
-    case k8s::Protocol::kUnknown:
-      break;
-  }
-  return std::nullopt;
-}
-
 std::optional<IpAddress> ParseV4(const std::string& text) {
   absl::StatusOr<IpAddress> a = IpAddress::Parse(absl::StripAsciiWhitespace(text));
   if (!a.ok() || !a->is_v4()) return std::nullopt;
@@ -296,7 +282,7 @@ ServiceTranslation TranslateService(
 
   std::set<IpAddress> local_ready;  // for the health check
   for (const k8s::ServicePort& sp : service.ports) {
-    std::optional<uint8_t> proto = IpProto(sp.protocol);
+    std::optional<uint8_t> proto = k8s::IpProtocolNumber(sp.protocol);
     if (!proto.has_value()) {
       refused.insert({RefusalReason::kProtocolUnknown,
                       absl::StrCat("port '", sp.name, "' ", sp.port, ": unknown protocol")});
