@@ -420,7 +420,16 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   auto stored = store_.Put(ep);
   if (!stored.ok()) return undo(WithCode(api::kCniIoFailure, stored.status(), "record endpoint"));
   ep = *stored;
-  if (auto st = Plumb(ep); !st.ok()) return undo(st);
+  if (policy_hook_ != nullptr) {
+    if (auto st = policy_hook_->EndpointAdded(ep); !st.ok()) {
+      (void)policy_hook_->EndpointRemoved(ep);
+      return undo(WithCode(api::kSluiceInternal, st, "write the pod's policy state"));
+    }
+  }
+  if (auto st = Plumb(ep); !st.ok()) {
+    if (policy_hook_ != nullptr) (void)policy_hook_->EndpointRemoved(ep);
+    return undo(st);
+  }
 
   auto result = ChainedResult(ep, conf);
   if (!result.ok()) return undo(result.status());
@@ -438,6 +447,7 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_ad
   if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) {
     keep(datapath_.DeleteEndpoint(*addr, ep.host_ifindex));
   }
+  if (policy_hook_ != nullptr) keep(policy_hook_->EndpointRemoved(ep));
   // Deleting the host side takes the pod side with it, wherever its netns is (or was).
   keep(netlink_.DeleteLink(ep.host_ifname));
   if (release_address) keep(ipam_.Release(OwnerOf(ep.network_name, ep.container_id, ep.ifname)));

@@ -106,6 +106,16 @@ class AttachmentLocks {
   std::set<std::string> held_ ABSL_GUARDED_BY(mu_);
 };
 
+// Policy's part in an endpoint's life (agent/policy/sync.h). EndpointAdded runs before the
+// endpoint's map entry and programs exist, so the pod's first packet already meets its policy
+// state (ADD fails if it cannot be written); EndpointRemoved after its map entry is gone.
+class EndpointPolicyHook {
+ public:
+  virtual ~EndpointPolicyHook() = default;
+  [[nodiscard]] virtual absl::Status EndpointAdded(const Endpoint& ep) = 0;
+  [[nodiscard]] virtual absl::Status EndpointRemoved(const Endpoint& ep) = 0;
+};
+
 struct EndpointServiceOptions {
   int default_mtu = 1500;  // pod MTU when the network configuration sets none
   // How long a request waits for the node (held exclusively by GC) or for another request on the
@@ -127,6 +137,9 @@ class EndpointService {
   EndpointService(Netlink& netlink, Ipam& ipam, EndpointStore& store, EndpointDatapath& datapath,
                   EndpointServiceOptions options);
 
+  // Set once, before serving (after Restore: restored endpoints keep their pinned state).
+  void SetPolicyHook(EndpointPolicyHook* hook) { policy_hook_ = hook; }
+
   // The endpoint API handler: one protocol request in, one reply out. Never throws.
   nlohmann::json Handle(const nlohmann::json& request);
 
@@ -145,6 +158,7 @@ class EndpointService {
   EndpointServiceStats stats() const;
 
  private:
+  EndpointPolicyHook* policy_hook_ = nullptr;
   // Holds the node (shared, or exclusively for GC/Restore) and, for per-attachment requests, the
   // attachment, until destroyed; built by Enter().
   class Hold;

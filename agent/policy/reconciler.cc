@@ -109,8 +109,7 @@ absl::Status BpfPolicyMaps::DeleteEndpoint(uint32_t endpoint_id) {
   return absl::IsNotFound(st) ? absl::OkStatus() : st;
 }
 
-absl::Status PolicyReconciler::Apply(const PolicyTranslation& t,
-                                     const std::function<bool(uint32_t)>& endpoint_exists) {
+absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const EndpointOwner& owner) {
   absl::MutexLock l(&mu_);
   // What the maps hold now.
   std::map<IpPrefix, uint32_t> ipcache;
@@ -128,8 +127,16 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& t,
   }),
                           "read sluice_policy_ep"));
 
+  // Only the endpoints that are still the pods the translation saw.
+  PolicyTranslation t;
+  t.ipcache = full.ipcache;
   std::set<uint32_t> desired_eps;
-  for (const EndpointPolicy& ep : t.endpoints) desired_eps.insert(ep.endpoint_id);
+  for (const EndpointPolicy& ep : full.endpoints) {
+    std::optional<std::string> now = owner(ep.endpoint_id);
+    if (!now || *now != ep.pod) continue;
+    t.endpoints.push_back(ep);
+    desired_eps.insert(ep.endpoint_id);
+  }
 
   // 1. New allows.
   for (const EndpointPolicy& ep : t.endpoints) {
@@ -169,7 +176,7 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& t,
   // translation's view) or gone (their DEL was missed, e.g. while the agent was down).
   std::set<uint32_t> gone;
   for (const auto& [id, e] : endpoints) {
-    if (!desired_eps.contains(id) && !endpoint_exists(id)) gone.insert(id);
+    if (!desired_eps.contains(id) && !owner(id).has_value()) gone.insert(id);
   }
   for (uint32_t id : gone) {
     RETURN_IF_ERROR(Context(maps_.DeleteEndpoint(id),

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <string>
 #include <set>
 
 #include "absl/status/status.h"
@@ -78,11 +80,15 @@ class PolicyReconciler {
  public:
   explicit PolicyReconciler(PolicyMaps& maps) : maps_(maps) {}
 
-  // Makes the maps hold `t`. `endpoint_exists` is asked (after the maps were read) about
-  // endpoints that have a sluice_policy_ep entry but no place in `t`: those that still exist
-  // keep their entries and allows untouched (the translation predates them).
-  [[nodiscard]] absl::Status Apply(const PolicyTranslation& t,
-                                   const std::function<bool(uint32_t)>& endpoint_exists)
+  // Which pod ("namespace/name") holds an endpoint id now; nullopt when none does.
+  using EndpointOwner = std::function<std::optional<std::string>(uint32_t endpoint_id)>;
+
+  // Makes the maps hold `t`. `owner` is asked (after the maps were read, under the lock that
+  // WriteNewEndpoint and RemoveEndpoint take) about every endpoint involved: an endpoint of `t`
+  // whose id another pod holds by now (ids are reused) or that has gone is not written; one
+  // with an entry but no place in `t` keeps its entries untouched while it exists (the
+  // translation predates it) and loses them once it is gone.
+  [[nodiscard]] absl::Status Apply(const PolicyTranslation& t, const EndpointOwner& owner)
       ABSL_LOCKS_EXCLUDED(mu_);
 
   // A new endpoint before its first packet: closed in both directions but to its own node

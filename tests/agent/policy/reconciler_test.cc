@@ -94,10 +94,12 @@ EndpointPolicy Ep(uint32_t id, uint32_t identity, bool in, bool eg,
   e.enforce_ingress = in;
   e.enforce_egress = eg;
   e.allows = std::move(allows);
+  e.pod = absl::StrCat("ns/p", id);
   return e;
 }
 
-auto NoneExist = [](uint32_t) { return false; };
+// Every endpoint of the translations below is pod "ns/p<id>".
+auto Owner = [](uint32_t id) -> std::optional<std::string> { return absl::StrCat("ns/p", id); };
 
 class PolicyReconcilerTest : public ::testing::Test {
  protected:
@@ -109,11 +111,11 @@ TEST_F(PolicyReconcilerTest, FirstApplyWritesAllowsThenIpcacheThenEnforceBits) {
   PolicyTranslation t;
   t.ipcache = {{Pfx("0.0.0.0/0"), SLUICE_IDENTITY_WORLD}, {Pfx("10.244.0.10/32"), 300}};
   t.endpoints = {Ep(7, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS)})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   EXPECT_THAT(maps_.ops, ElementsAre("allow+ 7 ingress id300 6/80/24", "ipcache+ 0.0.0.0/0 id2",
                                      "ipcache+ 10.244.0.10/32 id300", "ep+ 7 id301 flags1"));
   maps_.ops.clear();
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   EXPECT_THAT(maps_.ops, IsEmpty()) << "a second apply of the same translation writes nothing";
 }
 
@@ -123,11 +125,11 @@ TEST_F(PolicyReconcilerTest, IdentityChangeAddsNewAllowsBeforeIpcacheAndDropsOld
   PolicyTranslation t;
   t.ipcache = {{Pfx("10.244.0.10/32"), 300}};
   t.endpoints = {Ep(7, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS)})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   maps_.ops.clear();
   t.ipcache = {{Pfx("10.244.0.10/32"), 302}};
   t.endpoints = {Ep(7, 301, true, false, {Allow(302, SLUICE_POLICY_INGRESS)})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   EXPECT_THAT(maps_.ops, ElementsAre("allow+ 7 ingress id302 6/80/24",
                                      "ipcache+ 10.244.0.10/32 id302",
                                      "allow- 7 ingress id300 6/80/24"));
@@ -139,10 +141,10 @@ TEST_F(PolicyReconcilerTest, UnselectedPodClearsItsBitBeforeItsAllowsAreDeleted)
   PolicyTranslation t;
   t.endpoints = {Ep(7, 301, true, true,
                     {Allow(300, SLUICE_POLICY_INGRESS), Allow(0, SLUICE_POLICY_EGRESS, 0, 0, 0)})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   maps_.ops.clear();
   t.endpoints = {Ep(7, 301, false, false, {})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   EXPECT_THAT(maps_.ops, ElementsAre("ep+ 7 id301 flags0", "allow- 7 egress id0 0/0/0",
                                      "allow- 7 ingress id300 6/80/24"));
 }
@@ -153,7 +155,7 @@ TEST_F(PolicyReconcilerTest, NewEndpointIsClosedButToItsNodeUntilApplyOpensIt) {
   maps_.ops.clear();
   PolicyTranslation t;
   t.endpoints = {Ep(9, 400, false, false, {})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   EXPECT_THAT(maps_.ops, ElementsAre("ep+ 9 id400 flags0", "allow- 9 ingress id1 0/0/0"));
 }
 
@@ -168,22 +170,38 @@ TEST_F(PolicyReconcilerTest, EndpointNewerThanTheTranslationKeepsItsClosedEntry)
   ASSERT_TRUE(rec_.WriteNewEndpoint(9, /*open=*/false).ok());
   ASSERT_TRUE(rec_.WriteNewEndpoint(10, /*open=*/false).ok());
   maps_.ops.clear();
-  ASSERT_TRUE(rec_.Apply(PolicyTranslation{}, [](uint32_t id) { return id == 9; }).ok());
+  ASSERT_TRUE(rec_.Apply(PolicyTranslation{}, [](uint32_t id) -> std::optional<std::string> {
+                    if (id == 9) return "ns/p9";
+                    return std::nullopt;
+                  }).ok());
   EXPECT_THAT(maps_.ops, ElementsAre("ep- 10", "allow- 10 ingress id1 0/0/0"));
   EXPECT_TRUE(maps_.endpoints.contains(9));
   EXPECT_EQ(maps_.endpoints[9].flags, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS);
   EXPECT_EQ(maps_.allows[9].size(), 1u);
 }
 
+// The translation saw pod p7 on endpoint 7; by the time it is applied p7 is gone and another
+// pod got the id (closed by its ADD). The old pod's open state must not land on it.
+TEST_F(PolicyReconcilerTest, ReusedEndpointIdIsNotGivenTheOldPodsState) {
+  ASSERT_TRUE(rec_.WriteNewEndpoint(7, /*open=*/false).ok());
+  maps_.ops.clear();
+  PolicyTranslation t;
+  t.endpoints = {Ep(7, 301, false, false, {Allow(300, SLUICE_POLICY_INGRESS)})};
+  ASSERT_TRUE(rec_.Apply(t, [](uint32_t) -> std::optional<std::string> { return "ns/other"; })
+                  .ok());
+  EXPECT_THAT(maps_.ops, IsEmpty());
+  EXPECT_EQ(maps_.endpoints[7].flags, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS);
+}
+
 TEST_F(PolicyReconcilerTest, StaleIpcachePrefixesGoLast) {
   PolicyTranslation t;
   t.ipcache = {{Pfx("10.244.0.10/32"), 300}, {Pfx("192.168.0.0/16"), 500}};
   t.endpoints = {Ep(7, 301, true, false, {Allow(500, SLUICE_POLICY_INGRESS)})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   maps_.ops.clear();
   t.ipcache = {{Pfx("10.244.0.10/32"), 300}};
   t.endpoints = {Ep(7, 301, true, false, {})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   EXPECT_THAT(maps_.ops,
               ElementsAre("allow- 7 ingress id500 6/80/24", "ipcache- 192.168.0.0/16"));
 }
@@ -191,7 +209,7 @@ TEST_F(PolicyReconcilerTest, StaleIpcachePrefixesGoLast) {
 TEST_F(PolicyReconcilerTest, RemovedEndpointLosesItsEntryBeforeItsAllows) {
   PolicyTranslation t;
   t.endpoints = {Ep(7, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS)})};
-  ASSERT_TRUE(rec_.Apply(t, NoneExist).ok());
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   maps_.ops.clear();
   ASSERT_TRUE(rec_.RemoveEndpoint(7).ok());
   EXPECT_THAT(maps_.ops, ElementsAre("ep- 7", "allow- 7 ingress id300 6/80/24"));
