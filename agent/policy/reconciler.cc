@@ -96,8 +96,7 @@ absl::Status BpfPolicyMaps::DeleteAllow(uint32_t endpoint_id, const PolicyAllow&
 }
 
 absl::Status BpfPolicyMaps::ForEachEndpoint(const EndpointFn& fn) {
-  return endpoints_.ForEach(
-      [&](const __u32& id, const sluice_policy_ep_entry& e) { fn(id, e); });
+  return endpoints_.ForEach([&](const __u32& id, const sluice_policy_ep_entry& e) { fn(id, e); });
 }
 
 absl::Status BpfPolicyMaps::UpsertEndpoint(uint32_t endpoint_id, const sluice_policy_ep_entry& e) {
@@ -115,13 +114,12 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
   std::map<IpPrefix, uint32_t> ipcache;
   std::map<uint32_t, std::set<PolicyAllow>> allows;
   std::map<uint32_t, sluice_policy_ep_entry> endpoints;
-  RETURN_IF_ERROR(Context(
-      maps_.ForEachIpcache([&](const IpPrefix& p, uint32_t id) { ipcache[p] = id; }),
-      "read sluice_ipcache4"));
-  RETURN_IF_ERROR(Context(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) {
-    allows[ep].insert(a);
-  }),
-                          "read sluice_policy4"));
+  RETURN_IF_ERROR(
+      Context(maps_.ForEachIpcache([&](const IpPrefix& p, uint32_t id) { ipcache[p] = id; }),
+              "read sluice_ipcache4"));
+  RETURN_IF_ERROR(
+      Context(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) { allows[ep].insert(a); }),
+              "read sluice_policy4"));
   RETURN_IF_ERROR(Context(maps_.ForEachEndpoint([&](uint32_t ep, const sluice_policy_ep_entry& e) {
     endpoints[ep] = e;
   }),
@@ -179,8 +177,8 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
     if (!desired_eps.contains(id) && !owner(id).has_value()) gone.insert(id);
   }
   for (uint32_t id : gone) {
-    RETURN_IF_ERROR(Context(maps_.DeleteEndpoint(id),
-                            absl::StrCat("policy entry of gone endpoint ", id)));
+    RETURN_IF_ERROR(
+        Context(maps_.DeleteEndpoint(id), absl::StrCat("policy entry of gone endpoint ", id)));
     ++stats_.endpoint_deletes;
   }
   // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
@@ -196,8 +194,8 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
     const std::set<PolicyAllow>& want = wanted[id];
     for (const PolicyAllow& a : have) {
       if (want.contains(a)) continue;
-      RETURN_IF_ERROR(Context(maps_.DeleteAllow(id, a),
-                              absl::StrCat("stale allow of endpoint ", id)));
+      RETURN_IF_ERROR(
+          Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
       ++stats_.allow_deletes;
     }
   }

@@ -15,8 +15,8 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
-#include <string>
 #include <set>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"

@@ -18,8 +18,7 @@ std::string EndpointKey(uint32_t id) { return absl::StrCat("ep/", id); }
 }  // namespace
 
 PolicySync::PolicySync(PolicySources sources, std::function<bool()> synced,
-                       PolicyReconciler& reconciler, std::string node_name,
-                       std::string state_dir)
+                       PolicyReconciler& reconciler, std::string node_name, std::string state_dir)
     : src_(sources),
       synced_(std::move(synced)),
       reconciler_(reconciler),

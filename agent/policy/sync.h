@@ -37,9 +37,9 @@ struct PolicySources {
 };
 
 struct PolicySyncStats {
-  uint64_t applies = 0;          // translations applied
-  uint64_t problems = 0;         // rejected rules, counted once per appearance
-  uint64_t identity_saves = 0;   // state file writes
+  uint64_t applies = 0;         // translations applied
+  uint64_t problems = 0;        // rejected rules, counted once per appearance
+  uint64_t identity_saves = 0;  // state file writes
   uint64_t identity_save_failures = 0;
 };
 

@@ -88,8 +88,8 @@ int Policy(const std::vector<std::string>& args) {
   // The agent's endpoint records, read without opening its store (which tidies the directory).
   std::optional<agent::Endpoint> ep;
   std::error_code ec;
-  for (const auto& f : std::filesystem::directory_iterator(
-           absl::GetFlag(FLAGS_state_dir) + "/endpoints", ec)) {
+  for (const auto& f :
+       std::filesystem::directory_iterator(absl::GetFlag(FLAGS_state_dir) + "/endpoints", ec)) {
     std::ifstream in(f.path());
     std::stringstream text;
     text << in.rdbuf();
@@ -110,8 +110,7 @@ int Policy(const std::vector<std::string>& args) {
   auto eps = OpenOrDie<maps::PolicyEndpointMap>(maps::name::sluice_policy_ep);
   auto rules = OpenOrDie<maps::Policy4Map>(maps::name::sluice_policy4);
   auto drops = OpenOrDie<maps::PolicyDropMap>(maps::name::sluice_pol_drops);
-  std::printf("pod %s  endpoint %u  address %s\n", want.c_str(), ep->endpoint_id,
-              ep->ipv4.c_str());
+  std::printf("pod %s  endpoint %u  address %s\n", want.c_str(), ep->endpoint_id, ep->ipv4.c_str());
   auto entry = eps.Lookup(ep->endpoint_id);
   if (!entry.ok()) {
     std::printf("no policy entry: outside policy (every direction open, flows not tracked)\n");
@@ -120,7 +119,7 @@ int Policy(const std::vector<std::string>& args) {
   std::printf("identity %u  %s\n", entry->identity, Named(names, entry->identity).c_str());
   for (uint8_t dir : {SLUICE_POLICY_INGRESS, SLUICE_POLICY_EGRESS}) {
     bool enforced = entry->flags & (dir == SLUICE_POLICY_INGRESS ? SLUICE_POLICY_EP_F_INGRESS
-                                                                  : SLUICE_POLICY_EP_F_EGRESS);
+                                                                 : SLUICE_POLICY_EP_F_EGRESS);
     sluice_policy_drop_key dk{};
     dk.endpoint_id = ep->endpoint_id;
     dk.direction = dir;
@@ -128,7 +127,8 @@ int Policy(const std::vector<std::string>& args) {
     if (auto per_cpu = drops.Lookup(dk); per_cpu.ok()) {
       for (const auto& c : *per_cpu) denied += c.packets;
     }
-    std::printf("\n%s: %s, %llu packets denied\n", dir == SLUICE_POLICY_INGRESS ? "ingress" : "egress",
+    std::printf("\n%s: %s, %llu packets denied\n",
+                dir == SLUICE_POLICY_INGRESS ? "ingress" : "egress",
                 enforced ? "enforced" : "open (no policy selects it)",
                 static_cast<unsigned long long>(denied));
     if (!enforced) continue;

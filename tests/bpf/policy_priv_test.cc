@@ -7,8 +7,8 @@
 
 #include <cstring>
 
-#include "support/fixture.h"
 #include "gmock/gmock.h"
+#include "support/fixture.h"
 
 namespace sluice::testing {
 namespace {
@@ -96,8 +96,18 @@ Packet ARedirectedToB(uint8_t ttl = 63) {
 }
 Packet Sctp(Packet p, uint16_t sport, uint16_t dport) {
   // SCTP's common header: ports, verification tag, checksum (not checked on this path).
-  Bytes h = {static_cast<uint8_t>(sport >> 8), static_cast<uint8_t>(sport),
-             static_cast<uint8_t>(dport >> 8), static_cast<uint8_t>(dport), 0, 0, 0, 1, 0, 0, 0, 0};
+  Bytes h = {static_cast<uint8_t>(sport >> 8),
+             static_cast<uint8_t>(sport),
+             static_cast<uint8_t>(dport >> 8),
+             static_cast<uint8_t>(dport),
+             0,
+             0,
+             0,
+             1,
+             0,
+             0,
+             0,
+             0};
   return p.Protocol(IPPROTO_SCTP).Payload(h);
 }
 
@@ -154,10 +164,8 @@ std::vector<PacketCase> PolicyCases() {
          .verdict = kTcShot,
          .drop = SLUICE_DROP_POLICY_DENIED,
          .setup = [](loader::Datapath& dp) { Enforce(dp, kEpA, kIdA, SLUICE_POLICY_EP_F_EGRESS); },
-         .effects =
-             [](loader::Datapath& dp, const Trail&) {
-               EXPECT_EQ(PolicyDrops(dp, kEpA, kEgress), 1u);
-             }}}},
+         .effects = [](loader::Datapath& dp,
+                       const Trail&) { EXPECT_EQ(PolicyDrops(dp, kEpA, kEgress), 1u); }}}},
       // endPort 80..83 is the one prefix 80/14.
       {"PortRangePrefixAdmitsItsLastPortAndNotTheNext",
        {{.in = FromA().IPv4(kA, kB).UDP(5000, 83),
@@ -211,8 +219,7 @@ std::vector<PacketCase> PolicyCases() {
          .unchanged = true,
          .setup =
              [](loader::Datapath& dp) {
-               Enforce(dp, kEpA, kIdA,
-                       SLUICE_POLICY_EP_F_EGRESS | SLUICE_POLICY_EP_F_INGRESS);
+               Enforce(dp, kEpA, kIdA, SLUICE_POLICY_EP_F_EGRESS | SLUICE_POLICY_EP_F_INGRESS);
                Allow(dp, kEpA, kIdRemote, kEgress, IPPROTO_TCP, 80, 24);
              },
          .effects =
@@ -272,8 +279,8 @@ std::vector<PacketCase> PolicyCases() {
              [](loader::Datapath& dp) {
                // Only the frontend's port allowed: the backend's 8080 is not.
                ASSERT_TRUE(dp.policy4()
-                               .Delete(maps::MakePolicy4Key(kEpA, kIdRemote, kEgress,
-                                                            IPPROTO_TCP, 8080, 24))
+                               .Delete(maps::MakePolicy4Key(kEpA, kIdRemote, kEgress, IPPROTO_TCP,
+                                                            8080, 24))
                                .ok());
                Allow(dp, kEpA, kIdRemote, kEgress, IPPROTO_TCP, 80, 24);
              }}}},
@@ -284,8 +291,7 @@ class PolicyTable : public PolicyTest, public ::testing::WithParamInterface<Pack
 
 TEST_P(PolicyTable, Packet) { RunCase(GetParam()); }
 
-INSTANTIATE_TEST_SUITE_P(SluicePolicy, PolicyTable, ::testing::ValuesIn(PolicyCases()),
-                         CaseName);
+INSTANTIATE_TEST_SUITE_P(SluicePolicy, PolicyTable, ::testing::ValuesIn(PolicyCases()), CaseName);
 
 }  // namespace
 }  // namespace sluice::testing

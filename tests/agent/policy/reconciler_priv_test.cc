@@ -1,13 +1,12 @@
 // The policy reconciler on the real pinned maps, judged by the real programs: what Apply writes
 // is what sluice_from_pod looks up (key encoding, prefixes, identities), and a second reconciler
 // reads the same state back.
-#include "agent/policy/reconciler.h"
-
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
 #include <cstring>
 
+#include "agent/policy/reconciler.h"
 #include "gtest/gtest.h"
 #include "support/fixture.h"
 

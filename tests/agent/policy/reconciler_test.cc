@@ -130,9 +130,9 @@ TEST_F(PolicyReconcilerTest, IdentityChangeAddsNewAllowsBeforeIpcacheAndDropsOld
   t.ipcache = {{Pfx("10.244.0.10/32"), 302}};
   t.endpoints = {Ep(7, 301, true, false, {Allow(302, SLUICE_POLICY_INGRESS)})};
   ASSERT_TRUE(rec_.Apply(t, Owner).ok());
-  EXPECT_THAT(maps_.ops, ElementsAre("allow+ 7 ingress id302 6/80/24",
-                                     "ipcache+ 10.244.0.10/32 id302",
-                                     "allow- 7 ingress id300 6/80/24"));
+  EXPECT_THAT(maps_.ops,
+              ElementsAre("allow+ 7 ingress id302 6/80/24", "ipcache+ 10.244.0.10/32 id302",
+                          "allow- 7 ingress id300 6/80/24"));
 }
 
 // Removing the last policy of a pod: the bit is cleared before the allows go, so the pod is
@@ -170,10 +170,12 @@ TEST_F(PolicyReconcilerTest, EndpointNewerThanTheTranslationKeepsItsClosedEntry)
   ASSERT_TRUE(rec_.WriteNewEndpoint(9, /*open=*/false).ok());
   ASSERT_TRUE(rec_.WriteNewEndpoint(10, /*open=*/false).ok());
   maps_.ops.clear();
-  ASSERT_TRUE(rec_.Apply(PolicyTranslation{}, [](uint32_t id) -> std::optional<std::string> {
-                    if (id == 9) return "ns/p9";
-                    return std::nullopt;
-                  }).ok());
+  ASSERT_TRUE(rec_.Apply(PolicyTranslation{},
+                         [](uint32_t id) -> std::optional<std::string> {
+                           if (id == 9) return "ns/p9";
+                           return std::nullopt;
+                         })
+                  .ok());
   EXPECT_THAT(maps_.ops, ElementsAre("ep- 10", "allow- 10 ingress id1 0/0/0"));
   EXPECT_TRUE(maps_.endpoints.contains(9));
   EXPECT_EQ(maps_.endpoints[9].flags, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS);
@@ -187,8 +189,8 @@ TEST_F(PolicyReconcilerTest, ReusedEndpointIdIsNotGivenTheOldPodsState) {
   maps_.ops.clear();
   PolicyTranslation t;
   t.endpoints = {Ep(7, 301, false, false, {Allow(300, SLUICE_POLICY_INGRESS)})};
-  ASSERT_TRUE(rec_.Apply(t, [](uint32_t) -> std::optional<std::string> { return "ns/other"; })
-                  .ok());
+  ASSERT_TRUE(
+      rec_.Apply(t, [](uint32_t) -> std::optional<std::string> { return "ns/other"; }).ok());
   EXPECT_THAT(maps_.ops, IsEmpty());
   EXPECT_EQ(maps_.endpoints[7].flags, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS);
 }
@@ -202,8 +204,7 @@ TEST_F(PolicyReconcilerTest, StaleIpcachePrefixesGoLast) {
   t.ipcache = {{Pfx("10.244.0.10/32"), 300}};
   t.endpoints = {Ep(7, 301, true, false, {})};
   ASSERT_TRUE(rec_.Apply(t, Owner).ok());
-  EXPECT_THAT(maps_.ops,
-              ElementsAre("allow- 7 ingress id500 6/80/24", "ipcache- 192.168.0.0/16"));
+  EXPECT_THAT(maps_.ops, ElementsAre("allow- 7 ingress id500 6/80/24", "ipcache- 192.168.0.0/16"));
 }
 
 TEST_F(PolicyReconcilerTest, RemovedEndpointLosesItsEntryBeforeItsAllows) {

@@ -36,9 +36,9 @@ class SluicectlPolicyTest : public sluice::testing::DatapathTest {
   void SetUp() override {
     DatapathTest::SetUp();
     if (HasFatalFailure()) return;
-    ASSERT_TRUE(SaveIdentities(state_.path(), {{300, {"k8s:io.kubernetes.pod.namespace=x",
-                                                      "k8s:pod=b"}}})
-                    .ok());
+    ASSERT_TRUE(
+        SaveIdentities(state_.path(), {{300, {"k8s:io.kubernetes.pod.namespace=x", "k8s:pod=b"}}})
+            .ok());
     Endpoint ep;
     ep.container_id = "ctr1";
     ep.ifname = "eth0";
@@ -61,11 +61,11 @@ class SluicectlPolicyTest : public sluice::testing::DatapathTest {
     ASSERT_TRUE(dp_->policy_ep().Update(7, e).ok());
     sluice_policy4_entry allow{};
     allow.verdict = SLUICE_POLICY_ALLOW;
-    ASSERT_TRUE(dp_->policy4()
-                    .Update(maps::MakePolicy4Key(7, 300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 80,
-                                                 8 + 15),
-                            allow)
-                    .ok());
+    ASSERT_TRUE(
+        dp_->policy4()
+            .Update(maps::MakePolicy4Key(7, 300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 80, 8 + 15),
+                    allow)
+            .ok());
     sluice_ipcache4_entry id{};
     id.identity = 300;
     ASSERT_TRUE(dp_->ipcache4().Update({32, htonl(0x0af40014)}, id).ok());  // 10.244.0.20

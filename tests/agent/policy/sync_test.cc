@@ -130,8 +130,8 @@ class PolicySyncTest : public ::testing::Test {
     policies_.Replace({}, "1");
     a_ = PutEndpoint("ctr-a", "x", "a", "10.1.1.10");
     sync_ = std::make_unique<PolicySync>(
-        PolicySources{pods_, namespaces_, policies_, nodes_, *eps_}, [this] { return synced_.load(); },
-        rec_, "n1", dir_.path());
+        PolicySources{pods_, namespaces_, policies_, nodes_, *eps_},
+        [this] { return synced_.load(); }, rec_, "n1", dir_.path());
   }
   void TearDown() override { sync_.reset(); }
   Endpoint PutEndpoint(const std::string& ctr, const std::string& ns, const std::string& pod,
@@ -230,8 +230,8 @@ TEST_F(PolicySyncTest, EndpointAddedBeforeSyncIsClosedUntilTheFirstTranslation) 
 
 TEST_F(PolicySyncTest, RejectedRuleIsCountedOnceAndDeniesWhatItWouldHaveAllowed) {
   synced_ = true;
-  policies_.Upsert(MakePolicy(
-      R"({"podSelector":{},"ingress":[{"from":[{"ipBlock":{"cidr":"not-a-cidr"}}]}]})"));
+  policies_.Upsert(
+      MakePolicy(R"({"podSelector":{},"ingress":[{"from":[{"ipBlock":{"cidr":"not-a-cidr"}}]}]})"));
   Idle();
   EXPECT_EQ(sync_->stats().problems, 1u);
   EXPECT_EQ(maps_.Flags(a_.endpoint_id), SLUICE_POLICY_EP_F_INGRESS);
