@@ -284,6 +284,33 @@ std::vector<PacketCase> PolicyCases() {
                                .ok());
                Allow(dp, kEpA, kIdRemote, kEgress, IPPROTO_TCP, 80, 24);
              }}}},
+      // A NodePort to a local backend: the backend's ingress judges the client's own address
+      // after DNAT; the backend's reply (reverse NAT back to the NodePort) passes its enforced
+      // egress as the reply of that flow.
+      {"NodePortToALocalBackendIsJudgedOnTheClientAddressAndItsReplyPasses",
+       {{.prog = Prog::kFromNet,
+         .in = Packet::Eth(kHostBMac, kHostAMac).IPv4(kOutside, kNode).TCP(50000, 30080),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_POLICY_DENIED,
+         .setup =
+             [](loader::Datapath& dp) {
+               ASSERT_TRUE(ProgramService(dp, kNode, 30080, IPPROTO_TCP, 3,
+                                          {{9, kA, 8080, IPPROTO_TCP}}, SLUICE_SVC_F_NODEPORT)
+                               .ok());
+               Enforce(dp, kEpA, kIdA, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS);
+               Allow(dp, kEpA, SLUICE_IDENTITY_HOST, kIngress, 0, 0, 0);
+             }},
+        {.prog = Prog::kFromNet,
+         .in = Packet::Eth(kHostBMac, kHostAMac).IPv4(kOutside, kNode).TCP(50001, 30080),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(kHostAMac, kPodAMac).IPv4(kOutside, kA, 63).TCP(50001, 8080)},
+         .setup =
+             [](loader::Datapath& dp) {
+               Allow(dp, kEpA, SLUICE_IDENTITY_WORLD, kIngress, IPPROTO_TCP, 8080, 24);
+             }},
+        {.in = FromA().IPv4(kA, kOutside).TCP(8080, 50001, kTcpSyn | kTcpAck),
+         .verdict = kTcOk,
+         .out = {FromA().IPv4(kNode, kOutside).TCP(30080, 50001, kTcpSyn | kTcpAck)}}}},
   };
 }
 
