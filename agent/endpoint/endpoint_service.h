@@ -34,7 +34,8 @@ class EndpointDatapath {
   static constexpr int kAnyIfindex = -1;
   [[nodiscard]] virtual absl::Status DeleteEndpoint(const IpAddress& addr, int ifindex) = 0;
   [[nodiscard]] virtual absl::Status AttachPod(int host_ifindex) = 0;
-  // Whether the current pod program is the one attached at TC ingress of `host_ifindex`.
+  // Whether the current pod programs are the ones attached at TC ingress and egress of
+  // `host_ifindex`.
   [[nodiscard]] virtual absl::StatusOr<bool> PodProgramAttached(int host_ifindex) = 0;
   // The entry for `addr`; nullopt when there is none.
   [[nodiscard]] virtual absl::StatusOr<std::optional<sluice_endpoint>> LookupEndpoint(

@@ -262,6 +262,13 @@ TEST_F(EndpointServicePrivTest, CheckNamesEveryMissingResourceAndAddRepairsIt) {
                          .ok());
        },
        "pod program is not attached"},
+      {"tc egress program (ingress policy) detached",
+       [&] {
+         int ifindex = Recorded().host_ifindex;
+         ASSERT_TRUE(InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kEgress); })
+                         .ok());
+       },
+       "pod program is not attached"},
       {"host route deleted",
        [&] {
          ASSERT_EQ(Sh(absl::StrCat("ip -n ", node, " route del ", Recorded().ipv4, "/32 dev ",
