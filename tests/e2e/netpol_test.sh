@@ -2,11 +2,11 @@
 # NetworkPolicy end to end in a 2-node sluice-lab, after the upstream e2e model
 # (test/e2e/network/netpol in kubernetes/kubernetes): namespaces x, y, z with pods a, b, c each,
 # serving TCP and UDP on 80 and 81 (container ports named serve-80-tcp etc.), spread over both
-# nodes. Every case applies its policies, computes the expected 9x9 reachability from its rules
-# with a Reachability helper (never a hand-typed matrix), and probes every pod -> every pod by pod
-# IP until the observation equals the expectation (at most 10 s, the upstream rule); a failure
-# prints both matrices. One lab serves every case. (Names and labels are quoted: YAML 1.1 reads
-# a bare y as true.)
+# nodes. 17 cases; each applies its policies, computes the expected 9x9 reachability from its
+# rules with a Reachability helper (never a hand-typed matrix), and probes every pod -> every pod
+# by pod IP until the observation equals the expectation (at most 10 s, the upstream rule); a
+# failure prints both matrices. One lab serves every case. (Names and labels are quoted: YAML 1.1
+# reads a bare y as true.)
 set -euo pipefail
 NAME=policy2np$$
 source "$(dirname "$0")/lablib.sh"
@@ -250,6 +250,46 @@ def update_in_place(n):
     r.peer(lambda f: f == "x/c", x_a, True)
     return check(n + " (after)", r) and good
 
+def default_deny_all(n):
+    apply("deny", "x", {"podSelector": {}, "policyTypes": ["Ingress", "Egress"]})
+    r = Reachability()
+    for k in ALL:
+        if ns_of(k) == "x":
+            r.ingress(k, False)
+            r.egress(k, False)
+    return check(n, r.loopback())
+
+def stacked(n):  # two policies selecting one pod: the union of their allows
+    apply("allow-b", "x", {"podSelector": {"matchLabels": {"pod": "a"}},
+                           "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]})
+    apply("allow-y", "x", {"podSelector": {"matchLabels": {"pod": "a"}},
+                           "ingress": [{"from": [{"namespaceSelector":
+                                                  {"matchLabels": {"ns": "y"}}}]}]})
+    r = Reachability().ingress("x/a", False)
+    r.peer(lambda f: f == "x/b" or ns_of(f) == "y", x_a, True)
+    return check(n, r.loopback())
+
+def egress_to_namespace(n):
+    apply("to-y", "x", {"podSelector": {"matchLabels": {"pod": "a"}}, "policyTypes": ["Egress"],
+                        "egress": [{"to": [{"namespaceSelector": {"matchLabels": {"ns": "y"}}}]}]})
+    r = Reachability().egress("x/a", False)
+    r.peer(x_a, lambda t: ns_of(t) == "y", True)
+    return check(n, r.loopback())
+
+def namespace_relabel(n):
+    apply("from-blue", "x", {"podSelector": {"matchLabels": {"pod": "a"}},
+                             "ingress": [{"from": [{"namespaceSelector":
+                                                    {"matchLabels": {"team": "blue"}}}]}]})
+    closed = Reachability().ingress("x/a", False).loopback()
+    good = check(n + " (no namespace is blue)", closed)
+    kubectl("label", "namespace", "y", "team=blue", "--overwrite")
+    try:
+        r = Reachability().ingress("x/a", False).loopback()
+        r.peer(lambda f: ns_of(f) == "y", x_a, True)
+        return check(n + " (y relabelled blue)", r) and good
+    finally:
+        kubectl("label", "namespace", "y", "team-")
+
 def pod_relabel(n):
     apply("allow-b", "x", {"podSelector": {"matchLabels": {"pod": "a"}},
                            "ingress": [{"from": [{"podSelector": {"matchLabels": {"pod": "b"}}}]}]})
@@ -263,17 +303,21 @@ def pod_relabel(n):
 
 for name, fn in [("default deny ingress", default_deny_ingress),
                  ("default deny egress", default_deny_egress),
+                 ("default deny ingress and egress", default_deny_all),
                  ("allow all after default deny", allow_all_after_deny),
                  ("pod selector", pod_selector),
                  ("namespace selector", namespace_selector),
                  ("namespace AND pod selector", ns_and_pod),
                  ("namespace OR pod selector", ns_or_pod),
+                 ("stacked policies (union)", stacked),
+                 ("egress to a namespace", egress_to_namespace),
                  ("numeric port", ports),
                  ("named port", named_port),
                  ("endPort", end_port),
                  ("ipBlock with except", ip_block_except),
                  ("policy updated in place", update_in_place),
-                 ("pod relabelled", pod_relabel)]:
+                 ("pod relabelled", pod_relabel),
+                 ("namespace relabelled", namespace_relabel)]:
     case(name, fn)
 # With every policy gone, everything reaches everything again.
 ok = check("no policy left", Reachability()) and ok
