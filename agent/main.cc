@@ -27,6 +27,8 @@
 #include "agent/routing/node_setup.h"
 #include "agent/service/reconciler.h"
 #include "agent/service/sync.h"
+#include "agent/policy/reconciler.h"
+#include "agent/policy/sync.h"
 #include "loader/cgroup.h"
 #include "loader/datapath.h"
 #include "maps/types.h"
@@ -59,6 +61,10 @@ ABSL_FLAG(std::string, service_cidr, "",
 ABSL_FLAG(bool, kube_proxy_replacement, true,
           "program Service load balancing (ClusterIP, NodePort, ExternalIP, LoadBalancer) from "
           "the Kubernetes Services and EndpointSlices, replacing kube-proxy; needs Kubernetes");
+ABSL_FLAG(bool, network_policy, true,
+          "enforce Kubernetes NetworkPolicies in the datapath (sluice_ipcache4, sluice_policy4, "
+          "sluice_policy_ep); needs Kubernetes. false leaves every pod open (the maps are then "
+          "not written)");
 ABSL_FLAG(int, mtu, 0, "pod MTU (default: the native device's MTU)");
 ABSL_FLAG(std::string, bpffs_root, SLUICE_DEFAULT_BPFFS_ROOT, "where maps are pinned");
 ABSL_FLAG(std::string, state_dir, "/var/lib/sluice", "IPAM and endpoint records");
@@ -185,6 +191,27 @@ int Run() {
   EndpointService service(netlink, **ipam, **store, endpoint_dp, {.default_mtu = mtu});
   if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
   spdlog::info("restored {} endpoints", (*store)->size());
+
+  // NetworkPolicy follows Pods, Namespaces, Nodes and NetworkPolicies; CNI ADD writes a new
+  // pod's policy state before it answers (EndpointPolicyHook), so it is in place before serving.
+  std::unique_ptr<BpfPolicyMaps> policy_maps;
+  std::unique_ptr<PolicyReconciler> policy_reconciler;
+  std::unique_ptr<PolicySync> policy_sync;
+  if (k8s && absl::GetFlag(FLAGS_network_policy)) {
+    policy_maps = std::make_unique<BpfPolicyMaps>((*dp)->ipcache4(), (*dp)->policy4(),
+                                                  (*dp)->policy_ep());
+    policy_reconciler = std::make_unique<PolicyReconciler>(*policy_maps);
+    KubernetesState* kube = k8s.get();
+    policy_sync = std::make_unique<PolicySync>(
+        PolicySources{kube->pods(), kube->namespaces(), kube->network_policies(), kube->nodes(),
+                      **store},
+        [kube] {
+          return kube->pods().HasSynced() && kube->namespaces().HasSynced() &&
+                 kube->network_policies().HasSynced() && kube->nodes().HasSynced();
+        },
+        *policy_reconciler, k8s->node_name(), absl::GetFlag(FLAGS_state_dir));
+    service.SetPolicyHook(policy_sync.get());
+  }
 
   api::EndpointApiServerOptions server_opts;
   server_opts.socket_path = absl::GetFlag(FLAGS_socket);

@@ -1,17 +1,22 @@
-/* TC ingress of a pod's host-side veth: everything a pod sends enters Sluice here.
- * ARP is answered for the gateway, services are load balanced (and their replies reverse
- * translated), same-node pods are reached with bpf_redirect_peer, and the
- * rest (the node itself, other nodes, the outside) continues into the node's stack. */
+/* TC hooks of a pod's host-side veth. Ingress (sluice_from_pod): everything a pod sends enters
+ * Sluice here. ARP is answered for the gateway, services are load balanced (and their replies
+ * reverse translated), the pod's egress policy judges the result, same-node pods are reached with
+ * bpf_redirect_peer (through their ingress policy), and the rest (the node itself, other nodes,
+ * the outside) continues into the node's stack. Egress (sluice_to_pod): what the node's stack
+ * delivers to the pod (the node itself, other nodes through routing or the overlay) passes the
+ * pod's ingress policy; traffic redirected to the pod with bpf_redirect_peer never comes here. */
 #include "lib/ctx/skb.h"
 #include "lib/arp.h"
 #include "lib/fwd.h"
 #include "lib/lb.h"
+#include "lib/policy.h"
 
 /* Returns a TC verdict or minus a drop reason. */
 static __always_inline int from_pod(struct __sk_buff *skb)
 {
 	const struct sluice_endpoint *src, *dst;
 	const struct sluice_node_config *cfg;
+	struct policy4_flow sent, flow;
 	struct ct4_pkt p;
 	struct pkt4 pkt;
 	__be16 h_proto;
@@ -33,6 +38,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	dst = lookup_ep4(pkt.daddr);
 	cfg = node_config();
 	lb = LB4_NONE;
+	policy4_flow_of(&pkt, &sent);
 	if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
 		lb = dst ? lb4_rev_nat(skb, &pkt, &p) : lb4_from_pod(skb, &pkt, &p, cfg);
 		if (lb < 0)
@@ -41,10 +47,20 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 			return reject(skb, &pkt);
 	}
 
+	/* Policy judges real addresses: a DNATed packet with its backend, a backend's reply as
+	 * the backend sent it. */
+	if (lb == LB4_REVNAT)
+		flow = sent;
+	else
+		policy4_flow_of(&pkt, &flow);
+	ret = policy4_check(src->endpoint_id, SLUICE_POLICY_EGRESS, &flow);
+	if (ret < 0)
+		return ret;
+
 	if (lb != LB4_NONE)
 		dst = lookup_ep4(pkt.daddr);
 	if (dst)
-		return redirect_to_endpoint(skb, dst, &pkt);
+		return redirect_to_endpoint(skb, dst, &pkt, &flow);
 	/* A reply now comes from a frontend, possibly this node's own address (NodePort), which
 	 * the stack would refuse as a martian source: route it here. */
 	if (lb == LB4_REVNAT)
@@ -56,6 +72,32 @@ SEC("tc")
 int sluice_from_pod(struct __sk_buff *skb)
 {
 	return verdict_or_drop(skb, from_pod(skb));
+}
+
+/* Returns a TC verdict or minus a drop reason. */
+static __always_inline int to_pod(struct __sk_buff *skb)
+{
+	const struct sluice_endpoint *ep;
+	struct policy4_flow flow;
+	struct pkt4 pkt;
+	__be16 h_proto;
+	int ret;
+
+	/* ARP and what is not IPv4 pass: policy is about IPv4 flows. */
+	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
+		return TC_ACT_OK;
+	ep = lookup_ep4(pkt.daddr);
+	if (!ep || ep->ifindex != skb->ifindex)
+		return TC_ACT_OK;
+	policy4_flow_of(&pkt, &flow);
+	ret = policy4_check(ep->endpoint_id, SLUICE_POLICY_INGRESS, &flow);
+	return ret < 0 ? ret : TC_ACT_OK;
+}
+
+SEC("tc")
+int sluice_to_pod(struct __sk_buff *skb)
+{
+	return verdict_or_drop(skb, to_pod(skb));
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -10,6 +10,7 @@ static __always_inline int xdp_check(struct xdp_md *ctx)
 {
 	const struct sluice_node_config *cfg = node_config();
 	const struct sluice_endpoint *dst;
+	struct policy4_flow flow;
 	struct nat4_pkt np;
 	struct ct4_pkt p;
 	struct pkt4 pkt;
@@ -29,8 +30,9 @@ static __always_inline int xdp_check(struct xdp_md *ctx)
 			return reject(ctx, &pkt);
 	}
 	dst = lookup_ep4(pkt.daddr);
+	policy4_flow_of(&pkt, &flow);
 	if (dst)
-		return redirect_to_endpoint(ctx, dst, &pkt);
+		return redirect_to_endpoint(ctx, dst, &pkt, &flow);
 	if (cfg && nat4_tuple(&pkt, 0, &np) == 0) {
 		ret = nat4_unmasquerade(ctx, &pkt, &np);
 		if (ret < 0)

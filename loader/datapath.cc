@@ -65,7 +65,10 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
                   Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat), Adopt(dp->ct4_, m->sluice_ct4),
                   Adopt(dp->lb4_srcr_, m->sluice_lb4_srcr), Adopt(dp->lb4_aff_, m->sluice_lb4_aff),
                   Adopt(dp->sock_cfg_, m->sluice_sock_cfg),
-                  Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat)}) {
+                  Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat),
+                  Adopt(dp->ipcache4_, m->sluice_ipcache4), Adopt(dp->policy4_, m->sluice_policy4),
+                  Adopt(dp->policy_ep_, m->sluice_policy_ep),
+                  Adopt(dp->pol_drops_, m->sluice_pol_drops)}) {
     if (!st.ok()) return st;
   }
   return dp;
@@ -74,10 +77,13 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
 int Datapath::from_pod_fd() const {
   return bpf_program__fd((*pod_egress_)->progs.sluice_from_pod);
 }
+int Datapath::to_pod_fd() const { return bpf_program__fd((*pod_egress_)->progs.sluice_to_pod); }
 int Datapath::from_net_fd() const { return bpf_program__fd((*netdev_)->progs.sluice_from_net); }
 int Datapath::to_net_fd() const { return bpf_program__fd((*netdev_)->progs.sluice_to_net); }
 
 absl::Status Datapath::AttachPod(int host_ifindex) {
+  // The pod's ingress policy point first: the pod sends nothing before both are in place.
+  if (auto st = AttachTc(host_ifindex, TcDirection::kEgress, to_pod_fd()); !st.ok()) return st;
   return AttachTc(host_ifindex, TcDirection::kIngress, from_pod_fd());
 }
 

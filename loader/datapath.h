@@ -37,10 +37,12 @@ class Datapath {
   const std::string& bpffs_root() const { return root_; }
 
   int from_pod_fd() const;
+  int to_pod_fd() const;
   int from_net_fd() const;
   int to_net_fd() const;
 
-  // Pod egress program on TC ingress of a pod's host-side veth.
+  // Pod programs on a pod's host-side veth: what the pod sends (TC ingress) and what the node's
+  // stack delivers to it (TC egress, the pod's ingress policy).
   [[nodiscard]] absl::Status AttachPod(int host_ifindex);
   // Masquerade programs on the native device (egress) and their reverse (ingress).
   [[nodiscard]] absl::Status AttachNative(int ifindex);
@@ -75,6 +77,11 @@ class Datapath {
   // Socket-level LB: the namespace it acts in, and per-socket reverse translation.
   maps::SockConfigMap& sock_config() { return sock_cfg_; }
   maps::Sock4RevNatMap& sock4_revnat() { return sock4_rnat_; }
+  // NetworkPolicy: ipcache, allow entries, per-endpoint enforcement, per-endpoint drops.
+  maps::Ipcache4Map& ipcache4() { return ipcache4_; }
+  maps::Policy4Map& policy4() { return policy4_; }
+  maps::PolicyEndpointMap& policy_ep() { return policy_ep_; }
+  maps::PolicyDropMap& policy_drops() { return pol_drops_; }
 
   // Per-reason drop counts summed over CPUs (reasons with a name only).
   [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
@@ -100,6 +107,10 @@ class Datapath {
   maps::Lb4AffinityMap lb4_aff_;
   maps::SockConfigMap sock_cfg_;
   maps::Sock4RevNatMap sock4_rnat_;
+  maps::Ipcache4Map ipcache4_;
+  maps::Policy4Map policy4_;
+  maps::PolicyEndpointMap policy_ep_;
+  maps::PolicyDropMap pol_drops_;
 };
 
 // Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).

@@ -11,6 +11,10 @@
 enum sluice_ct_dir {
 	SLUICE_CT_DIR_FORWARD = 0, /* client -> frontend, as the client sends it */
 	SLUICE_CT_DIR_REPLY = 1,   /* backend -> client, as the backend sends it */
+	SLUICE_CT_DIR_POLICY = 2,  /* a flow a NetworkPolicy point let through, keyed by the tuple
+				      its initiator sends after service translation (the real
+				      addresses); its replies pass without a verdict. The value's
+				      LB fields are 0. */
 };
 
 /* Key of sluice_ct4 (BPF_MAP_TYPE_LRU_HASH): the tuple as it is on the wire where the packet is

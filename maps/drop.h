@@ -26,6 +26,9 @@ enum sluice_drop_reason {
 	SLUICE_DROP_SOURCE_RANGE = 16,    /* client outside the loadBalancerSourceRanges */
 	SLUICE_DROP_PACKET_WRITE = 17,    /* a packet write failed: store_bytes, a checksum update,
 					     change_tail / adjust_room */
+	SLUICE_DROP_POLICY_DENIED = 18,   /* NetworkPolicy allows the flow in neither the source's
+					     egress nor the destination's ingress (see docs/policy.md);
+					     also counted per endpoint in sluice_pol_drops */
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
@@ -60,6 +63,7 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_SERVICE_UNKNOWN_IP: return "service_unknown_ip";
 	case SLUICE_DROP_SOURCE_RANGE: return "source_range";
 	case SLUICE_DROP_PACKET_WRITE: return "packet_write_failed";
+	case SLUICE_DROP_POLICY_DENIED: return "policy_denied";
 	default: return (const char *)0;
 	}
 }

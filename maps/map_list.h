@@ -17,6 +17,7 @@
 #include "lb.h"
 #include "nat.h"
 #include "node.h"
+#include "policy.h"
 #include "sock_lb.h"
 
 /* The LB maps are written only by the agent, so they need no preallocation (which would cost
@@ -61,6 +62,18 @@
 	X(sluice_sock_cfg, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_sock_config, 1, 0)             \
 	/* socket LB reverse translation: socket + backend -> frontend (sock_lb.h) */              \
 	X(sluice_sock4_rnat, BPF_MAP_TYPE_LRU_HASH, struct sluice_sock4_revnat_key,                \
-	  struct sluice_sock4_revnat, SLUICE_SOCK4_REVNAT_MAX_ENTRIES, 0)
+	  struct sluice_sock4_revnat, SLUICE_SOCK4_REVNAT_MAX_ENTRIES, 0)                          \
+	/* NetworkPolicy: address -> security identity (policy.h) */                               \
+	X(sluice_ipcache4, BPF_MAP_TYPE_LPM_TRIE, struct sluice_lpm4_key,                          \
+	  struct sluice_ipcache4_entry, SLUICE_IPCACHE4_MAX_ENTRIES, BPF_F_NO_PREALLOC)            \
+	/* NetworkPolicy: allowed (endpoint, peer identity, direction, proto, port prefix) */      \
+	X(sluice_policy4, BPF_MAP_TYPE_LPM_TRIE, struct sluice_policy4_key,                        \
+	  struct sluice_policy4_entry, SLUICE_POLICY4_MAX_ENTRIES, BPF_F_NO_PREALLOC)              \
+	/* NetworkPolicy: endpoint id -> own identity, enforced directions (policy.h) */           \
+	X(sluice_policy_ep, BPF_MAP_TYPE_HASH, __u32, struct sluice_policy_ep_entry,               \
+	  SLUICE_POLICY_EP_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                         \
+	/* NetworkPolicy: policy_denied drops per endpoint and direction (policy.h) */             \
+	X(sluice_pol_drops, BPF_MAP_TYPE_LRU_PERCPU_HASH, struct sluice_policy_drop_key,           \
+	  struct sluice_drop_count, SLUICE_POL_DROPS_MAX_ENTRIES, 0)
 
 #endif

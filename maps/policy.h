@@ -8,9 +8,6 @@
 #include "types.h"
 #include "node.h" /* struct sluice_lpm4_key */
 
-#define SLUICE_MAP_IPCACHE4 "sluice_ipcache4"
-#define SLUICE_MAP_POLICY4 "sluice_policy4"
-#define SLUICE_MAP_POLICY_EP "sluice_policy_ep"
 #define SLUICE_IPCACHE4_MAX_ENTRIES 524288
 #define SLUICE_POLICY4_MAX_ENTRIES 1048576
 #define SLUICE_POLICY_EP_MAX_ENTRIES 65536
@@ -101,13 +98,23 @@ enum sluice_policy_ep_flags {
 	SLUICE_POLICY_EP_F_EGRESS = 1 << 1,  /* selected by a policy with policyType Egress */
 };
 
-struct sluice_policy_ep {
+struct sluice_policy_ep_entry {
 	__u32 identity; /* the endpoint's own identity (for events and sluicectl) */
 	__u8 flags;     /* enum sluice_policy_ep_flags */
 	__u8 pad[3];
 };
-SLUICE_ASSERT_SIZE(struct sluice_policy_ep, 8);
-SLUICE_ASSERT_OFFSET(struct sluice_policy_ep, flags, 4);
+SLUICE_ASSERT_SIZE(struct sluice_policy_ep_entry, 8);
+SLUICE_ASSERT_OFFSET(struct sluice_policy_ep_entry, flags, 4);
+
+/* Key of sluice_pol_drops (BPF_MAP_TYPE_LRU_PERCPU_HASH, value struct sluice_drop_count): the
+ * policy_denied drops of one endpoint in one direction. */
+#define SLUICE_POL_DROPS_MAX_ENTRIES 16384
+struct sluice_policy_drop_key {
+	__u32 endpoint_id; /* host order */
+	__u8 direction;    /* enum sluice_policy_direction */
+	__u8 pad[3];
+};
+SLUICE_ASSERT_SIZE(struct sluice_policy_drop_key, 8);
 
 #if defined(__cplusplus)
 #include <arpa/inet.h>
@@ -118,7 +125,7 @@ namespace sluice::maps {
 
 using Ipcache4Map = Map<sluice_lpm4_key, sluice_ipcache4_entry>;
 using Policy4Map = Map<sluice_policy4_key, sluice_policy4_entry>;
-using PolicyEndpointMap = Map<__u32, sluice_policy_ep>;
+using PolicyEndpointMap = Map<__u32, sluice_policy_ep_entry>;
 
 // A sluice_policy4 key. `proto_port_bits` is how many bits of (proto, port) are significant:
 // 0 (every protocol), 8 (every port of proto) or 8 + n (the top n bits of port). Bits beyond the

@@ -62,7 +62,12 @@ using Lb4SourceRangeMap = MapOf<spec::sluice_lb4_srcr>;
 using Lb4AffinityMap = MapOf<spec::sluice_lb4_aff>;
 using SockConfigMap = MapOf<spec::sluice_sock_cfg>;
 using Sock4RevNatMap = MapOf<spec::sluice_sock4_rnat>;
+using PolicyDropMap = MapOf<spec::sluice_pol_drops>;
 static_assert(std::is_same_v<NatMap, MapOf<spec::sluice_rnat4>>);
+// maps/policy.h names the policy maps' wrappers; they are the listed maps'.
+static_assert(std::is_same_v<Ipcache4Map, MapOf<spec::sluice_ipcache4>>);
+static_assert(std::is_same_v<Policy4Map, MapOf<spec::sluice_policy4>>);
+static_assert(std::is_same_v<PolicyEndpointMap, MapOf<spec::sluice_policy_ep>>);
 // The wrappers keep the types callers were written against.
 static_assert(std::is_same_v<EndpointMap, Map<sluice_ep4_key, sluice_endpoint>>);
 static_assert(std::is_same_v<NodeConfigMap, Map<__u32, sluice_node_config>>);

@@ -98,17 +98,24 @@ absl::Status BpfEndpointDatapath::AttachPod(int host_ifindex) {
 }
 
 absl::StatusOr<bool> BpfEndpointDatapath::PodProgramAttached(int host_ifindex) {
-  auto attached = loader::AttachedTcProgram(host_ifindex, loader::TcDirection::kIngress);
-  // No filter at Sluice's handle is ENOENT; no filter chain at its priority at all (the filter
-  // was deleted) is EINVAL "Cannot find specified filter chain". Callers have checked that the
-  // link itself exists.
-  if (absl::IsNotFound(attached.status()) || absl::IsInvalidArgument(attached.status())) {
-    return false;
+  // The pod's programs: what it sends (TC ingress) and its ingress policy point (TC egress).
+  const std::pair<loader::TcDirection, int> programs[] = {
+      {loader::TcDirection::kIngress, dp_.from_pod_fd()},
+      {loader::TcDirection::kEgress, dp_.to_pod_fd()}};
+  for (const auto& [dir, fd] : programs) {
+    auto attached = loader::AttachedTcProgram(host_ifindex, dir);
+    // No filter at Sluice's handle is ENOENT; no filter chain at its priority at all (the filter
+    // was deleted) is EINVAL "Cannot find specified filter chain". Callers have checked that the
+    // link itself exists.
+    if (absl::IsNotFound(attached.status()) || absl::IsInvalidArgument(attached.status())) {
+      return false;
+    }
+    if (!attached.ok()) return attached.status();
+    auto current = loader::ProgramId(fd);
+    if (!current.ok()) return current.status();
+    if (*attached != *current) return false;
   }
-  if (!attached.ok()) return attached.status();
-  auto current = loader::ProgramId(dp_.from_pod_fd());
-  if (!current.ok()) return current.status();
-  return *attached == *current;
+  return true;
 }
 
 absl::StatusOr<std::optional<sluice_endpoint>> BpfEndpointDatapath::LookupEndpoint(
@@ -433,7 +440,16 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   auto stored = store_.Put(ep);
   if (!stored.ok()) return undo(WithCode(api::kCniIoFailure, stored.status(), "record endpoint"));
   ep = *stored;
-  if (auto st = Plumb(ep); !st.ok()) return undo(st);
+  if (policy_hook_ != nullptr) {
+    if (auto st = policy_hook_->EndpointAdded(ep); !st.ok()) {
+      (void)policy_hook_->EndpointRemoved(ep);
+      return undo(WithCode(api::kSluiceInternal, st, "write the pod's policy state"));
+    }
+  }
+  if (auto st = Plumb(ep); !st.ok()) {
+    if (policy_hook_ != nullptr) (void)policy_hook_->EndpointRemoved(ep);
+    return undo(st);
+  }
 
   auto result = ChainedResult(ep, conf);
   if (!result.ok()) return undo(result.status());
@@ -451,6 +467,7 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_ad
   if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) {
     keep(datapath_.DeleteEndpoint(*addr, ep.host_ifindex));
   }
+  if (policy_hook_ != nullptr) keep(policy_hook_->EndpointRemoved(ep));
   // Deleting the host side takes the pod side with it, wherever its netns is (or was).
   keep(DeleteHostVeth(ep));
   if (release_address) keep(ipam_.Release(OwnerOf(ep.network_name, ep.container_id, ep.ifname)));
@@ -591,7 +608,7 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
       missing.push_back(absl::StrCat("tc query on ", ep.host_ifname, " failed: ",
                                      attached.status().message()));
     } else if (!*attached) {
-      missing.push_back(absl::StrCat("the pod program is not attached at tc ingress of ",
+      missing.push_back(absl::StrCat("the pod program is not attached at tc ingress and egress of ",
                                      ep.host_ifname));
     }
   }

@@ -34,7 +34,8 @@ class EndpointDatapath {
   static constexpr int kAnyIfindex = -1;
   [[nodiscard]] virtual absl::Status DeleteEndpoint(const IpAddress& addr, int ifindex) = 0;
   [[nodiscard]] virtual absl::Status AttachPod(int host_ifindex) = 0;
-  // Whether the current pod program is the one attached at TC ingress of `host_ifindex`.
+  // Whether the current pod programs are the ones attached at TC ingress and egress of
+  // `host_ifindex`.
   [[nodiscard]] virtual absl::StatusOr<bool> PodProgramAttached(int host_ifindex) = 0;
   // The entry for `addr`; nullopt when there is none.
   [[nodiscard]] virtual absl::StatusOr<std::optional<sluice_endpoint>> LookupEndpoint(
@@ -106,6 +107,16 @@ class AttachmentLocks {
   std::set<std::string> held_ ABSL_GUARDED_BY(mu_);
 };
 
+// Policy's part in an endpoint's life (agent/policy/sync.h). EndpointAdded runs before the
+// endpoint's map entry and programs exist, so the pod's first packet already meets its policy
+// state (ADD fails if it cannot be written); EndpointRemoved after its map entry is gone.
+class EndpointPolicyHook {
+ public:
+  virtual ~EndpointPolicyHook() = default;
+  [[nodiscard]] virtual absl::Status EndpointAdded(const Endpoint& ep) = 0;
+  [[nodiscard]] virtual absl::Status EndpointRemoved(const Endpoint& ep) = 0;
+};
+
 struct EndpointServiceOptions {
   int default_mtu = 1500;  // pod MTU when the network configuration sets none
   // How long a request waits for the node (held exclusively by GC) or for another request on the
@@ -129,6 +140,9 @@ class EndpointService {
   EndpointService(Netlink& netlink, Ipam& ipam, EndpointStore& store, EndpointDatapath& datapath,
                   EndpointServiceOptions options);
 
+  // Set once, before serving (after Restore: restored endpoints keep their pinned state).
+  void SetPolicyHook(EndpointPolicyHook* hook) { policy_hook_ = hook; }
+
   // The endpoint API handler: one protocol request in, one reply out. Never throws.
   nlohmann::json Handle(const nlohmann::json& request);
 
@@ -148,6 +162,7 @@ class EndpointService {
   EndpointServiceStats stats() const;
 
  private:
+  EndpointPolicyHook* policy_hook_ = nullptr;
   // Holds the node (shared, or exclusively for GC/Restore) and, for per-attachment requests, the
   // attachment, until destroyed; built by Enter().
   class Hold;

@@ -44,6 +44,8 @@ class KubernetesState {
   k8s::Store<k8s::Service>& services() { return services_; }
   k8s::Store<k8s::EndpointSlice>& endpoint_slices() { return slices_; }
   k8s::Store<k8s::Pod>& pods() { return pods_; }
+  k8s::Store<k8s::Namespace>& namespaces() { return namespaces_; }
+  k8s::Store<k8s::NetworkPolicy>& network_policies() { return policies_; }
   const std::string& node_name() const { return node_name_; }
   const k8s::ClientConfig& client_config() const { return http_->config(); }
 

@@ -386,6 +386,8 @@ absl::StatusOr<json> ObjectStore::Create(const ResourceType& type, json object) 
   if (type.plural == "namespaces" && !object["status"].contains("phase")) {
     object["status"]["phase"] = "Active";
   }
+  // As kube-apiserver does (NamespaceDefaultLabelName): namespaceSelectors can name it.
+  if (type.plural == "namespaces") md["labels"]["kubernetes.io/metadata.name"] = name;
   if (admission_ != nullptr) {
     if (absl::Status s = admission_->Admit(type, object, nullptr); !s.ok()) return s;
   }
@@ -429,6 +431,7 @@ absl::StatusOr<json> ObjectStore::UpdateLocked(const ResourceType& type, const s
     return absl::FailedPreconditionError(
         "the namespace of the object does not match the namespace on the request");
   }
+  if (type.plural == "namespaces") md["labels"]["kubernetes.io/metadata.name"] = md["name"];
   for (const char* f : {"uid", "creationTimestamp", "deletionTimestamp",
                         "deletionGracePeriodSeconds", "generation", "resourceVersion"}) {
     if (old_md.contains(f)) {

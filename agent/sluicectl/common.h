@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
@@ -36,5 +37,7 @@ int Drops();
 int Endpoints();
 int Nat();
 int Services();
+int Identities();
+int Policy(const std::vector<std::string>& args);  // args after "policy"
 
 }  // namespace sluice::ctl

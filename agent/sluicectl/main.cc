@@ -5,6 +5,10 @@
 //   sluicectl [--bpffs_root=DIR] endpoints   the local endpoints the datapath delivers to
 //   sluicectl [--bpffs_root=DIR] nat         masqueraded flows (pod tuple -> node address:port)
 //   sluicectl [--bpffs_root=DIR] services    Service frontends, their flags and backend slots
+//   sluicectl [--bpffs_root=DIR] [--state_dir=DIR] identities
+//                                            security identities, their labels and prefixes
+//   sluicectl [--bpffs_root=DIR] [--state_dir=DIR] policy get NAMESPACE/POD
+//                                            a local pod's enforced directions and allows
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -25,9 +29,12 @@ constexpr Command kCommands[] = {
     {"endpoints", sluice::ctl::Endpoints},
     {"nat", sluice::ctl::Nat},
     {"services", sluice::ctl::Services},
+    {"identities", sluice::ctl::Identities},
 };
 
-constexpr char kUsage[] = "sluicectl [--bpffs_root=DIR] drops|endpoints|nat|services";
+constexpr char kUsage[] =
+    "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] "
+    "drops|endpoints|nat|services|identities|policy get NAMESPACE/POD";
 
 }  // namespace
 
@@ -35,6 +42,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   std::string cmd = args.size() > 1 ? args[1] : "";
+  if (cmd == "policy") return sluice::ctl::Policy({args.begin() + 2, args.end()});
   for (const Command& c : kCommands) {
     if (cmd == c.name) return c.run();
   }

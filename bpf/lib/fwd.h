@@ -1,18 +1,25 @@
-/* Forwarding to local endpoints: rewrite L2 as the pod's gateway would and hand the packet
- * straight to the pod's interface with bpf_redirect_peer (no bridge, no second stack pass). */
+/* Forwarding to local endpoints: judge the packet at the pod's ingress policy point, rewrite L2
+ * as the pod's gateway would and hand the packet straight to the pod's interface with
+ * bpf_redirect_peer (no bridge, no second stack pass, and so no pass through sluice_to_pod). */
 #ifndef SLUICE_BPF_FWD_H
 #define SLUICE_BPF_FWD_H
 
 #include "lib/csum.h"
 #include "lib/drop.h"
+#include "lib/policy.h"
 
-/* Returns a TC verdict or minus a drop reason. */
+/* flow is what ep's ingress policy judges (policy4_flow). Returns a TC verdict or minus a drop
+ * reason. */
 static __always_inline int redirect_to_endpoint(struct sluice_ctx *ctx,
-						const struct sluice_endpoint *ep, struct pkt4 *pkt)
+						const struct sluice_endpoint *ep, struct pkt4 *pkt,
+						const struct policy4_flow *flow)
 {
 	__u8 macs[12];
 	int ret;
 
+	ret = policy4_check(ep->endpoint_id, SLUICE_POLICY_INGRESS, flow);
+	if (ret < 0)
+		return ret;
 	ret = ip4_dec_ttl(ctx, pkt);
 	if (ret < 0)
 		return ret;

@@ -39,12 +39,15 @@ static __always_inline int netdev_forward_to_backend(struct sluice_ctx *ctx, str
 						     const struct sluice_node_config *cfg)
 {
 	const struct sluice_endpoint *ep;
+	struct policy4_flow flow;
 	struct nat4_pkt np;
 	int verdict;
 
 	ep = lookup_ep4(pkt->daddr);
-	if (ep)
-		return redirect_to_endpoint(ctx, ep, pkt);
+	if (ep) {
+		policy4_flow_of(pkt, &flow);
+		return redirect_to_endpoint(ctx, ep, pkt, &flow);
+	}
 	if (!cfg)
 		return -SLUICE_DROP_NO_NODE_CONFIG;
 	if (nat4_tuple(pkt, 1, &np) < 0)
@@ -85,6 +88,7 @@ static __always_inline int netdev_to_service(struct sluice_ctx *ctx, struct pkt4
 static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
 	const struct sluice_endpoint *ep = lookup_ep4(pkt->daddr);
+	struct policy4_flow flow;
 	struct lb4_target t;
 	struct ct4_pkt cp;
 	int ret;
@@ -93,10 +97,12 @@ static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pk
 		return CTX_ACT_OK;
 	if (lb4_rev_nat_lookup(&cp, &t) != LB4_REVNAT)
 		return CTX_ACT_OK;
+	/* The pod's policy judges the reply as its backend sent it. */
+	policy4_flow_of(pkt, &flow);
 	ret = lb4_rev_nat_rewrite(ctx, pkt, &cp, &t);
 	if (ret < 0)
 		return ret;
-	return redirect_to_endpoint(ctx, ep, pkt);
+	return redirect_to_endpoint(ctx, ep, pkt, &flow);
 }
 
 /* A packet to the node's address: a reply to a masqueraded flow goes back to the pod (or, for a
@@ -105,6 +111,7 @@ static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pk
 static __always_inline int netdev_unmasquerade(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
 	const struct sluice_endpoint *ep;
+	struct policy4_flow flow;
 	struct lb4_target t;
 	struct ct4_pkt cp;
 	struct nat4_pkt p;
@@ -125,8 +132,10 @@ static __always_inline int netdev_unmasquerade(struct sluice_ctx *ctx, struct pk
 		return redirect_by_fib(ctx, pkt);
 	}
 	ep = lookup_ep4(pkt->daddr);
-	if (ep)
-		return redirect_to_endpoint(ctx, ep, pkt);
+	if (ep) {
+		policy4_flow_of(pkt, &flow);
+		return redirect_to_endpoint(ctx, ep, pkt, &flow);
+	}
 	return CTX_ACT_OK;
 }
 

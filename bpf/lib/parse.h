@@ -8,7 +8,8 @@
 enum pkt4_flags {
 	PKT4_F_FRAGMENT = 1 << 0,  /* a fragment (MF or an offset): only the first has L4 headers,
 				      and Sluice reads none of them */
-	PKT4_F_PORTS = 1 << 1,     /* TCP/UDP: sport and dport were read */
+	PKT4_F_PORTS = 1 << 1,     /* TCP/UDP/SCTP: sport and dport were read (SCTP's common header
+				      starts with them too; only policy reads SCTP ports) */
 	PKT4_F_TCP_FLAGS = 1 << 2, /* TCP: tcp_flags was read too */
 	PKT4_F_ICMP = 1 << 3,      /* ICMP: icmp_type and icmp_id were read */
 };
@@ -66,6 +67,7 @@ static __always_inline int parse_ip4(struct sluice_ctx *ctx, __u32 l3_off, struc
 	switch (pkt->proto) {
 	case IPPROTO_TCP:
 	case IPPROTO_UDP:
+	case IPPROTO_SCTP:
 		if (ctx_load_bytes(ctx, pkt->l4_off, ports, sizeof(ports)))
 			break;
 		pkt->sport = ports[0];

@@ -121,6 +121,8 @@ const char* ProgName(Prog p) {
   switch (p) {
     case Prog::kFromPod:
       return "sluice_from_pod";
+    case Prog::kToPod:
+      return "sluice_to_pod";
     case Prog::kFromNet:
       return "sluice_from_net";
     case Prog::kToNet:
@@ -163,6 +165,7 @@ void DatapathTest::RunCase(const PacketCase& c) {
     }
     Bytes in = step.in.Make(trail);
     int fd = step.prog == Prog::kFromPod   ? dp_->from_pod_fd()
+             : step.prog == Prog::kToPod   ? dp_->to_pod_fd()
              : step.prog == Prog::kFromNet ? dp_->from_net_fd()
                                            : dp_->to_net_fd();
     auto drops_before = DropCounts();

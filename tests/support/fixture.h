@@ -26,7 +26,7 @@ struct RunResult {
 // cases are one step; a flow's first packet and its reply are two, the reply built from what the
 // first step put out (the backend the program picked at random, the port it allocated).
 
-enum class Prog { kFromPod, kFromNet, kToNet };
+enum class Prog { kFromPod, kToPod, kFromNet, kToNet };
 const char* ProgName(Prog p);
 
 // The decoded outputs of a case's steps so far, and their raw bytes.

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/kernel/netns.h"
+#include "agent/policy/reconciler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loader/tc.h"
@@ -163,6 +164,64 @@ TEST_F(EndpointServicePrivTest, NetnsThatIsNotANamespaceIsInvalidEnvironmentAndN
   EXPECT_EQ(added["ok"], true) << added;
 }
 
+// The policy hook as the agent wires it (a PolicyReconciler on the real maps), recording whether
+// the pod was reachable (had its endpoint map entry) when its policy state was written.
+class ClosingPolicyHook : public EndpointPolicyHook {
+ public:
+  ClosingPolicyHook(loader::Datapath& dp, PolicyReconciler& rec) : dp_(dp), rec_(rec) {}
+  absl::Status EndpointAdded(const Endpoint& ep) override {
+    sluice_ep4_key k{htonl(IpAddress::Parse(ep.ipv4)->v4_host_order())};
+    added_while_reachable = dp_.endpoints().Lookup(k).ok();
+    ++added;
+    return rec_.WriteNewEndpoint(ep.endpoint_id, /*open=*/false);
+  }
+  absl::Status EndpointRemoved(const Endpoint& ep) override {
+    ++removed;
+    return rec_.RemoveEndpoint(ep.endpoint_id);
+  }
+  int added = 0, removed = 0;
+  bool added_while_reachable = false;
+
+ private:
+  loader::Datapath& dp_;
+  PolicyReconciler& rec_;
+};
+
+TEST_F(EndpointServicePrivTest, AddWritesTheClosedPolicyStateBeforeThePodIsReachable) {
+  BpfPolicyMaps maps(dp_->ipcache4(), dp_->policy4(), dp_->policy_ep());
+  PolicyReconciler rec(maps);
+  ClosingPolicyHook hook(*dp_, rec);
+  service_->SetPolicyHook(&hook);
+  json added = Call("ADD", PodPath());
+  ASSERT_EQ(added["ok"], true) << added;
+  EXPECT_EQ(hook.added, 1);
+  EXPECT_FALSE(hook.added_while_reachable);
+  const uint32_t id = Recorded().endpoint_id;
+  auto entry = dp_->policy_ep().Lookup(id);
+  ASSERT_TRUE(entry.ok()) << entry.status();
+  EXPECT_EQ(entry->flags, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS);
+  EXPECT_TRUE(dp_->policy4()
+                  .Lookup(maps::MakePolicy4Key(id, SLUICE_IDENTITY_HOST, SLUICE_POLICY_INGRESS,
+                                               0, 0, 0))
+                  .ok());
+  // Both policy points are attached: the pod's egress (TC ingress) and ingress (TC egress).
+  int host_ifindex = Recorded().host_ifindex;
+  auto egress_prog = InNode([&] {
+    return loader::AttachedTcProgram(host_ifindex, loader::TcDirection::kEgress);
+  });
+  ASSERT_TRUE(egress_prog.ok()) << egress_prog.status();
+  EXPECT_EQ(*egress_prog, *loader::ProgramId(dp_->to_pod_fd()));
+
+  ASSERT_EQ(Call("DEL", PodPath())["ok"], true);
+  EXPECT_EQ(hook.removed, 1);
+  EXPECT_TRUE(absl::IsNotFound(dp_->policy_ep().Lookup(id).status()));
+  EXPECT_TRUE(absl::IsNotFound(dp_->policy4()
+                                   .Lookup(maps::MakePolicy4Key(id, SLUICE_IDENTITY_HOST,
+                                                                SLUICE_POLICY_INGRESS, 0, 0, 0))
+                                   .status()));
+  service_->SetPolicyHook(nullptr);
+}
+
 TEST_F(EndpointServicePrivTest, RetriedAddOfTheSameAttachmentAnswersWithTheExistingResult) {
   json first = Call("ADD", PodPath());
   ASSERT_EQ(first["ok"], true) << first;
@@ -198,6 +257,13 @@ TEST_F(EndpointServicePrivTest, CheckNamesEveryMissingResourceAndAddRepairsIt) {
        [&] {
          int ifindex = Recorded().host_ifindex;
          ASSERT_TRUE(InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kIngress); })
+                         .ok());
+       },
+       "pod program is not attached"},
+      {"tc egress program (ingress policy) detached",
+       [&] {
+         int ifindex = Recorded().host_ifindex;
+         ASSERT_TRUE(InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kEgress); })
                          .ok());
        },
        "pod program is not attached"},

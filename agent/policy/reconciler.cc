@@ -1,0 +1,245 @@
+#include "agent/policy/reconciler.h"
+
+#include <arpa/inet.h>
+
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace sluice::agent {
+namespace {
+
+#define RETURN_IF_ERROR(expr)  \
+  do {                         \
+    absl::Status _st = (expr); \
+    if (!_st.ok()) return _st; \
+  } while (0)
+
+sluice_lpm4_key Lpm4Key(const IpPrefix& p) {
+  sluice_lpm4_key k{};
+  k.prefixlen = static_cast<uint32_t>(p.length());
+  k.addr = htonl(p.network().v4_host_order());
+  return k;
+}
+
+sluice_policy4_key KeyOf(uint32_t endpoint_id, const PolicyAllow& a) {
+  return maps::MakePolicy4Key(endpoint_id, a.identity, a.direction, a.proto, a.port,
+                              a.proto_port_bits);
+}
+
+uint8_t FlagsOf(const EndpointPolicy& ep) {
+  return (ep.enforce_ingress ? SLUICE_POLICY_EP_F_INGRESS : 0) |
+         (ep.enforce_egress ? SLUICE_POLICY_EP_F_EGRESS : 0);
+}
+
+absl::Status Context(absl::Status st, const std::string& what) {
+  if (st.ok()) return st;
+  return absl::Status(st.code(), absl::StrCat(what, ": ", st.message()));
+}
+
+}  // namespace
+
+PolicyAllow AllowOfKey(const sluice_policy4_key& key, uint32_t* endpoint_id) {
+  PolicyAllow a;
+  *endpoint_id = ntohl(key.endpoint_id);
+  a.identity = ntohl(key.identity);
+  a.direction = key.direction;
+  a.proto = key.proto;
+  a.port = ntohs(key.port);
+  a.proto_port_bits = static_cast<uint8_t>(key.prefixlen - SLUICE_POLICY4_PREFIX_EXACT);
+  return a;
+}
+
+absl::Status BpfPolicyMaps::ForEachIpcache(const IpcacheFn& fn) {
+  absl::Status bad;
+  auto st = ipcache_.ForEach([&](const sluice_lpm4_key& k, const sluice_ipcache4_entry& v) {
+    auto p = IpPrefix::Make(IpAddress::V4(ntohl(k.addr)), static_cast<int>(k.prefixlen));
+    if (p.ok()) {
+      fn(*p, v.identity);
+    } else if (bad.ok()) {
+      bad = p.status();
+    }
+  });
+  return st.ok() ? bad : st;
+}
+
+absl::Status BpfPolicyMaps::UpsertIpcache(const IpPrefix& prefix, uint32_t identity) {
+  sluice_ipcache4_entry e{};
+  e.identity = identity;
+  return ipcache_.Update(Lpm4Key(prefix), e);
+}
+
+absl::Status BpfPolicyMaps::DeleteIpcache(const IpPrefix& prefix) {
+  auto st = ipcache_.Delete(Lpm4Key(prefix));
+  return absl::IsNotFound(st) ? absl::OkStatus() : st;
+}
+
+absl::Status BpfPolicyMaps::ForEachAllow(const AllowFn& fn) {
+  return policy_.ForEach([&](const sluice_policy4_key& k, const sluice_policy4_entry&) {
+    uint32_t ep = 0;
+    PolicyAllow a = AllowOfKey(k, &ep);
+    fn(ep, a);
+  });
+}
+
+absl::Status BpfPolicyMaps::UpsertAllow(uint32_t endpoint_id, const PolicyAllow& a) {
+  sluice_policy4_entry v{};
+  v.verdict = SLUICE_POLICY_ALLOW;
+  return policy_.Update(KeyOf(endpoint_id, a), v);
+}
+
+absl::Status BpfPolicyMaps::DeleteAllow(uint32_t endpoint_id, const PolicyAllow& a) {
+  auto st = policy_.Delete(KeyOf(endpoint_id, a));
+  return absl::IsNotFound(st) ? absl::OkStatus() : st;
+}
+
+absl::Status BpfPolicyMaps::ForEachEndpoint(const EndpointFn& fn) {
+  return endpoints_.ForEach([&](const __u32& id, const sluice_policy_ep_entry& e) { fn(id, e); });
+}
+
+absl::Status BpfPolicyMaps::UpsertEndpoint(uint32_t endpoint_id, const sluice_policy_ep_entry& e) {
+  return endpoints_.Update(endpoint_id, e);
+}
+
+absl::Status BpfPolicyMaps::DeleteEndpoint(uint32_t endpoint_id) {
+  auto st = endpoints_.Delete(endpoint_id);
+  return absl::IsNotFound(st) ? absl::OkStatus() : st;
+}
+
+absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const EndpointOwner& owner) {
+  absl::MutexLock l(&mu_);
+  // What the maps hold now.
+  std::map<IpPrefix, uint32_t> ipcache;
+  std::map<uint32_t, std::set<PolicyAllow>> allows;
+  std::map<uint32_t, sluice_policy_ep_entry> endpoints;
+  RETURN_IF_ERROR(
+      Context(maps_.ForEachIpcache([&](const IpPrefix& p, uint32_t id) { ipcache[p] = id; }),
+              "read sluice_ipcache4"));
+  RETURN_IF_ERROR(
+      Context(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) { allows[ep].insert(a); }),
+              "read sluice_policy4"));
+  RETURN_IF_ERROR(Context(maps_.ForEachEndpoint([&](uint32_t ep, const sluice_policy_ep_entry& e) {
+    endpoints[ep] = e;
+  }),
+                          "read sluice_policy_ep"));
+
+  // Only the endpoints that are still the pods the translation saw.
+  PolicyTranslation t;
+  t.ipcache = full.ipcache;
+  std::set<uint32_t> desired_eps;
+  for (const EndpointPolicy& ep : full.endpoints) {
+    std::optional<std::string> now = owner(ep.endpoint_id);
+    if (!now || *now != ep.pod) continue;
+    t.endpoints.push_back(ep);
+    desired_eps.insert(ep.endpoint_id);
+  }
+
+  // 1. New allows.
+  for (const EndpointPolicy& ep : t.endpoints) {
+    const std::set<PolicyAllow>& have = allows[ep.endpoint_id];
+    for (const PolicyAllow& a : ep.allows) {
+      if (have.contains(a)) continue;
+      RETURN_IF_ERROR(Context(maps_.UpsertAllow(ep.endpoint_id, a),
+                              absl::StrCat("allow for endpoint ", ep.endpoint_id)));
+      ++stats_.allow_writes;
+    }
+  }
+  // 2. New and changed ipcache entries.
+  std::set<IpPrefix> desired_prefixes;
+  for (const IpcacheEntry& e : t.ipcache) {
+    desired_prefixes.insert(e.prefix);
+    auto it = ipcache.find(e.prefix);
+    if (it != ipcache.end() && it->second == e.identity) continue;
+    RETURN_IF_ERROR(Context(maps_.UpsertIpcache(e.prefix, e.identity),
+                            absl::StrCat("ipcache entry ", e.prefix.ToString())));
+    ++stats_.ipcache_writes;
+  }
+  // 3. Endpoint entries (enforce bits).
+  for (const EndpointPolicy& ep : t.endpoints) {
+    sluice_policy_ep_entry want{};
+    want.identity = ep.identity;
+    want.flags = FlagsOf(ep);
+    auto it = endpoints.find(ep.endpoint_id);
+    if (it != endpoints.end() && it->second.identity == want.identity &&
+        it->second.flags == want.flags) {
+      continue;
+    }
+    RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(ep.endpoint_id, want),
+                            absl::StrCat("policy entry of endpoint ", ep.endpoint_id)));
+    ++stats_.endpoint_writes;
+  }
+  // Endpoints with an entry the translation does not know: still there (newer than the
+  // translation's view) or gone (their DEL was missed, e.g. while the agent was down).
+  std::set<uint32_t> gone;
+  for (const auto& [id, e] : endpoints) {
+    if (!desired_eps.contains(id) && !owner(id).has_value()) gone.insert(id);
+  }
+  for (uint32_t id : gone) {
+    RETURN_IF_ERROR(
+        Context(maps_.DeleteEndpoint(id), absl::StrCat("policy entry of gone endpoint ", id)));
+    ++stats_.endpoint_deletes;
+  }
+  // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
+  // any entry (left over). An endpoint that exists but is not in the translation keeps its own.
+  std::map<uint32_t, std::set<PolicyAllow>> wanted;
+  for (const EndpointPolicy& ep : t.endpoints) {
+    wanted[ep.endpoint_id].insert(ep.allows.begin(), ep.allows.end());
+  }
+  for (const auto& [id, have] : allows) {
+    bool managed = desired_eps.contains(id);
+    bool kept = !managed && endpoints.contains(id) && !gone.contains(id);
+    if (kept) continue;
+    const std::set<PolicyAllow>& want = wanted[id];
+    for (const PolicyAllow& a : have) {
+      if (want.contains(a)) continue;
+      RETURN_IF_ERROR(
+          Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
+      ++stats_.allow_deletes;
+    }
+  }
+  // 5. Stale ipcache prefixes.
+  for (const auto& [prefix, id] : ipcache) {
+    if (desired_prefixes.contains(prefix)) continue;
+    RETURN_IF_ERROR(Context(maps_.DeleteIpcache(prefix),
+                            absl::StrCat("stale ipcache entry ", prefix.ToString())));
+    ++stats_.ipcache_deletes;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PolicyReconciler::WriteNewEndpoint(uint32_t endpoint_id, bool open) {
+  absl::MutexLock l(&mu_);
+  sluice_policy_ep_entry e{};
+  e.identity = SLUICE_IDENTITY_UNMANAGED;
+  if (!open) {
+    // The node (kubelet probes) is always let in; the allow goes before the bits.
+    PolicyAllow host;
+    host.identity = SLUICE_IDENTITY_HOST;
+    host.direction = SLUICE_POLICY_INGRESS;
+    RETURN_IF_ERROR(maps_.UpsertAllow(endpoint_id, host));
+    ++stats_.allow_writes;
+    e.flags = SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS;
+  }
+  RETURN_IF_ERROR(maps_.UpsertEndpoint(endpoint_id, e));
+  ++stats_.endpoint_writes;
+  return absl::OkStatus();
+}
+
+absl::Status PolicyReconciler::RemoveEndpoint(uint32_t endpoint_id) {
+  absl::MutexLock l(&mu_);
+  RETURN_IF_ERROR(maps_.DeleteEndpoint(endpoint_id));
+  ++stats_.endpoint_deletes;
+  std::vector<PolicyAllow> mine;
+  RETURN_IF_ERROR(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) {
+    if (ep == endpoint_id) mine.push_back(a);
+  }));
+  for (const PolicyAllow& a : mine) {
+    RETURN_IF_ERROR(maps_.DeleteAllow(endpoint_id, a));
+    ++stats_.allow_deletes;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sluice::agent

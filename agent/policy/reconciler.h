@@ -1,0 +1,114 @@
+// Writes NetworkPolicy translations (agent/policy/translator.h) into sluice_ipcache4,
+// sluice_policy4 and sluice_policy_ep, in an order in which no packet sees a pod opened by
+// mistake:
+//   1. allow entries that are new (for a new identity too, before any address has it)
+//   2. ipcache entries that are new or changed
+//   3. sluice_policy_ep entries that are new or changed (an enforce bit after its allows)
+//   4. allow entries no longer wanted (after the bit that needed them is cleared)
+//   5. ipcache prefixes no longer wanted; sluice_policy_ep entries of endpoints that are gone
+// Level-triggered: each Apply reads the maps and writes the difference. The endpoint service
+// owns the birth and death of an endpoint's entries (WriteClosed / RemoveEndpoint): Apply never
+// deletes the sluice_policy_ep entry of an endpoint that still exists, even one its translation
+// did not know yet.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <set>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/base/net.h"
+#include "agent/policy/translator.h"
+#include "maps/sluice_maps.h"
+
+namespace sluice::agent {
+
+// The operations the reconciler needs on the three policy maps.
+class PolicyMaps {
+ public:
+  virtual ~PolicyMaps() = default;
+  using IpcacheFn = std::function<void(const IpPrefix&, uint32_t identity)>;
+  using AllowFn = std::function<void(uint32_t endpoint_id, const PolicyAllow&)>;
+  using EndpointFn = std::function<void(uint32_t endpoint_id, const sluice_policy_ep_entry&)>;
+  [[nodiscard]] virtual absl::Status ForEachIpcache(const IpcacheFn& fn) = 0;
+  [[nodiscard]] virtual absl::Status UpsertIpcache(const IpPrefix& prefix, uint32_t identity) = 0;
+  [[nodiscard]] virtual absl::Status DeleteIpcache(const IpPrefix& prefix) = 0;
+  [[nodiscard]] virtual absl::Status ForEachAllow(const AllowFn& fn) = 0;
+  [[nodiscard]] virtual absl::Status UpsertAllow(uint32_t endpoint_id, const PolicyAllow& a) = 0;
+  [[nodiscard]] virtual absl::Status DeleteAllow(uint32_t endpoint_id, const PolicyAllow& a) = 0;
+  [[nodiscard]] virtual absl::Status ForEachEndpoint(const EndpointFn& fn) = 0;
+  [[nodiscard]] virtual absl::Status UpsertEndpoint(uint32_t endpoint_id,
+                                                    const sluice_policy_ep_entry& e) = 0;
+  [[nodiscard]] virtual absl::Status DeleteEndpoint(uint32_t endpoint_id) = 0;
+};
+
+// PolicyMaps over the pinned maps.
+class BpfPolicyMaps final : public PolicyMaps {
+ public:
+  BpfPolicyMaps(maps::Ipcache4Map& ipcache, maps::Policy4Map& policy,
+                maps::PolicyEndpointMap& endpoints)
+      : ipcache_(ipcache), policy_(policy), endpoints_(endpoints) {}
+  absl::Status ForEachIpcache(const IpcacheFn& fn) override;
+  absl::Status UpsertIpcache(const IpPrefix& prefix, uint32_t identity) override;
+  absl::Status DeleteIpcache(const IpPrefix& prefix) override;
+  absl::Status ForEachAllow(const AllowFn& fn) override;
+  absl::Status UpsertAllow(uint32_t endpoint_id, const PolicyAllow& a) override;
+  absl::Status DeleteAllow(uint32_t endpoint_id, const PolicyAllow& a) override;
+  absl::Status ForEachEndpoint(const EndpointFn& fn) override;
+  absl::Status UpsertEndpoint(uint32_t endpoint_id, const sluice_policy_ep_entry& e) override;
+  absl::Status DeleteEndpoint(uint32_t endpoint_id) override;
+
+ private:
+  maps::Ipcache4Map& ipcache_;
+  maps::Policy4Map& policy_;
+  maps::PolicyEndpointMap& endpoints_;
+};
+
+// The allow a sluice_policy4 key holds (the inverse of MakePolicy4Key).
+PolicyAllow AllowOfKey(const sluice_policy4_key& key, uint32_t* endpoint_id);
+
+struct PolicyApplyStats {
+  uint64_t ipcache_writes = 0, ipcache_deletes = 0;
+  uint64_t allow_writes = 0, allow_deletes = 0;
+  uint64_t endpoint_writes = 0, endpoint_deletes = 0;
+};
+
+class PolicyReconciler {
+ public:
+  explicit PolicyReconciler(PolicyMaps& maps) : maps_(maps) {}
+
+  // Which pod ("namespace/name") holds an endpoint id now; nullopt when none does.
+  using EndpointOwner = std::function<std::optional<std::string>(uint32_t endpoint_id)>;
+
+  // Makes the maps hold `t`. `owner` is asked (after the maps were read, under the lock that
+  // WriteNewEndpoint and RemoveEndpoint take) about every endpoint involved: an endpoint of `t`
+  // whose id another pod holds by now (ids are reused) or that has gone is not written; one
+  // with an entry but no place in `t` keeps its entries untouched while it exists (the
+  // translation predates it) and loses them once it is gone.
+  [[nodiscard]] absl::Status Apply(const PolicyTranslation& t, const EndpointOwner& owner)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  // A new endpoint before its first packet: closed in both directions but to its own node
+  // (kubelet probes), until Apply writes its real state. `open` (no policy can select it yet)
+  // writes an entry without enforced directions instead.
+  [[nodiscard]] absl::Status WriteNewEndpoint(uint32_t endpoint_id, bool open)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // An endpoint that is gone: its sluice_policy_ep entry, then its allows.
+  [[nodiscard]] absl::Status RemoveEndpoint(uint32_t endpoint_id) ABSL_LOCKS_EXCLUDED(mu_);
+
+  PolicyApplyStats stats() const ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    return stats_;
+  }
+
+ private:
+  // The controller's thread applies, CNI requests add and remove endpoints: one at a time.
+  mutable absl::Mutex mu_;
+  PolicyMaps& maps_;
+  PolicyApplyStats stats_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::agent

@@ -1,0 +1,158 @@
+#include "agent/policy/sync.h"
+
+#include <map>
+#include <optional>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::agent {
+namespace {
+
+constexpr char kClusterKey[] = "cluster";
+
+std::string EndpointKey(uint32_t id) { return absl::StrCat("ep/", id); }
+
+}  // namespace
+
+PolicySync::PolicySync(PolicySources sources, std::function<bool()> synced,
+                       PolicyReconciler& reconciler, std::string node_name, std::string state_dir)
+    : src_(sources),
+      synced_(std::move(synced)),
+      reconciler_(reconciler),
+      node_name_(std::move(node_name)),
+      state_dir_(std::move(state_dir)) {
+  if (!state_dir_.empty()) {
+    // Numbers of the previous run, so that nothing in the pinned maps changes across a restart.
+    auto records = LoadIdentities(state_dir_);
+    absl::MutexLock l(&mu_);
+    if (!records.ok()) {
+      spdlog::warn("policy: identity state in {} unreadable, numbering afresh: {}", state_dir_,
+                   records.status().ToString());
+    } else if (auto st = ids_.Restore(*records); !st.ok()) {
+      spdlog::warn("policy: identity state in {} rejected, numbering afresh: {}", state_dir_,
+                   st.ToString());
+    } else {
+      saved_ = *records;
+      spdlog::info("policy: restored {} identities", records->size());
+    }
+  }
+  controller::ControllerOptions options;
+  options.name = "policy";
+  options.synced = synced_;
+  options.all_keys = [] { return std::vector<std::string>{kClusterKey}; };
+  controller_ = std::make_unique<controller::Controller>(
+      std::move(options), [this](const controller::Batch& b) { return Reconcile(b); });
+  auto keys = controller_->keys();
+  src_.pods.AddListener([keys](const k8s::Change<k8s::Pod>&) { keys->Mark(kClusterKey); });
+  src_.namespaces.AddListener(
+      [keys](const k8s::Change<k8s::Namespace>&) { keys->Mark(kClusterKey); });
+  src_.policies.AddListener(
+      [keys](const k8s::Change<k8s::NetworkPolicy>&) { keys->Mark(kClusterKey); });
+  src_.nodes.AddListener([keys](const k8s::Change<k8s::Node>&) { keys->Mark(kClusterKey); });
+}
+
+PolicyInput PolicySync::Snapshot() const {
+  PolicyInput in;
+  in.node_name = node_name_;
+  in.pods = src_.pods.List();
+  in.namespaces = src_.namespaces.List();
+  in.policies = src_.policies.List();
+  in.nodes = src_.nodes.List();
+  for (const Endpoint& ep : src_.endpoints.List()) {
+    auto addr = IpAddress::Parse(ep.ipv4);
+    if (!addr.ok()) continue;
+    in.endpoints.push_back({ep.endpoint_id, ep.pod_namespace, ep.pod_name, *addr});
+  }
+  return in;
+}
+
+absl::Status PolicySync::Reconcile(const controller::Batch&) {
+  // The whole view each time: identities and peers span the cluster. Batches coalesce changes.
+  PolicyInput in = Snapshot();
+  PolicyTranslation t;
+  std::vector<IdentityRecord> records;
+  bool save = false;
+  {
+    absl::MutexLock l(&mu_);
+    t = TranslatePolicy(in, &ids_);
+    records = ids_.Records();
+    save = records != saved_;
+    std::set<std::tuple<std::string, std::string, std::string>> now;
+    for (const PolicyProblem& p : t.problems) {
+      auto key = std::make_tuple(p.policy, p.where, p.reason);
+      if (!problems_.contains(key)) {
+        spdlog::warn("policy: {} {}: {} (this part allows nothing)", p.policy, p.where, p.reason);
+        ++stats_.problems;
+      }
+      now.insert(std::move(key));
+    }
+    problems_ = std::move(now);
+  }
+  // Identities are written before the maps use them: a crash in between restores numbers that
+  // the maps may not hold yet, never maps holding numbers the file lacks.
+  if (save && !state_dir_.empty()) {
+    absl::Status st = SaveIdentities(state_dir_, records);
+    absl::MutexLock l(&mu_);
+    if (st.ok()) {
+      saved_ = records;
+      ++stats_.identity_saves;
+    } else {
+      ++stats_.identity_save_failures;
+      spdlog::warn("policy: save identities: {}", st.ToString());
+    }
+  }
+  // Which pod holds an id, read from the endpoint store under the reconciler's lock (the first
+  // call), so that an endpoint added or removed meanwhile is seen as it is now.
+  std::optional<std::map<uint32_t, std::string>> owners;
+  auto owner = [&](uint32_t id) -> std::optional<std::string> {
+    if (!owners) {
+      owners.emplace();
+      for (const Endpoint& ep : src_.endpoints.List()) {
+        (*owners)[ep.endpoint_id] = absl::StrCat(ep.pod_namespace, "/", ep.pod_name);
+      }
+    }
+    auto it = owners->find(id);
+    if (it == owners->end()) return std::nullopt;
+    return it->second;
+  };
+  if (auto st = reconciler_.Apply(t, owner); !st.ok()) return st;
+  absl::MutexLock l(&mu_);
+  ++stats_.applies;
+  return absl::OkStatus();
+}
+
+absl::Status PolicySync::EndpointAdded(const Endpoint& ep) {
+  bool open = synced_();
+  if (open) {
+    for (const auto& np : src_.policies.List()) {
+      if (np->meta.namespace_ == ep.pod_namespace) {
+        open = false;
+        break;
+      }
+    }
+  }
+  absl::Status st = reconciler_.WriteNewEndpoint(ep.endpoint_id, open);
+  controller_->Mark(EndpointKey(ep.endpoint_id));
+  return st;
+}
+
+absl::Status PolicySync::EndpointRemoved(const Endpoint& ep) {
+  absl::Status st = reconciler_.RemoveEndpoint(ep.endpoint_id);
+  controller_->Mark(EndpointKey(ep.endpoint_id));
+  return st;
+}
+
+PolicySyncStats PolicySync::stats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+std::vector<IdentityRecord> PolicySync::Identities() const {
+  absl::MutexLock l(&mu_);
+  return ids_.Records();
+}
+
+}  // namespace sluice::agent

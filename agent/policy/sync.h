@@ -1,0 +1,86 @@
+// Keeps the policy maps equal to the cluster's NetworkPolicies as they apply to this node's
+// endpoints: Pod, Namespace, Node and NetworkPolicy listeners and the endpoint service mark keys
+// dirty ("cluster" for a change of the cluster's objects, "ep/<id>" for an endpoint that came or
+// went), a controller (agent/controller/) translates the whole view once per batch
+// (TranslatePolicy, numbering identities) and the PolicyReconciler writes the difference. The
+// identities survive restarts in <state_dir>/identities.json. Nothing is applied before every
+// watch has synced. Rejected rules (PolicyProblem) are logged once per change and counted.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <set>
+#include <string>
+#include <tuple>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "agent/controller/controller.h"
+#include "agent/endpoint/endpoint_service.h"
+#include "agent/endpoint/endpoint_store.h"
+#include "agent/k8s/model.h"
+#include "agent/k8s/store.h"
+#include "agent/policy/identity.h"
+#include "agent/policy/reconciler.h"
+#include "agent/policy/translator.h"
+
+namespace sluice::agent {
+
+struct PolicySources {
+  k8s::Store<k8s::Pod>& pods;
+  k8s::Store<k8s::Namespace>& namespaces;
+  k8s::Store<k8s::NetworkPolicy>& policies;
+  k8s::Store<k8s::Node>& nodes;
+  EndpointStore& endpoints;
+};
+
+struct PolicySyncStats {
+  uint64_t applies = 0;         // translations applied
+  uint64_t problems = 0;        // rejected rules, counted once per appearance
+  uint64_t identity_saves = 0;  // state file writes
+  uint64_t identity_save_failures = 0;
+};
+
+class PolicySync final : public EndpointPolicyHook {
+ public:
+  // `synced`: every watch policy reads (Pods, Namespaces, Nodes, NetworkPolicies) has listed.
+  // `state_dir` "" keeps identities in memory only (tests).
+  PolicySync(PolicySources sources, std::function<bool()> synced, PolicyReconciler& reconciler,
+             std::string node_name, std::string state_dir);
+  PolicySync(const PolicySync&) = delete;
+  PolicySync& operator=(const PolicySync&) = delete;
+
+  // EndpointPolicyHook: a new endpoint is closed but to its node until the controller has
+  // written its state, unless no policy can select it yet (no NetworkPolicy in its namespace,
+  // with the watches synced); a removed one loses its entries.
+  absl::Status EndpointAdded(const Endpoint& ep) override;
+  absl::Status EndpointRemoved(const Endpoint& ep) override;
+
+  bool WaitIdle(absl::Duration timeout) { return controller_->WaitIdle(timeout); }
+  PolicySyncStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
+  // The identities numbered so far (for sluicectl and tests).
+  std::vector<IdentityRecord> Identities() const ABSL_LOCKS_EXCLUDED(mu_);
+
+ private:
+  absl::Status Reconcile(const controller::Batch& batch);
+  PolicyInput Snapshot() const;
+
+  PolicySources src_;
+  const std::function<bool()> synced_;
+  PolicyReconciler& reconciler_;
+  const std::string node_name_;
+  const std::string state_dir_;
+
+  mutable absl::Mutex mu_;
+  IdentityAllocator ids_ ABSL_GUARDED_BY(mu_);
+  std::vector<IdentityRecord> saved_ ABSL_GUARDED_BY(mu_);
+  std::set<std::tuple<std::string, std::string, std::string>> problems_ ABSL_GUARDED_BY(mu_);
+  PolicySyncStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Last: its thread calls Reconcile, which uses everything above.
+  std::unique_ptr<controller::Controller> controller_;
+};
+
+}  // namespace sluice::agent

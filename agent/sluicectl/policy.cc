@@ -1,0 +1,148 @@
+// sluicectl identities / sluicectl policy get NAMESPACE/POD: NetworkPolicy as the datapath holds
+// it, with identities resolved to their label sets (the agent's <state_dir>/identities.json).
+#include <arpa/inet.h>
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
+#include "agent/endpoint/endpoint_store.h"
+#include "agent/policy/identity.h"
+#include "agent/policy/reconciler.h"
+#include "agent/sluicectl/common.h"
+
+ABSL_FLAG(std::string, state_dir, "/var/lib/sluice",
+          "the agent's state directory (identities.json, endpoint records)");
+
+namespace sluice::ctl {
+namespace {
+
+using agent::IdentityRecord;
+
+std::map<uint32_t, std::string> IdentityNames() {
+  std::map<uint32_t, std::string> out;
+  for (uint32_t id = SLUICE_IDENTITY_HOST; id <= SLUICE_IDENTITY_REMOTE_NODE; ++id) {
+    out[id] = absl::StrJoin(agent::ReservedLabels(id), ",");
+  }
+  out[SLUICE_IDENTITY_ANY] = "(any peer)";
+  auto records = agent::LoadIdentities(absl::GetFlag(FLAGS_state_dir));
+  if (!records.ok()) {
+    std::fprintf(stderr, "sluicectl: identities: %s\n",
+                 std::string(records.status().message()).c_str());
+    return out;
+  }
+  for (const IdentityRecord& r : *records) out[r.id] = absl::StrJoin(r.labels, ",");
+  return out;
+}
+
+std::string Named(const std::map<uint32_t, std::string>& names, uint32_t id) {
+  auto it = names.find(id);
+  return it == names.end() ? "(unknown)" : it->second;
+}
+
+std::string Ports(const agent::PolicyAllow& a) {
+  if (a.proto_port_bits == 0) return "any";
+  std::string proto = Proto(a.proto);
+  if (a.proto == IPPROTO_SCTP) proto = "sctp";
+  if (a.proto_port_bits == 8) return proto + "/*";
+  int n = a.proto_port_bits - 8;
+  uint32_t last = a.port + (1u << (16 - n)) - 1;
+  if (last == a.port) return proto + "/" + std::to_string(a.port);
+  return proto + "/" + std::to_string(a.port) + "-" + std::to_string(last);
+}
+
+}  // namespace
+
+int Identities() {
+  auto names = IdentityNames();
+  auto ipcache = OpenOrDie<maps::Ipcache4Map>(maps::name::sluice_ipcache4);
+  std::map<uint32_t, std::vector<std::string>> prefixes;
+  auto st = ipcache.ForEach([&](const sluice_lpm4_key& k, const sluice_ipcache4_entry& v) {
+    prefixes[v.identity].push_back(Ip(k.addr) + "/" + std::to_string(k.prefixlen));
+  });
+  if (!st.ok()) {
+    std::fprintf(stderr, "sluicectl: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  for (const auto& [id, p] : prefixes) names.try_emplace(id, "(unknown)");
+  std::printf("%-9s %-8s %s\n", "IDENTITY", "PREFIXES", "LABELS");
+  for (const auto& [id, labels] : names) {
+    if (id == SLUICE_IDENTITY_ANY) continue;
+    std::printf("%-9u %-8zu %s\n", id, prefixes[id].size(), labels.c_str());
+  }
+  return 0;
+}
+
+int Policy(const std::vector<std::string>& args) {
+  if (args.size() != 2 || args[0] != "get" || args[1].find('/') == std::string::npos) {
+    std::fprintf(stderr, "usage: sluicectl policy get NAMESPACE/POD\n");
+    return 2;
+  }
+  const std::string want = args[1];
+  // The agent's endpoint records, read without opening its store (which tidies the directory).
+  std::optional<agent::Endpoint> ep;
+  std::error_code ec;
+  for (const auto& f :
+       std::filesystem::directory_iterator(absl::GetFlag(FLAGS_state_dir) + "/endpoints", ec)) {
+    std::ifstream in(f.path());
+    std::stringstream text;
+    text << in.rdbuf();
+    auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded()) continue;
+    auto e = agent::EndpointFromJson(j);
+    if (e.ok() && e->pod_namespace + "/" + e->pod_name == want) ep = *e;
+  }
+  if (ec) {
+    std::fprintf(stderr, "sluicectl: endpoint records: %s\n", ec.message().c_str());
+    return 1;
+  }
+  if (!ep) {
+    std::fprintf(stderr, "sluicectl: no endpoint of pod %s on this node\n", want.c_str());
+    return 1;
+  }
+  auto names = IdentityNames();
+  auto eps = OpenOrDie<maps::PolicyEndpointMap>(maps::name::sluice_policy_ep);
+  auto rules = OpenOrDie<maps::Policy4Map>(maps::name::sluice_policy4);
+  auto drops = OpenOrDie<maps::PolicyDropMap>(maps::name::sluice_pol_drops);
+  std::printf("pod %s  endpoint %u  address %s\n", want.c_str(), ep->endpoint_id, ep->ipv4.c_str());
+  auto entry = eps.Lookup(ep->endpoint_id);
+  if (!entry.ok()) {
+    std::printf("no policy entry: outside policy (every direction open, flows not tracked)\n");
+    return 0;
+  }
+  std::printf("identity %u  %s\n", entry->identity, Named(names, entry->identity).c_str());
+  for (uint8_t dir : {SLUICE_POLICY_INGRESS, SLUICE_POLICY_EGRESS}) {
+    bool enforced = entry->flags & (dir == SLUICE_POLICY_INGRESS ? SLUICE_POLICY_EP_F_INGRESS
+                                                                 : SLUICE_POLICY_EP_F_EGRESS);
+    sluice_policy_drop_key dk{};
+    dk.endpoint_id = ep->endpoint_id;
+    dk.direction = dir;
+    uint64_t denied = 0;
+    if (auto per_cpu = drops.Lookup(dk); per_cpu.ok()) {
+      for (const auto& c : *per_cpu) denied += c.packets;
+    }
+    std::printf("\n%s: %s, %llu packets denied\n",
+                dir == SLUICE_POLICY_INGRESS ? "ingress" : "egress",
+                enforced ? "enforced" : "open (no policy selects it)",
+                static_cast<unsigned long long>(denied));
+    if (!enforced) continue;
+    std::printf("  %-14s %-9s %s\n", "PORTS", "PEER", "PEER LABELS");
+    auto st = rules.ForEach([&](const sluice_policy4_key& k, const sluice_policy4_entry&) {
+      uint32_t id = 0;
+      agent::PolicyAllow a = agent::AllowOfKey(k, &id);
+      if (id != ep->endpoint_id || a.direction != dir) return;
+      std::printf("  %-14s %-9u %s\n", Ports(a).c_str(), a.identity,
+                  Named(names, a.identity).c_str());
+    });
+    if (!st.ok()) return 1;
+  }
+  return 0;
+}
+
+}  // namespace sluice::ctl

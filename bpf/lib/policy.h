@@ -1,0 +1,134 @@
+/* NetworkPolicy verdicts: egress at the source endpoint, ingress at the destination endpoint, on
+ * the real addresses (after service translation), in a constant number of lookups whatever the
+ * number of rules (sluice_policy_ep, sluice_ipcache4, sluice_policy4 twice; see docs/policy.md).
+ * Replies of a flow a policy point let through pass by its conntrack entry (SLUICE_CT_DIR_POLICY
+ * in sluice_ct4). */
+#ifndef SLUICE_BPF_POLICY_H
+#define SLUICE_BPF_POLICY_H
+
+#include "lib/conntrack.h"
+
+/* What a policy point judges: the packet as the endpoints themselves send and receive it (a
+ * DNATed packet with its backend, a backend's reply before its frontend is put back). */
+struct policy4_flow {
+	__be32 saddr;
+	__be32 daddr;
+	__be16 sport;
+	__be16 dport;
+	__u16 tot_len;
+	__u8 proto;
+	__u8 tracked; /* TCP/UDP/SCTP with ports: conntrack lets its replies pass */
+};
+
+static __always_inline void policy4_flow_of(const struct pkt4 *pkt, struct policy4_flow *f)
+{
+	f->saddr = pkt->saddr;
+	f->daddr = pkt->daddr;
+	f->sport = pkt->sport;
+	f->dport = pkt->dport;
+	f->tot_len = pkt->tot_len;
+	f->proto = pkt->proto;
+	f->tracked = (pkt->flags & PKT4_F_PORTS) &&
+		     (pkt->proto == IPPROTO_TCP || pkt->proto == IPPROTO_UDP ||
+		      pkt->proto == IPPROTO_SCTP);
+}
+
+/* The identity of an address. The agent keeps 0.0.0.0/0 in the ipcache, so a miss only happens
+ * before its first write: the address is then nobody the policies know, i.e. world. */
+static __always_inline __u32 policy4_identity(__be32 addr)
+{
+	struct sluice_lpm4_key key = { .prefixlen = 32, .addr = addr };
+	const struct sluice_ipcache4_entry *e = bpf_map_lookup_elem(&sluice_ipcache4, &key);
+
+	return e ? e->identity : SLUICE_IDENTITY_WORLD;
+}
+
+/* Whether a rule of the endpoint admits the peer identity (or any peer) on proto/port. */
+static __always_inline int policy4_allows(__u32 endpoint_id, __u32 identity, __u8 dir,
+					  __u8 proto, __be16 port)
+{
+	struct sluice_policy4_key key = {
+		.prefixlen = SLUICE_POLICY4_PREFIX_FULL,
+		.endpoint_id = bpf_htonl(endpoint_id),
+		.identity = bpf_htonl(identity),
+		.direction = dir,
+		.proto = proto,
+		.port = port,
+	};
+	const struct sluice_policy4_entry *e;
+
+	e = bpf_map_lookup_elem(&sluice_policy4, &key);
+	if (e && e->verdict == SLUICE_POLICY_ALLOW)
+		return 1;
+	key.identity = bpf_htonl(SLUICE_IDENTITY_ANY);
+	e = bpf_map_lookup_elem(&sluice_policy4, &key);
+	return e && e->verdict == SLUICE_POLICY_ALLOW;
+}
+
+static __always_inline void policy4_count_denied(__u32 endpoint_id, __u8 dir, __u16 bytes)
+{
+	struct sluice_policy_drop_key key = { .endpoint_id = endpoint_id, .direction = dir };
+	struct sluice_drop_count one = { .packets = 1, .bytes = bytes };
+	struct sluice_drop_count *c = bpf_map_lookup_elem(&sluice_pol_drops, &key);
+
+	if (c) {
+		c->packets++;
+		c->bytes += bytes;
+		return;
+	}
+	/* From BPF this writes the current CPU's slot only; the others start at zero. */
+	bpf_map_update_elem(&sluice_pol_drops, &key, &one, BPF_NOEXIST);
+}
+
+/* The policy point of endpoint_id in direction dir for flow f. An endpoint the agent has no
+ * sluice_policy_ep entry for is outside policy (the agent writes one for every endpoint it
+ * manages, open or not, before the pod's first packet). A reply of a tracked flow passes; other
+ * packets need an allow when the direction is enforced, and are then tracked so that their
+ * replies pass both policy points on the way back. Every packet of the initiating direction is
+ * judged, not only the first: removing an allow stops established flows too.
+ * Returns 0 (pass) or minus a drop reason. */
+static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const struct policy4_flow *f)
+{
+	const struct sluice_policy_ep_entry *pep =
+		bpf_map_lookup_elem(&sluice_policy_ep, &endpoint_id);
+	__u8 flag = dir == SLUICE_POLICY_INGRESS ? SLUICE_POLICY_EP_F_INGRESS :
+						   SLUICE_POLICY_EP_F_EGRESS;
+	struct sluice_ct4_key key = {};
+	struct sluice_ct4_entry e = {};
+	__u32 identity;
+
+	if (!pep)
+		return 0;
+	if (f->tracked) {
+		key.saddr = f->daddr;
+		key.daddr = f->saddr;
+		key.sport = f->dport;
+		key.dport = f->sport;
+		key.proto = f->proto;
+		key.dir = SLUICE_CT_DIR_POLICY;
+		if (ct4_lookup(&key))
+			return 0;
+	}
+	if (pep->flags & flag) {
+		identity = policy4_identity(dir == SLUICE_POLICY_INGRESS ? f->saddr : f->daddr);
+		if (!policy4_allows(endpoint_id, identity, dir, f->proto, f->dport)) {
+			policy4_count_denied(endpoint_id, dir, f->tot_len);
+			return -SLUICE_DROP_POLICY_DENIED;
+		}
+	}
+	if (!f->tracked)
+		return 0;
+	key.saddr = f->saddr;
+	key.daddr = f->daddr;
+	key.sport = f->sport;
+	key.dport = f->dport;
+	if (ct4_lookup(&key))
+		return 0;
+	e.created_ns = bpf_ktime_get_ns();
+	e.last_seen_ns = e.created_ns;
+	if (bpf_map_update_elem(&sluice_ct4, &key, &e, BPF_ANY))
+		return -SLUICE_DROP_CT_MAP_FULL;
+	return 0;
+}
+
+#endif
