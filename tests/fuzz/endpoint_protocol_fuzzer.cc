@@ -54,8 +54,10 @@ bool SameRequest(const EndpointRequest& a, const EndpointRequest& b) {
 }
 
 void ServeRequest(std::string_view bytes) {
-  const json request = json::parse(bytes, nullptr, /*allow_exceptions=*/false);
-  if (request.is_discarded() || !request.is_object()) return;  // answered by the server itself
+  // Depth-bounded, as agent/endpoint/api_server.cc parses a request.
+  absl::StatusOr<json> parsed = ParseJsonBounded(bytes, "request");
+  if (!parsed.ok() || !parsed->is_object()) return;  // answered by the server itself
+  const json& request = *parsed;
 
   absl::StatusOr<EndpointRequest> req = ParseEndpointRequest(request.dump());
   if (!req.ok()) {
