@@ -302,14 +302,7 @@ void ApiServer::HandleList(const httplib::Request& req, httplib::Response& res,
                            const ResourceType& type, const std::string& ns) {
   ListOptions opts;
   opts.namespace_name = ns;
-  auto labels = LabelSelector::Parse(req.get_param_value("labelSelector"));
-  if (!labels.ok())
-    return ReplyStatus(res, 400, "BadRequest", std::string(labels.status().message()));
-  auto fields = FieldSelector::Parse(req.get_param_value("fieldSelector"), type.plural);
-  if (!fields.ok())
-    return ReplyStatus(res, 400, "BadRequest", std::string(fields.status().message()));
-  opts.labels = *labels;
-  opts.fields = *fields;
+  if (!ParseSelectors(req, type, res, &opts.labels, &opts.fields)) return;
   if (req.has_param("limit") && !absl::SimpleAtoi(req.get_param_value("limit"), &opts.limit)) {
     return ReplyStatus(res, 400, "BadRequest", "limit must be an integer");
   }

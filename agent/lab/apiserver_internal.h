@@ -45,6 +45,25 @@ inline bool ParamTrue(const httplib::Request& req, const char* name) {
   return v == "true" || v == "1";
 }
 
+// The labelSelector and fieldSelector of a list or watch request into `labels` / `fields`; on a
+// bad selector answers 400 and returns false.
+inline bool ParseSelectors(const httplib::Request& req, const ResourceType& type,
+                           httplib::Response& res, LabelSelector* labels, FieldSelector* fields) {
+  auto l = LabelSelector::Parse(req.get_param_value("labelSelector"));
+  if (!l.ok()) {
+    ReplyStatus(res, 400, "BadRequest", std::string(l.status().message()));
+    return false;
+  }
+  auto f = FieldSelector::Parse(req.get_param_value("fieldSelector"), type.plural);
+  if (!f.ok()) {
+    ReplyStatus(res, 400, "BadRequest", std::string(f.status().message()));
+    return false;
+  }
+  *labels = *l;
+  *fields = *f;
+  return true;
+}
+
 // /version, /api, /apis, /api/v1, /apis/GROUP and /apis/GROUP/v1; nullopt for any other path.
 // `server_address` ("HOST:PORT") goes into /api's serverAddressByClientCIDRs.
 std::optional<nlohmann::json> DiscoveryDocument(const std::string& path,

@@ -22,14 +22,7 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
                             const ResourceType& type, const std::string& ns) {
   WatchOptions opts;
   opts.namespace_name = ns;
-  auto labels = LabelSelector::Parse(req.get_param_value("labelSelector"));
-  if (!labels.ok())
-    return ReplyStatus(res, 400, "BadRequest", std::string(labels.status().message()));
-  auto fields = FieldSelector::Parse(req.get_param_value("fieldSelector"), type.plural);
-  if (!fields.ok())
-    return ReplyStatus(res, 400, "BadRequest", std::string(fields.status().message()));
-  opts.labels = *labels;
-  opts.fields = *fields;
+  if (!ParseSelectors(req, type, res, &opts.labels, &opts.fields)) return;
   std::string rv = req.get_param_value("resourceVersion");
   bool send_initial = ParamTrue(req, "sendInitialEvents");
   bool bookmarks = ParamTrue(req, "allowWatchBookmarks");
