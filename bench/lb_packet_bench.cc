@@ -19,6 +19,11 @@
 //   cases run the whole path (service lookup, CT, DNAT, checksums, redirect to the backend pod).
 //   Each case is validated before timing: verdict redirect, destination address and port one of
 //   the probed Service's backends, the backend pod's MAC, both checksums valid.
+// - In the same rounds: the floor of this design (bench/bpf/lb_floor.bpf.c: one hash lookup and
+//   a DNAT with direct writes and inline checksums; bench_floor_l4 with the TCP checksum through
+//   bpf_l4_csum_replace), non-service pod -> pod traffic through sluice_from_pod, and the same
+//   through sluice_from_pod built without its LB step (bench/bpf/pod_egress_no_lb.bpf.c), i.e.
+//   what pod -> pod cost before Services, against the same maps. Both validated like the rest.
 // - Rounds interleave all cases in a shuffled order; each round takes the interquartile mean of
 //   its syscalls (the ns-granular u32 duration and interrupts make single runs coarse); the table
 //   shows the median over rounds.
@@ -38,13 +43,38 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench_lb_floor.skel.h"
+#include "bench_pod_egress_no_lb.skel.h"
 #include "lb_cluster.h"
 #include "loader/datapath.h"
+#include "loader/skeleton.h"
 #include "support/fixture.h"
 #include "support/packet.h"
 
+namespace sluice::loader {
+SLUICE_SKELETON_OPS(bench_lb_floor);
+SLUICE_SKELETON_OPS(bench_pod_egress_no_lb);
+}  // namespace sluice::loader
+
 namespace sluice::bench {
 namespace {
+
+// Must match bench/bpf/lb_floor.bpf.c (a bench-only map, not part of the map ABI).
+struct FloorKey {
+  uint32_t addr;
+  uint16_t port;
+  uint8_t proto;
+  uint8_t pad;
+};
+struct FloorBackend {
+  uint32_t addr;
+  uint16_t port;
+  uint16_t pad;
+  uint32_t ifindex;
+  uint8_t mac[6];
+  uint8_t pad2[2];
+};
+static_assert(sizeof(FloorKey) == 8 && sizeof(FloorBackend) == 20);
 
 using testing::Bytes;
 using testing::Ip4;
@@ -141,6 +171,15 @@ std::unique_ptr<Cluster> MakeCluster(uint32_t n) {
   auto dp = loader::Datapath::Load(c->bpffs->path());
   if (!dp.ok()) Die(absl::StrCat("Datapath::Load: ", dp.status().ToString()));
   c->dp = std::move(*dp);
+  // The node as the agent configures it: pods 10.244.0.0/16 behind gateway 10.244.0.1, the
+  // ClusterIP range 172.30.0.0/15 (lb_cluster.h: up to 131071 Services).
+  sluice_node_config cfg{};
+  cfg.pod_cidr4 = Ip4("10.244.0.0");
+  cfg.pod_cidr4_len = 16;
+  cfg.gateway_ip4 = Ip4("10.244.0.1");
+  cfg.service_cidr4 = htonl(kClusterIpBase);
+  cfg.service_cidr4_len = 15;
+  if (auto st = c->dp->node_config().Update(0, cfg); !st.ok()) Die(st.ToString());
   for (int i = 0; i < kClients; ++i)
     AddEndpoint(*c->dp, Ip4(ClientIp(i)), kClientMac, kClientHostMac, kIfindex, 1 + i);
   for (uint32_t j = 0; j < kBackendsPerService; ++j) {
@@ -200,13 +239,32 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
-enum class Kind { kEmpty, kFirst, kEstablished };
+// Non-service pod -> pod: client 0 to the probed Service's first backend pod, directly.
+Bytes PodToPod(const Cluster& c) {
+  return Packet::Eth(kClientMac, kClientHostMac)
+      .IPv4(ClientIp(0), Dotted(c.probed[0].addr))
+      .TCP(40000, kBackendPort, sluice::testing::kTcpAck)
+      .Payload("GET / HTTP/1.1\r\n\r\n")
+      .Build();
+}
+
+// A pod -> pod packet delivered unchanged to backend pod 0.
+bool CheckPodToPod(const Cluster& c, const RunOut& r) {
+  if (r.verdict != kTcRedirect) return false;
+  auto d = testing::Decode(r.out);
+  return d && d->ip_csum_ok && d->l4_csum_ok && d->ip_dst == c.probed[0].addr &&
+         d->dport == c.probed[0].port && d->eth_dst == BackendPodMac(0);
+}
+
+enum class Kind { kEmpty, kFirst, kEstablished, kFloor, kFloorL4, kPodToPod, kPodToPodNoLb };
 
 struct Case {
   std::string label;
   Kind kind;
   Cluster* cluster;  // null for the empty program
   std::vector<double> rounds;
+  int fd = -1;    // the program, when not the cluster's sluice_from_pod
+  Bytes in = {};  // the packet, for the cases that run one packet
 };
 
 }  // namespace
@@ -269,8 +327,44 @@ int main(int argc, char** argv) {
     (void)TestRun(c->dp->from_pod_fd(), syn);  // re-create the established flow
   }
 
+  // The floor, programmed with the first cluster's probed Service and backend 0; and the
+  // program without LB, on the first cluster's maps.
+  Cluster& c0 = *clusters.front();
+  auto floor = sluice::loader::Skeleton<bench_lb_floor>::OpenAndLoad(c0.bpffs->path());
+  if (!floor.ok()) Die(absl::StrCat("load bench_lb_floor: ", floor.status().ToString()));
+  FloorKey fkey{ClusterIp(c0.n - 1), htons(kServicePort), IPPROTO_TCP, 0};
+  FloorBackend fbe{};
+  fbe.addr = c0.probed[0].addr;
+  fbe.port = htons(c0.probed[0].port);
+  fbe.ifindex = 4000;
+  auto mac0 = BackendPodMac(0);
+  std::memcpy(fbe.mac, mac0.data(), 6);
+  if (bpf_map_update_elem(bpf_map__fd((**floor)->maps.bench_floor4), &fkey, &fbe, BPF_ANY))
+    Die(absl::StrCat("bench_floor4 update: ", std::strerror(errno)));
+  auto no_lb = sluice::loader::Skeleton<bench_pod_egress_no_lb>::OpenAndLoad(c0.bpffs->path());
+  if (!no_lb.ok()) Die(absl::StrCat("load bench_pod_egress_no_lb: ", no_lb.status().ToString()));
+  const int floor_fd = bpf_program__fd((**floor)->progs.bench_floor);
+  const int floor_l4_fd = bpf_program__fd((**floor)->progs.bench_floor_l4);
+  const int no_lb_fd = bpf_program__fd((**no_lb)->progs.sluice_from_pod);
+  const Bytes floor_in = ToService(c0.n, 0, 999, sluice::testing::kTcpAck);
+  for (int fd : {floor_fd, floor_l4_fd})
+    if (CheckDnat(c0, TestRun(fd, floor_in)) != 0)
+      Die(absl::StrCat("floor program: ", sluice::testing::Describe(TestRun(fd, floor_in).out)));
+  const Bytes p2p_in = PodToPod(c0);
+  for (int fd : {c0.dp->from_pod_fd(), no_lb_fd})
+    if (!CheckPodToPod(c0, TestRun(fd, p2p_in)))
+      Die(absl::StrCat("pod -> pod: ", sluice::testing::Describe(TestRun(fd, p2p_in).out)));
+
   std::vector<Case> cases;
   cases.push_back({"empty TC program (r0 = 0; exit)", Kind::kEmpty, nullptr, {}});
+  cases.push_back({"floor: 1 lookup + DNAT, inline csums", Kind::kFloor, &c0, {}, floor_fd,
+                   floor_in});
+  cases.push_back({"floor, L4 csum by bpf_l4_csum_replace", Kind::kFloorL4, &c0, {}, floor_l4_fd,
+                   floor_in});
+  cases.push_back({"pod -> pod, no service", Kind::kPodToPod, &c0, {}, c0.dp->from_pod_fd(),
+                   p2p_in});
+  cases.push_back({"pod -> pod, from_pod without LB", Kind::kPodToPodNoLb, &c0, {}, no_lb_fd,
+                   p2p_in});
   for (auto& c : clusters) {
     cases.push_back(
         {absl::StrFormat("(a) first packet (CT miss), %u svc", c->n), Kind::kFirst, c.get(), {}});
@@ -292,6 +386,12 @@ int main(int argc, char** argv) {
       ns.reserve(kBatch);
       if (cs.kind == Kind::kEmpty) {
         for (int k = 0; k < kBatch; ++k) ns.push_back(TestRun(empty_fd, empty_in).ns);
+      } else if (cs.fd >= 0) {
+        for (int k = 0; k < kBatch; ++k) {
+          auto r = TestRun(cs.fd, cs.in);
+          if (r.verdict != kTcRedirect) Die(cs.label + ": verdict changed");
+          ns.push_back(r.ns);
+        }
       } else if (cs.kind == Kind::kEstablished) {
         const Bytes& in = established[cs.cluster];
         for (int k = 0; k < kBatch; ++k) {
@@ -336,6 +436,23 @@ int main(int argc, char** argv) {
     if (cs.cluster) med[{cs.kind, cs.cluster->n}] = m;
     std::printf("%-46s %9.1f %10.1f %9.2fx\n", cs.label.c_str(), m, m - empty, m / empty);
   }
+  // Everything over the empty program (the per-run overhead test_run adds to every case).
+  const double floor_ns = med[{Kind::kFloor, c0.n}] - empty;
+  const double floor_l4_ns = med[{Kind::kFloorL4, c0.n}] - empty;
+  const double p2p = med[{Kind::kPodToPod, c0.n}] - empty;
+  const double p2p_no_lb = med[{Kind::kPodToPodNoLb, c0.n}] - empty;
+  std::printf("\nover the empty program, %u svc: floor %.1f ns (with the L4 csum helper %.1f ns)\n",
+              c0.n, floor_ns, floor_l4_ns);
+  std::printf("%-28s %9s %9s %9s %9s\n", "", "- empty", "target", "x floor", "- floor");
+  auto row = [&](const char* what, double v, const char* target) {
+    std::printf("%-28s %9.1f %9s %8.2fx %9.1f\n", what, v, target, v / floor_ns, v - floor_ns);
+  };
+  row("established (CT hit)", med[{Kind::kEstablished, c0.n}] - empty, "<= 180");
+  row("first packet (CT miss)", med[{Kind::kFirst, c0.n}] - empty, "<= 600");
+  row("pod -> pod, no service", p2p, "");
+  row("pod -> pod, without LB", p2p_no_lb, "");
+  std::printf("pod -> pod: the LB step costs non-service traffic %.1f ns (target <= 10)\n",
+              p2p - p2p_no_lb);
   const uint32_t lo = counts.front(), hi = counts.back();
   for (Kind k : {Kind::kFirst, Kind::kEstablished}) {
     double a = med[{k, lo}], b = med[{k, hi}];

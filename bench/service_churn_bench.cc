@@ -342,19 +342,27 @@ int64_t NowNs() {
 std::vector<std::atomic<int64_t>> g_master_write_ns(kServices);
 
 // BpfLbMaps that stamps master writes of the benchmark's Services (once `by_addr` is filled).
+// BpfLbMaps holds updates back until it flushes them as batches: the stamp is taken then.
 class StampingLbMaps : public sluice::agent::BpfLbMaps {
  public:
   using BpfLbMaps::BpfLbMaps;
   absl::flat_hash_map<uint32_t, int> by_addr;  // ClusterIP (network order) -> Service index
   std::atomic<bool> armed{false};
   absl::Status UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) override {
-    absl::Status st = BpfLbMaps::UpdateService(key, v);
     if (armed.load(std::memory_order_acquire) && key.backend_slot == 0) {
-      if (auto it = by_addr.find(key.addr); it != by_addr.end())
-        g_master_write_ns[it->second].store(NowNs());
+      if (auto it = by_addr.find(key.addr); it != by_addr.end()) held_.push_back(it->second);
     }
+    return BpfLbMaps::UpdateService(key, v);
+  }
+  absl::Status Flush() override {
+    absl::Status st = BpfLbMaps::Flush();
+    for (int i : held_) g_master_write_ns[i].store(NowNs());
+    held_.clear();
     return st;
   }
+
+ private:
+  std::vector<int> held_;  // Services whose master is held back (the reconciler's thread only)
 };
 
 void Churn(const Server& srv, sluice::loader::Datapath& dp,

@@ -34,9 +34,10 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		return -SLUICE_DROP_SPOOFED_SOURCE;
 
 	/* Services: DNAT to a backend, or a backend's reply back from its frontend. A local pod
-	 * is never a frontend, so traffic to one only needs the reply check. */
-	dst = lookup_ep4(pkt.daddr);
+	 * is never a frontend, so traffic to one only needs the reply check; a ClusterIP is never
+	 * a local pod, so traffic to one needs no endpoint lookup. */
 	cfg = node_config();
+	dst = lb4_in_service_cidr(cfg, pkt.daddr) ? NULL : lookup_ep4(pkt.daddr);
 	lb = LB4_NONE;
 	policy4_flow_of(&pkt, &sent);
 	if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
@@ -57,7 +58,9 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	if (ret < 0)
 		return ret;
 
-	if (lb != LB4_NONE)
+	/* DNAT changed the destination; reverse NAT only for a hairpinned flow, whose original
+	 * destination (the gateway) was no endpoint. */
+	if (lb == LB4_DNAT || (lb == LB4_REVNAT && !dst))
 		dst = lookup_ep4(pkt.daddr);
 	if (dst)
 		return redirect_to_endpoint(skb, dst, &pkt, &flow);

@@ -44,8 +44,9 @@ enum sluice_ct_flags {
 struct sluice_ct4_entry {
 	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
 	__u32 rev_nat_id;     /* key of sluice_lb4_rnat for its replies */
-	__u64 created_ns;     /* bpf_ktime_get_ns() at creation */
-	__u64 last_seen_ns;   /* bpf_ktime_get_ns() of the last packet in this direction */
+	__u64 created_ns;     /* CLOCK_MONOTONIC ns at creation (LB entries: the coarse clock) */
+	__u64 last_seen_ns;   /* CLOCK_MONOTONIC ns of the last packet in this direction (LB
+				 entries: the coarse clock, bpf_ktime_get_coarse_ns) */
 	__be32 backend_addr;  /* the backend itself: a flow keeps it even after the backend is */
 	__be16 backend_port;  /* removed from the service (terminating endpoints, TCP) */
 	__u8 flags;           /* enum sluice_ct_flags */

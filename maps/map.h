@@ -99,6 +99,23 @@ class Map {
       return ErrnoStatus(errno, "map update");
     return absl::OkStatus();
   }
+  // Writes keys[i] -> values[i] for i < n with BPF_MAP_UPDATE_BATCH: one syscall for many
+  // entries, applied by the kernel one after another in this order (a reader never sees entry
+  // i + 1 without entry i). *done says how many were written, also on error (the entries before
+  // the failing one are in the map).
+  [[nodiscard]] absl::Status UpdateBatch(const Key* keys, const Value* values, size_t n,
+                                         size_t* done, uint64_t flags = BPF_ANY) {
+    *done = 0;
+    while (*done < n) {
+      __u32 count = static_cast<__u32>(n - *done);
+      LIBBPF_OPTS(bpf_map_batch_opts, opts, .elem_flags = flags);
+      int rc = bpf_map_update_batch(fd_.get(), keys + *done, values + *done, &count, &opts);
+      *done += count;
+      if (rc != 0) return ErrnoStatus(errno, "map batch update");
+      if (count == 0) return absl::InternalError("map batch update wrote nothing");
+    }
+    return absl::OkStatus();
+  }
   // Deleting an absent key is not an error: callers reconcile toward absence.
   [[nodiscard]] absl::Status Delete(const Key& key) {
     if (bpf_map_delete_elem(fd_.get(), &key) != 0 && errno != ENOENT)

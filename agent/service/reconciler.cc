@@ -64,27 +64,80 @@ sluice_lb4_service WildcardMaster() {
 // ---------------------------------------------------------------------------------------------
 // BpfLbMaps
 
+namespace {
+
+// Writes the held-back updates of one map in one batch (in the order they were made) and
+// clears them, also on error.
+template <typename M, typename K, typename V>
+absl::Status FlushPending(M& map, std::vector<K>& keys, std::vector<V>& values,
+                          const char* what) {
+  if (keys.empty()) return absl::OkStatus();
+  size_t done = 0;
+  absl::Status st = map.UpdateBatch(keys.data(), values.data(), keys.size(), &done);
+  if (!st.ok()) {
+    st = absl::Status(st.code(), absl::StrCat("batched ", what, " update (", done, " of ",
+                                              keys.size(), " written): ", st.message()));
+  }
+  keys.clear();
+  values.clear();
+  return st;
+}
+
+}  // namespace
+
+absl::Status BpfLbMaps::Flush() {
+  // Backends and reverse NAT before the service entries that name them.
+  absl::Status st = FlushPending(be_, be_ids_, be_values_, "sluice_lb4_be");
+  absl::Status rn = FlushPending(rnat_, rnat_ids_, rnat_values_, "sluice_lb4_rnat");
+  if (st.ok()) st = rn;
+  if (!st.ok()) {
+    // Slots or masters would name what is missing: leave them unwritten.
+    svc_keys_.clear();
+    svc_values_.clear();
+    return st;
+  }
+  return FlushPending(svc_, svc_keys_, svc_values_, "sluice_lb4_svc");
+}
+
 absl::Status BpfLbMaps::UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) {
-  return svc_.Update(key, v);
+  svc_keys_.push_back(key);
+  svc_values_.push_back(v);
+  return svc_keys_.size() >= kMaxPending ? Flush() : absl::OkStatus();
 }
-absl::Status BpfLbMaps::DeleteService(const sluice_lb4_key& key) { return svc_.Delete(key); }
+absl::Status BpfLbMaps::DeleteService(const sluice_lb4_key& key) {
+  RETURN_IF_ERROR(Flush());
+  return svc_.Delete(key);
+}
 absl::Status BpfLbMaps::UpdateBackend(uint32_t id, const sluice_lb4_backend& v) {
-  return be_.Update(id, v);
+  be_ids_.push_back(id);
+  be_values_.push_back(v);
+  return be_ids_.size() >= kMaxPending ? Flush() : absl::OkStatus();
 }
-absl::Status BpfLbMaps::DeleteBackend(uint32_t id) { return be_.Delete(id); }
+absl::Status BpfLbMaps::DeleteBackend(uint32_t id) {
+  RETURN_IF_ERROR(Flush());
+  return be_.Delete(id);
+}
 absl::Status BpfLbMaps::UpdateRevNat(uint32_t id, const sluice_lb4_revnat& v) {
-  return rnat_.Update(id, v);
+  rnat_ids_.push_back(id);
+  rnat_values_.push_back(v);
+  return rnat_ids_.size() >= kMaxPending ? Flush() : absl::OkStatus();
 }
-absl::Status BpfLbMaps::DeleteRevNat(uint32_t id) { return rnat_.Delete(id); }
+absl::Status BpfLbMaps::DeleteRevNat(uint32_t id) {
+  RETURN_IF_ERROR(Flush());
+  return rnat_.Delete(id);
+}
+// Source ranges are few and written at once (before the master that turns them on).
 absl::Status BpfLbMaps::UpdateSourceRange(const sluice_lb4_srcrange_key& key) {
   return srcr_.Update(key, 1);
 }
 absl::Status BpfLbMaps::DeleteSourceRange(const sluice_lb4_srcrange_key& key) {
+  RETURN_IF_ERROR(Flush());
   return srcr_.Delete(key);
 }
 
 absl::StatusOr<size_t> BpfLbMaps::FlushUdpFlows(
     const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) {
+  RETURN_IF_ERROR(Flush());
   // Collect first: deleting while walking with get_next_key restarts the walk.
   std::vector<sluice_ct4_key> doomed;
   RETURN_IF_ERROR(ct_.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& e) {
@@ -101,6 +154,7 @@ absl::StatusOr<size_t> BpfLbMaps::FlushUdpFlows(
 absl::Status BpfLbMaps::FlushAffinity(
     const absl::flat_hash_set<uint32_t>& rev_nat_ids,
     const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) {
+  RETURN_IF_ERROR(Flush());
   if (aff_ == nullptr) return absl::OkStatus();
   std::vector<sluice_lb4_affinity_key> doomed;
   RETURN_IF_ERROR(
@@ -114,18 +168,22 @@ absl::Status BpfLbMaps::FlushAffinity(
 
 absl::Status BpfLbMaps::ForEachService(
     const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) {
+  RETURN_IF_ERROR(Flush());
   return svc_.ForEach(fn);
 }
 absl::Status BpfLbMaps::ForEachBackend(
     const std::function<void(uint32_t, const sluice_lb4_backend&)>& fn) {
+  RETURN_IF_ERROR(Flush());
   return be_.ForEach([&](const __u32& id, const sluice_lb4_backend& v) { fn(id, v); });
 }
 absl::Status BpfLbMaps::ForEachRevNat(
     const std::function<void(uint32_t, const sluice_lb4_revnat&)>& fn) {
+  RETURN_IF_ERROR(Flush());
   return rnat_.ForEach([&](const __u32& id, const sluice_lb4_revnat& v) { fn(id, v); });
 }
 absl::Status BpfLbMaps::ForEachSourceRange(
     const std::function<void(const sluice_lb4_srcrange_key&)>& fn) {
+  RETURN_IF_ERROR(Flush());
   return srcr_.ForEach([&](const sluice_lb4_srcrange_key& k, const __u8&) { fn(k); });
 }
 
@@ -448,7 +506,9 @@ absl::Status ServiceReconciler::DeleteOrphanBackendsLocked(bool all) {
       orphans_.erase(id);
       continue;
     }
-    if (it->second.written) RETURN_IF_ERROR(Count(maps_.DeleteBackend(id), true));
+    // Also when not known to be written (after a failed batch): deleting an absent id is no
+    // error.
+    RETURN_IF_ERROR(Count(maps_.DeleteBackend(id), true));
     auto kit = backend_ids_.find(it->second.key);
     if (kit != backend_ids_.end() && kit->second == id) backend_ids_.erase(kit);
     backends_.erase(it);
@@ -467,7 +527,7 @@ absl::Status ServiceReconciler::SyncWildcardsLocked(bool prune) {
   for (uint32_t addr : check) {
     const bool want = cluster_ip_refs_.contains(addr);
     auto it = wildcards_.find(addr);
-    if (want && it == wildcards_.end()) {
+    if (want && (it == wildcards_.end() || rewrite_wildcards_)) {
       RETURN_IF_ERROR(
           Count(maps_.UpdateService(MapKey(addr, 0, 0, 0, 0), WildcardMaster()), false));
       wildcards_[addr] = false;
@@ -479,10 +539,16 @@ absl::Status ServiceReconciler::SyncWildcardsLocked(bool prune) {
     }
     wildcard_dirty_.erase(addr);
   }
+  rewrite_wildcards_ = false;
   return absl::OkStatus();
 }
 
 absl::Status ServiceReconciler::FlushLocked() {
+  if (absl::Status st = maps_.Flush(); !st.ok()) {
+    ++stats_.errors;
+    ForgetWrittenLocked();
+    return st;
+  }
   if (!flush_udp_.empty()) {
     absl::StatusOr<size_t> n = maps_.FlushUdpFlows(flush_udp_);
     if (!n.ok()) {
@@ -502,6 +568,20 @@ absl::Status ServiceReconciler::FlushLocked() {
     flush_affinity_backends_.clear();
   }
   return absl::OkStatus();
+}
+
+void ServiceReconciler::ForgetWrittenLocked() {
+  for (auto& [fk, fe] : frontends_) {
+    fe.rnat.reset();
+    fe.master.reset();
+    for (uint32_t& slot : fe.slots) {
+      if (slot != 0) slot = kSlotUnknown;
+    }
+  }
+  for (auto& [id, be] : backends_) be.written = false;
+  for (const auto& [addr, restored] : wildcards_) wildcard_dirty_.insert(addr);
+  for (const auto& [addr, n] : cluster_ip_refs_) wildcard_dirty_.insert(addr);
+  rewrite_wildcards_ = true;
 }
 
 absl::Status ServiceReconciler::ApplyOneLocked(
@@ -568,6 +648,8 @@ absl::Status ServiceReconciler::Apply(const std::string& service,
                                       const std::optional<ServiceTranslation>& translation) {
   absl::MutexLock l(&mu_);
   absl::Status st = ApplyOneLocked(service, translation);
+  // A failed write may have been a batch that the maps flushed on the way.
+  if (!st.ok()) ForgetWrittenLocked();
   absl::Status flushed = FlushLocked();
   return st.ok() ? flushed : st;
 }
@@ -582,6 +664,7 @@ absl::Status ServiceReconciler::ApplyAll(
       first = absl::Status(st.code(), absl::StrCat(service, ": ", st.message()));
     }
   }
+  if (!first.ok()) ForgetWrittenLocked();
   absl::Status flushed = FlushLocked();
   return first.ok() ? flushed : first;
 }

@@ -39,6 +39,11 @@ class LbMaps {
   virtual absl::Status DeleteRevNat(uint32_t id) = 0;
   virtual absl::Status UpdateSourceRange(const sluice_lb4_srcrange_key& key) = 0;
   virtual absl::Status DeleteSourceRange(const sluice_lb4_srcrange_key& key) = 0;
+  // An implementation may hold updates back and write them in batches, as long as every
+  // reader sees the writes of a map in the order they were made and no update later than any
+  // delete or flush that followed it (see BpfLbMaps). Flush writes what is held back; its error
+  // means some earlier update may be missing from the maps.
+  virtual absl::Status Flush() { return absl::OkStatus(); }
   // Deletes the UDP conntrack entries (both directions) of flows that were given one of
   // `flows` = {(rev_nat_id, backend_id)}; returns how many entries went.
   virtual absl::StatusOr<size_t> FlushUdpFlows(
@@ -61,8 +66,18 @@ class LbMaps {
 };
 
 // LbMaps over the real (pinned) maps. The maps are borrowed and must outlive it.
+// Updates of sluice_lb4_be, sluice_lb4_rnat and sluice_lb4_svc are held back and written with
+// BPF_MAP_UPDATE_BATCH (a full programming of 10k Services is ~230k writes): on Flush, on any
+// delete, conntrack or affinity flush, and when kMaxPending are held, in the order backends,
+// reverse NAT, services, each in the order it was made. That keeps the hitless order of
+// maps/lb.h: a slot is written after the backend it names, a master after its slots and its
+// reverse NAT entry, and every delete after the writes that made its entry unreferenced.
+// (Backend and reverse NAT entries may become visible earlier than they were issued relative to
+// service entries: nothing refers to them before the service entries that do.)
 class BpfLbMaps : public LbMaps {
  public:
+  static constexpr size_t kMaxPending = 16384;
+
   BpfLbMaps(maps::Lb4ServiceMap& svc, maps::Lb4BackendMap& be, maps::Lb4RevNatMap& rnat,
             maps::Lb4SourceRangeMap& srcr, maps::Ct4Map& ct, maps::Lb4AffinityMap* aff)
       : svc_(svc), be_(be), rnat_(rnat), srcr_(srcr), ct_(ct), aff_(aff) {}
@@ -75,6 +90,7 @@ class BpfLbMaps : public LbMaps {
   absl::Status DeleteRevNat(uint32_t id) override;
   absl::Status UpdateSourceRange(const sluice_lb4_srcrange_key& key) override;
   absl::Status DeleteSourceRange(const sluice_lb4_srcrange_key& key) override;
+  absl::Status Flush() override;
   absl::StatusOr<size_t> FlushUdpFlows(
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) override;
   absl::Status FlushAffinity(
@@ -96,6 +112,12 @@ class BpfLbMaps : public LbMaps {
   maps::Lb4SourceRangeMap& srcr_;
   maps::Ct4Map& ct_;
   maps::Lb4AffinityMap* aff_;
+  std::vector<uint32_t> be_ids_;
+  std::vector<sluice_lb4_backend> be_values_;
+  std::vector<uint32_t> rnat_ids_;
+  std::vector<sluice_lb4_revnat> rnat_values_;
+  std::vector<sluice_lb4_key> svc_keys_;
+  std::vector<sluice_lb4_service> svc_values_;
 };
 
 struct ServiceReconcilerStats {
@@ -180,7 +202,12 @@ class ServiceReconciler {
   void ReleaseBackendLocked(uint32_t id, Frontend& fe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DeleteOrphanBackendsLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SyncWildcardsLocked(bool prune) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes what the maps hold back, then the pending conntrack / affinity flushes.
   absl::Status FlushLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After a failed batched write: nothing is known to be written any more, so the next apply of
+  // each Service writes its entries again (slots become kSlotUnknown, deleted when beyond count).
+  void ForgetWrittenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  static constexpr uint32_t kSlotUnknown = 0xffffffff;
   uint32_t NextRevNatIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t NextBackendIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status Count(absl::Status st, bool is_delete) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -204,6 +231,8 @@ class ServiceReconciler {
   // ClusterIP frontends per address, and the addresses whose count changed since the last sync.
   absl::flat_hash_map<uint32_t, int> cluster_ip_refs_ ABSL_GUARDED_BY(mu_);
   std::set<uint32_t> wildcard_dirty_ ABSL_GUARDED_BY(mu_);
+  // After a failed batched write: the next sync writes the wanted wildcards again.
+  bool rewrite_wildcards_ ABSL_GUARDED_BY(mu_) = false;
   // Backends whose last reference went in this pass (deleted at its end); restored backends
   // nothing refers to wait for PruneStale.
   std::set<uint32_t> orphans_ ABSL_GUARDED_BY(mu_);

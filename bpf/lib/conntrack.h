@@ -48,13 +48,19 @@ static __always_inline int ct4_tuple(const struct pkt4 *pkt, struct ct4_pkt *p)
 	return CT4_TUPLE;
 }
 
-/* Finds the entry for key and marks it seen now. */
+/* Finds the entry for key and marks it seen now. Coarse time (CLOCK_MONOTONIC_COARSE, a tick
+ * behind at most) is all expiry needs, at a fraction of bpf_ktime_get_ns's cost; the entry is
+ * written only when the time moved, so a busy flow does not dirty its cache line every packet. */
 static __always_inline struct sluice_ct4_entry *ct4_lookup(const struct sluice_ct4_key *key)
 {
 	struct sluice_ct4_entry *e = bpf_map_lookup_elem(&sluice_ct4, key);
+	__u64 now;
 
-	if (e)
-		e->last_seen_ns = bpf_ktime_get_ns();
+	if (e) {
+		now = bpf_ktime_get_coarse_ns();
+		if (e->last_seen_ns != now)
+			e->last_seen_ns = now;
+	}
 	return e;
 }
 
@@ -84,7 +90,7 @@ static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 b
 				      __be16 be_port, __be32 reply_daddr, __u32 backend_id,
 				      __u32 rev_nat_id, __u8 flags)
 {
-	__u64 now = bpf_ktime_get_ns();
+	__u64 now = bpf_ktime_get_coarse_ns();
 	struct sluice_ct4_entry e = {
 		.backend_id = backend_id,
 		.rev_nat_id = rev_nat_id,

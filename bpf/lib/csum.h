@@ -1,7 +1,8 @@
 /* Header rewrites that keep checksums right: IPv4 addresses (IP header and the L4 pseudo
  * header), L4 ports / ICMP echo ids, and TTL. Each returns 0 or -SLUICE_DROP_PACKET_WRITE.
- * Callers re-derive packet pointers afterwards: ctx_store_bytes and the csum updates
- * invalidate them. */
+ * Writes and the IPv4 checksum go straight to the linear packet where they can (ctx layer);
+ * only the L4 checksum of a pseudo header change needs a helper call. Callers re-derive packet
+ * pointers afterwards: the helpers invalidate them. */
 #ifndef SLUICE_BPF_CSUM_H
 #define SLUICE_BPF_CSUM_H
 
@@ -62,6 +63,30 @@ static __always_inline int rewrite_l4_port(struct sluice_ctx *ctx, __u32 field_o
 	if (ctx_l4_csum_replace(ctx, l4->off, old_port, new_port, sizeof(new_port) | l4->flags))
 		return -SLUICE_DROP_PACKET_WRITE;
 	if (ctx_store_bytes(ctx, field_off, &new_port, sizeof(new_port)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	return 0;
+}
+
+/* Rewrites an IPv4 address (field as for rewrite_ip4_addr) and the L4 port at port_off that
+ * changes with it (DNAT: daddr and dport; reverse NAT, masquerade: saddr and sport), with one
+ * L4 checksum helper call where rewrite_ip4_addr + rewrite_l4_port take two. */
+static __always_inline int rewrite_ip4_addr_port(struct sluice_ctx *ctx, __u32 l3_off, __u32 field,
+						 __be32 old_addr, __be32 new_addr, __u32 port_off,
+						 __be16 old_port, __be16 new_port,
+						 const struct l4_csum *l4)
+{
+	if (!l4->pseudo)
+		return rewrite_ip4_addr(ctx, l3_off, field, old_addr, new_addr, l4) ?:
+		       rewrite_l4_port(ctx, port_off, old_port, new_port, l4);
+	if (ctx_l4_csum_replace_addr_port(ctx, l4->off, old_addr, new_addr, old_port, new_port,
+					  BPF_F_PSEUDO_HDR | sizeof(new_addr) | l4->flags))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_l3_csum_replace(ctx, l3_off + offsetof(struct iphdr, check), old_addr, new_addr,
+				sizeof(new_addr)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (ctx_store_bytes(ctx, l3_off + field, &new_addr, sizeof(new_addr)))
+		return -SLUICE_DROP_PACKET_WRITE;
+	if (old_port != new_port && ctx_store_bytes(ctx, port_off, &new_port, sizeof(new_port)))
 		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }

@@ -71,10 +71,8 @@ static __always_inline int lb4_rev_nat_rewrite(struct sluice_ctx *ctx, struct pk
 {
 	int ret;
 
-	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
-			       t->addr, &p->csum);
-	if (!ret)
-		ret = rewrite_l4_port(ctx, p->l4_off, p->key.sport, t->port, &p->csum);
+	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+				    t->addr, p->l4_off, p->key.sport, t->port, &p->csum);
 	/* Hairpin: the backend is the client; it answered the gateway the source was rewritten to. */
 	if (!ret && (t->flags & SLUICE_CT_F_HAIRPIN))
 		ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
@@ -113,6 +111,14 @@ static __always_inline int lb4_ct_stale(const struct sluice_ct4_entry *ct)
 	return !be || be->addr != ct->backend_addr || be->port != ct->backend_port;
 }
 
+/* Whether addr is in the ClusterIP range (when the agent configured one). Such an address is
+ * never an endpoint, so the caller skips the endpoint lookup that would miss. */
+static __always_inline int lb4_in_service_cidr(const struct sluice_node_config *cfg, __be32 addr)
+{
+	return cfg && cfg->service_cidr4_len &&
+	       ip4_in_prefix(addr, cfg->service_cidr4, cfg->service_cidr4_len);
+}
+
 /* The frontend a packet is addressed to. A miss on an address inside the service range is
  * decided here too: a ClusterIP in use but not on this port/protocol (its wildcard entry
  * {addr, 0, 0}) is rejected, an address no Service has is dropped. */
@@ -129,8 +135,7 @@ static __always_inline int lb4_frontend(const struct ct4_pkt *p,
 	*svc = bpf_map_lookup_elem(&sluice_lb4_svc, key);
 	if (*svc)
 		return LB4_DNAT;
-	if (!cfg || !cfg->service_cidr4_len ||
-	    !ip4_in_prefix(p->key.daddr, cfg->service_cidr4, cfg->service_cidr4_len))
+	if (!lb4_in_service_cidr(cfg, p->key.daddr))
 		return LB4_NONE;
 	key->dport = 0;
 	key->proto = 0;
@@ -166,12 +171,13 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	struct sluice_lb4_key key = *master_key;
 	const struct sluice_lb4_service *slot;
 	struct sluice_lb4_affinity *found;
-	__u64 now = bpf_ktime_get_ns();
 	__u16 count = svc->count;
+	__u64 now = 0;
 
 	if (count == 0)
 		return -SLUICE_DROP_SERVICE_NO_BACKEND;
 	if (svc->flags & SLUICE_SVC_F_AFFINITY) {
+		now = bpf_ktime_get_ns();
 		found = bpf_map_lookup_elem(&sluice_lb4_aff, &akey);
 		if (found && now - found->last_used_ns < svc->affinity_timeout * NSEC_PER_SEC) {
 			*backend_id = found->backend_id;
@@ -253,10 +259,8 @@ static __always_inline int lb4_dnat_rewrite(struct sluice_ctx *ctx, struct pkt4 
 {
 	int ret;
 
-	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
-			       t->addr, &p->csum);
-	if (!ret)
-		ret = rewrite_l4_port(ctx, p->l4_off + 2, p->key.dport, t->port, &p->csum);
+	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+				    t->addr, p->l4_off + 2, p->key.dport, t->port, &p->csum);
 	if (!ret && (t->flags & SLUICE_CT_F_HAIRPIN))
 		ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
 				       t->hairpin_src, &p->csum);

@@ -146,10 +146,8 @@ static __always_inline int nat4_masquerade(struct sluice_ctx *ctx, struct pkt4 *
 		if (ret < 0)
 			return ret;
 	}
-	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
-			       entry.addr, &p->csum);
-	if (!ret)
-		ret = rewrite_l4_port(ctx, p->port_off, p->key.sport, entry.port, &p->csum);
+	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+				    entry.addr, p->port_off, p->key.sport, entry.port, &p->csum);
 	if (ret < 0)
 		return ret;
 	pkt->saddr = entry.addr;
@@ -169,10 +167,8 @@ static __always_inline int nat4_unmasquerade(struct sluice_ctx *ctx, struct pkt4
 	if (!found)
 		return NAT4_NONE;
 	entry = *found;
-	ret = rewrite_ip4_addr(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
-			       entry.addr, &p->csum);
-	if (!ret)
-		ret = rewrite_l4_port(ctx, p->port_off, p->key.dport, entry.port, &p->csum);
+	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+				    entry.addr, p->port_off, p->key.dport, entry.port, &p->csum);
 	if (ret < 0)
 		return ret;
 	pkt->daddr = entry.addr;

@@ -38,10 +38,12 @@ struct pkt4 {
  * header is no error: its flag stays clear. */
 static __always_inline int parse_ip4(struct sluice_ctx *ctx, __u32 l3_off, struct pkt4 *pkt)
 {
-	struct iphdr *ip = CTX_HDR(ctx, l3_off, struct iphdr);
+	struct iphdr *ip;
 	__be16 ports[2];
 	struct icmphdr icmp;
 
+	ctx_pull(ctx, l3_off + sizeof(struct iphdr));
+	ip = CTX_HDR(ctx, l3_off, struct iphdr);
 	if (!ip || ip->version != 4 || ip->ihl < 5)
 		return -SLUICE_DROP_INVALID_PACKET;
 	pkt->l3_off = l3_off;
@@ -62,6 +64,18 @@ static __always_inline int parse_ip4(struct sluice_ctx *ctx, __u32 l3_off, struc
 	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)) {
 		pkt->flags = PKT4_F_FRAGMENT;
 		return 0;
+	}
+
+	/* The L4 header linear too, so that it is read and rewritten without helper calls (the IPv4
+	 * header above was read in place: ip is not used past this point). */
+	switch (pkt->proto) {
+	case IPPROTO_TCP:
+		ctx_pull(ctx, pkt->l4_off + sizeof(struct tcphdr));
+		break;
+	case IPPROTO_UDP:
+	case IPPROTO_ICMP:
+		ctx_pull(ctx, pkt->l4_off + sizeof(struct udphdr));
+		break;
 	}
 
 	switch (pkt->proto) {

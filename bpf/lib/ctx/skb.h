@@ -14,14 +14,26 @@
 #define CTX_ACT_OK TC_ACT_OK
 #define CTX_ACT_DROP TC_ACT_SHOT
 
+/* ctx->data and ctx->data_end are read with one load from ctx each: left to itself clang may
+ * keep &ctx->data in a register (or spill it) and load through that, which the verifier rejects
+ * ("dereference of modified ctx ptr"). */
+#define SLUICE_CTX_LOAD_U32(ctx, field)                                                   \
+	({                                                                                 \
+		__u64 __v;                                                                 \
+		asm volatile("%0 = *(u32 *)(%1 + %2)"                                      \
+			     : "=r"(__v)                                                   \
+			     : "r"(ctx), "i"(__builtin_offsetof(struct __sk_buff, field))); \
+		__v;                                                                       \
+	})
+
 static __always_inline void *ctx_data(const struct sluice_ctx *ctx)
 {
-	return (void *)(long)ctx->data;
+	return (void *)(long)SLUICE_CTX_LOAD_U32(ctx, data);
 }
 
 static __always_inline void *ctx_data_end(const struct sluice_ctx *ctx)
 {
-	return (void *)(long)ctx->data_end;
+	return (void *)(long)SLUICE_CTX_LOAD_U32(ctx, data_end);
 }
 
 static __always_inline __u32 ctx_len(struct sluice_ctx *ctx)
@@ -35,30 +47,155 @@ static __always_inline __u32 ctx_ifindex(const struct sluice_ctx *ctx)
 	return ctx->ifindex;
 }
 
+/* Packet access goes straight to the linear data when [off, off + len) lies inside it (one
+ * bounds check, no helper call: helper calls are the dominant per-packet cost), and through the
+ * skb helpers otherwise. Offsets past SLUICE_CTX_DIRECT_MAX always take the helper, which keeps
+ * the variable offset bounded for the verifier. */
+#define SLUICE_CTX_DIRECT_MAX 0x3ff
+
+/* A pointer to len bytes of linear packet data at off, or NULL. */
+static __always_inline void *ctx_direct(const struct sluice_ctx *ctx, __u32 off, __u32 len)
+{
+	void *p, *end = ctx_data_end(ctx);
+
+	if (off > SLUICE_CTX_DIRECT_MAX)
+		return NULL;
+	p = ctx_data(ctx) + off;
+	if (p + len > end)
+		return NULL;
+	return p;
+}
+
+/* Makes the first len bytes linear (when the packet has that many) so that headers are read and
+ * written directly; a no-op, without a helper call, when they already are. Best effort: what
+ * stays non-linear goes through the helpers. Invalidates packet pointers. */
+static __always_inline void ctx_pull(struct sluice_ctx *ctx, __u32 len)
+{
+	if (len <= ctx->len && ctx_data(ctx) + len > ctx_data_end(ctx))
+		bpf_skb_pull_data(ctx, len);
+}
+
 static __always_inline int ctx_load_bytes(struct sluice_ctx *ctx, __u32 off, void *to, __u32 len)
 {
+	void *p = ctx_direct(ctx, off, len);
+
+	if (p) {
+		__builtin_memcpy(to, p, len);
+		return 0;
+	}
 	return bpf_skb_load_bytes(ctx, off, to, len);
 }
 
+/* Like bpf_skb_store_bytes with flags 0: skb->csum (CHECKSUM_COMPLETE) is not updated, which is
+ * right for fields whose checksum is rewritten with them. */
 static __always_inline int ctx_store_bytes(struct sluice_ctx *ctx, __u32 off, const void *from,
 					   __u32 len)
 {
+	void *p = ctx_direct(ctx, off, len);
+
+	if (p) {
+		__builtin_memcpy(p, from, len);
+		return 0;
+	}
 	return bpf_skb_store_bytes(ctx, off, from, len, 0);
+}
+
+static __always_inline __u16 ctx_csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+/* RFC 1624 on a checksum field: HC' = ~(~HC + ~m + m') for a 2- or 4-byte field changing from
+ * `from` to `to` (the kernel's csum_replace2/4). */
+static __always_inline __u16 ctx_csum_update(__u16 csum, __u32 from, __u32 to, __u32 size)
+{
+	__u32 sum = (__u16)~csum;
+
+	if (size == 4)
+		sum += (~from & 0xffff) + (~from >> 16) + (to & 0xffff) + (to >> 16);
+	else
+		sum += (__u16)~from + (__u16)to;
+	return ctx_csum_fold(sum);
 }
 
 /* Incremental checksum updates (RFC 1624) of the 16-bit checksum at off; flags as for
  * bpf_l3_csum_replace / bpf_l4_csum_replace (the size of the field, BPF_F_PSEUDO_HDR,
- * BPF_F_MARK_MANGLED_0). */
+ * BPF_F_MARK_MANGLED_0).
+ * The IPv4 header checksum does not depend on the skb's checksum state (the kernel helper only
+ * rewrites the field), so it is updated inline when the field is linear. */
 static __always_inline int ctx_l3_csum_replace(struct sluice_ctx *ctx, __u32 off, __u64 from,
 					       __u64 to, __u64 flags)
 {
+	__u32 size = flags & BPF_F_HDR_FIELD_MASK;
+	__u16 *field = ctx_direct(ctx, off, sizeof(__u16));
+
+	if (field && (size == 2 || size == 4)) {
+		*field = ctx_csum_update(*field, (__u32)from, (__u32)to, size);
+		return 0;
+	}
 	return bpf_l3_csum_replace(ctx, off, from, to, flags);
 }
 
+/* The L4 checksum does depend on it (CHECKSUM_PARTIAL holds only the pseudo header sum and takes
+ * pseudo header changes the other way round, CHECKSUM_COMPLETE needs skb->csum kept right for
+ * pseudo header changes), which a program cannot read: the helper decides. */
 static __always_inline int ctx_l4_csum_replace(struct sluice_ctx *ctx, __u32 off, __u64 from,
 					       __u64 to, __u64 flags)
 {
 	return bpf_l4_csum_replace(ctx, off, from, to, flags);
+}
+
+/* The L4 checksum update for a pseudo header address and a port that change together (DNAT,
+ * reverse NAT, masquerade) in one helper call instead of two. The helper is told the address
+ * change, and how it moved the field tells the skb's checksum state: CHECKSUM_PARTIAL moves the
+ * pseudo header sum by +d, every other state moves the checksum by -d. The port is then applied
+ * as that state needs: not at all under CHECKSUM_PARTIAL (the device sums the data itself), by
+ * RFC 1624 otherwise (the port and the checksum change together, so skb->csum stays right).
+ * When the outcomes cannot be told apart (d is 0 in one's complement, UDP's "no checksum", a
+ * field outside the linear data) the port goes through the helper too. flags: the address's
+ * flags for bpf_l4_csum_replace (BPF_F_PSEUDO_HDR | 4, BPF_F_MARK_MANGLED_0). */
+static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx, __u32 off,
+							 __be32 from_addr, __be32 to_addr,
+							 __be16 from_port, __be16 to_port,
+							 __u64 flags)
+{
+	__u64 port_flags = sizeof(__be16) | (flags & BPF_F_MARK_MANGLED_0);
+	__u16 *field = ctx_direct(ctx, off, sizeof(__u16));
+	__u16 before, after, full, partial;
+	__u32 words;
+
+	if (!field) {
+		if (bpf_l4_csum_replace(ctx, off, from_addr, to_addr, flags))
+			return -1;
+		return from_port == to_port ? 0 :
+					      bpf_l4_csum_replace(ctx, off, from_port, to_port,
+								  port_flags);
+	}
+	before = *field;
+	if (bpf_l4_csum_replace(ctx, off, from_addr, to_addr, flags))
+		return -1;
+	if (from_port == to_port)
+		return 0;
+	field = ctx_direct(ctx, off, sizeof(__u16)); /* the helper invalidated packet pointers */
+	if (!field)
+		return bpf_l4_csum_replace(ctx, off, from_port, to_port, port_flags);
+	after = *field;
+	words = (~from_addr & 0xffff) + (~from_addr >> 16) + (to_addr & 0xffff) + (to_addr >> 16);
+	full = ctx_csum_fold((__u16)~before + words); /* csum_replace4 */
+	partial = (__u16)~ctx_csum_fold(before + words); /* the pseudo header sum moved */
+	if (full == partial || ((flags & BPF_F_MARK_MANGLED_0) && (before == 0 || full == 0)))
+		return bpf_l4_csum_replace(ctx, off, from_port, to_port, port_flags);
+	if (after == partial)
+		return 0;
+	if (after != full)
+		return bpf_l4_csum_replace(ctx, off, from_port, to_port, port_flags);
+	after = ctx_csum_update(after, from_port, to_port, sizeof(__be16));
+	if ((flags & BPF_F_MARK_MANGLED_0) && after == 0)
+		after = 0xffff;
+	*field = after;
+	return 0;
 }
 
 /* Sets the packet's length to len (trims or pads at the tail). */

@@ -3,8 +3,12 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <bpf/bpf.h>
+
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 #include <string>
 #include <vector>
@@ -277,6 +281,43 @@ TEST_F(ServiceReconcilerPrivTest, ProgramsTenThousandServicesOfTenEndpoints) {
       "no-op re-apply + prune %.0f ms\n",
       kServices, kEndpoints, ms(t1 - t0), static_cast<unsigned long long>(r->stats().map_updates),
       ms(t3 - t2), ms(t4 - t3));
+}
+
+// BpfLbMaps writes in batches; when a batch fails (here: a backend map with room for 4), no
+// master may name what is missing, and what the reconciler believed written is written again
+// on the next apply.
+TEST_F(ServiceReconcilerPrivTest, FailedBatchedWriteLeavesNoMasterAndIsWrittenAgain) {
+  LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "test_lb4_be", sizeof(uint32_t),
+                          sizeof(sluice_lb4_backend), 4, &opts);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  maps::Lb4BackendMap small{maps::MapFd(fd)};
+  BpfLbMaps lb(dp_->lb4_services(), small, dp_->lb4_revnat(), dp_->lb4_source_ranges(),
+               dp_->ct4(), &dp_->lb4_affinity());
+  auto r = ServiceReconciler::Create(lb);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> both = {
+      {"default/a", T({Frontend("10.96.0.10", 80, {"10.244.1.1", "10.244.1.2", "10.244.1.3"})})},
+      {"default/b", T({Frontend("10.96.0.11", 80, {"10.244.2.1", "10.244.2.2", "10.244.2.3"})})},
+  };
+  EXPECT_FALSE((*r)->ApplyAll(both).ok());
+  EXPECT_FALSE(dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, 0)).ok());
+  EXPECT_FALSE(dp_->lb4_services().Lookup(Key("10.96.0.11", 80, IPPROTO_TCP, 0)).ok());
+
+  // b goes (its backends with it), a is applied unchanged: all of it is written now.
+  std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> only_a = {
+      {"default/a", both[0].second}, {"default/b", std::nullopt}};
+  ASSERT_TRUE((*r)->ApplyAll(only_a).ok());
+  auto master = dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, 0));
+  ASSERT_TRUE(master.ok());
+  EXPECT_EQ(master->count, 3);
+  EXPECT_EQ(*small.Count(), 3u);
+  for (uint16_t s = 1; s <= 3; ++s) {
+    auto slot = dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, s));
+    ASSERT_TRUE(slot.ok()) << "slot " << s;
+    EXPECT_TRUE(small.Lookup(slot->backend_id).ok()) << "slot " << s;
+  }
+  EXPECT_TRUE(dp_->lb4_revnat().Lookup(master->rev_nat_id).ok());
 }
 
 }  // namespace
