@@ -15,6 +15,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
+#include "agent/base/config_dir.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
@@ -81,6 +83,9 @@ ABSL_FLAG(std::string, cgroup_root, "",
           "cgroup v2 directory the socket-LB programs attach to (default: the cgroup2 mount in "
           "/proc/mounts, else one mounted at /run/sluice/cgroupv2)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(std::string, config_dir, "",
+          "a directory of flag files (a mounted ConfigMap): file name = flag name, content = "
+          "value; flags on the command line win");
 
 namespace sluice::agent {
 namespace {
@@ -275,5 +280,10 @@ int main(int argc, char** argv) {
       "sluice-agent [--kubeconfig=FILE --node_name=NAME | --pod_cidr=CIDR] [flags]: Sluice's node "
       "agent");
   absl::ParseCommandLine(argc, argv);
+  if (std::string dir = absl::GetFlag(FLAGS_config_dir); !dir.empty()) {
+    auto applied = sluice::agent::ApplyConfigDir(dir, sluice::agent::FlagsOnCommandLine(argc, argv));
+    if (!applied.ok()) return sluice::agent::Fail(applied.status(), "--config_dir");
+    spdlog::info("configuration from {}: {}", dir, absl::StrJoin(*applied, ", "));
+  }
   return sluice::agent::Run();
 }
