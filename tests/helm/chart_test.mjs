@@ -42,9 +42,7 @@ const agentFlags = new Set(
 // Keys for flags that land with other branches of issue 12's work (ops: health and metrics;
 // overlay: routing). Remove each here once its flag is in the agent.
 const PENDING_FLAGS = new Set(['health_address', 'metrics_address', 'routing_mode', 'tunnel_port',
-  'auto_direct_node_routes', 'ipv4_native_routing_cidr',
-  // This branch's --cni_exclusive (the CNI install lifecycle step) follows.
-  'cni_exclusive']);
+  'auto_direct_node_routes', 'ipv4_native_routing_cidr']);
 
 // What the agent watches (agent/k8s/model.h kPath): the ClusterRole must grant exactly that.
 const watched = [...readFileSync(`${args.source}/agent/k8s/model.h`, 'utf8')
