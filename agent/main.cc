@@ -27,6 +27,7 @@
 #include "agent/k8s/watches.h"
 #include "agent/routing/peer_route_sync.h"
 #include "agent/kernel/netlink.h"
+#include "agent/kernel/netns.h"
 #include "agent/routing/node_setup.h"
 #include "agent/service/reconciler.h"
 #include "agent/service/sync.h"
@@ -221,6 +222,12 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // A container's /proc/sys is read-only; the node's and the pods' net sysctls need it writable.
+  if (auto rw = MakeProcSysWritable(); !rw.ok()) {
+    return Fail(rw.status(), "make /proc/sys writable");
+  } else if (*rw) {
+    spdlog::info("remounted /proc/sys read-write (it was a container's read-only mount)");
+  }
   LibnlNetlink netlink;
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
