@@ -5,7 +5,7 @@
 //
 // node tests/helm/chart_test.mjs --render BIN --chart DIR --agent BIN --source DIR
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import assert from 'node:assert/strict';
 
@@ -43,6 +43,9 @@ const agentFlags = new Set(
 // overlay: routing). Remove each here once its flag is in the agent.
 const PENDING_FLAGS = new Set(['health_address', 'metrics_address', 'routing_mode', 'tunnel_port',
   'auto_direct_node_routes', 'ipv4_native_routing_cidr']);
+
+const valuesDir = mkdtempSync(`${tmpdir()}/sluice-helm-`);
+process.on('exit', () => rmSync(valuesDir, { recursive: true, force: true }));
 
 // What the agent watches (agent/k8s/model.h kPath): the ClusterRole must grant exactly that.
 const watched = [...readFileSync(`${args.source}/agent/k8s/model.h`, 'utf8')
@@ -120,6 +123,21 @@ function checkConfigKeys(r) {
     assert.ok(agentFlags.has(key) || PENDING_FLAGS.has(key), `ConfigMap key ${key} is an agent flag`);
     assert.equal(typeof config(r)[key], 'string');
   }
+}
+
+// The agent itself reads the rendered ConfigMap as the kubelet mounts it (one file per key) and
+// accepts every value: --uninstall applies the configuration, then only removes Sluice's files
+// from the scratch CNI directories the command line points it at.
+let scratch = 0;
+function agentAcceptsConfig(r) {
+  const dir = `${valuesDir}/agent-${scratch++}`;
+  mkdirSync(`${dir}/config`, { recursive: true });
+  for (const [key, value] of Object.entries(config(r))) {
+    if (!PENDING_FLAGS.has(key)) writeFileSync(`${dir}/config/${key}`, value);
+  }
+  const run = spawnSync(args.agent, [`--config_dir=${dir}/config`, '--uninstall',
+    `--cni_conf_dir=${dir}/net.d`, `--cni_bin_dir=${dir}/bin`], { encoding: 'utf8' });
+  assert.equal(run.status, 0, `the agent refuses the rendered ConfigMap:\n${run.stdout}${run.stderr}`);
 }
 
 function checkRbac(r) {
@@ -236,8 +254,6 @@ const cases = [
 ];
 
 // A values file as operators keep them: nested keys merge with the defaults, null removes one.
-const valuesDir = mkdtempSync(`${tmpdir()}/sluice-helm-values-`);
-process.on('exit', () => rmSync(valuesDir, { recursive: true, force: true }));
 writeFileSync(`${valuesDir}/values.yaml`, 'prometheus:\n  enabled: true\nnodeSelector: null\nk8sServiceHost: 10.0.0.1\n');
 cases.push(['values file, then --set over it', ['-f', `${valuesDir}/values.yaml`, '--set', 'k8sServiceHost=10.0.0.2'], (r) => {
   assert.equal(config(r).metrics_address, ':9962', 'prometheus.port kept from the defaults');
@@ -283,6 +299,7 @@ for (const [name, values, expect] of cases) {
       try { await validate(d.object); } catch (e) { throw new Error(`${d.source} ${d.object.kind}: ${e.message}`); }
     }
     expect(r);
+    agentAcceptsConfig(r);
   });
 }
 await check('a changed configuration changes the pod template (the agents roll)', () => {
