@@ -127,14 +127,16 @@ needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
 resolved = dict(re.findall(r"^\s*(\S+) => (\S+)", subprocess.run(["ldd", agent], capture_output=True,
                                                                   text=True).stdout, re.M))
 check("the agent links shared libraries", len(needed) > 5, str(needed))
+# One dpkg -S for all of them (each call reads the whole package database).
+paths = {lib: resolved[lib] for lib in needed if lib in resolved}
+candidates = sorted({p for path in paths.values() for p in (path, os.path.realpath(path))})
+owners = {}
+for line in subprocess.run(["dpkg", "-S"] + candidates, capture_output=True, text=True).stdout.splitlines():
+    pkg, _, path = line.partition(": ")
+    owners[path] = pkg.split(":")[0]
 for lib in needed:
-    path = resolved.get(lib)
-    owner = None
-    if path:
-        out = subprocess.run(["dpkg", "-S", os.path.realpath(path)], capture_output=True, text=True)
-        if out.returncode != 0:
-            out = subprocess.run(["dpkg", "-S", path], capture_output=True, text=True)
-        owner = out.stdout.split(":")[0] if out.returncode == 0 else None
+    path = paths.get(lib)
+    owner = path and (owners.get(os.path.realpath(path)) or owners.get(path))
     check(f"{lib} comes from a runtime package ({owner})", owner in runtime_pkgs)
 check("util-linux (nsenter for the mount init containers) is installed", "util-linux" in runtime_pkgs)
 
