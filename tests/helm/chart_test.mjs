@@ -254,7 +254,7 @@ const cases = [
 ];
 
 // A values file as operators keep them: nested keys merge with the defaults, null removes one.
-writeFileSync(`${valuesDir}/values.yaml`, 'prometheus:\n  enabled: true\nnodeSelector: null\nk8sServiceHost: 10.0.0.1\n');
+writeFileSync(`${valuesDir}/values.yaml`, 'prometheus:\n  enabled: true\nnodeSelector: null\nk8sServiceHost: 10.0.0.1\nk8sServicePort: 6443\n');
 cases.push(['values file, then --set over it', ['-f', `${valuesDir}/values.yaml`, '--set', 'k8sServiceHost=10.0.0.2'], (r) => {
   assert.equal(config(r).metrics_address, ':9962', 'prometheus.port kept from the defaults');
   assert.equal(one(r, 'DaemonSet').spec.template.spec.nodeSelector, undefined, 'null removed nodeSelector');
@@ -279,6 +279,7 @@ const refused = [
   [['--set', 'autoDirectNodeRoutes=true'], null, 'autoDirectNodeRoutes=true needs routingMode=native'],
   [['--set', 'ipam.mode=cluster-pool,ipam.operator.clusterPoolIPv4PodCIDRList={10.11.0.0/16},ipam.operator.clusterPoolIPv4MaskSize=12'], null, 'is larger than the pool 10.11.0.0/16'],
   [['--set', 'k8sServicePort=6443'], null, 'k8sServicePort is set without k8sServiceHost'],
+  [['--set', 'k8sServiceHost=192.168.10.121'], null, 'k8sServiceHost needs k8sServicePort'],
   // Cilium values Sluice has no such feature for: the schema refuses unknown keys.
   [['--set', 'hubble.enabled=true'], 'Additional property hubble is not allowed', null],
   [['--set', 'encryption.enabled=true'], 'Additional property encryption is not allowed', null],

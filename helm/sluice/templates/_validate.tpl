@@ -41,6 +41,9 @@ refuses the same values first; these checks keep the message clear when a schema
 {{- if and $v.k8sServicePort (not $v.k8sServiceHost) -}}
 {{- fail "k8sServicePort is set without k8sServiceHost" -}}
 {{- end -}}
+{{- if and $v.k8sServiceHost (not $v.k8sServicePort) -}}
+{{- fail "k8sServiceHost needs k8sServicePort (the apiserver's port, e.g. 6443)" -}}
+{{- end -}}
 {{- if $v.ipv6.enabled -}}
 {{- fail "ipv6.enabled=true is not supported: Sluice's datapath is IPv4 only" -}}
 {{- end -}}
