@@ -38,7 +38,8 @@ absl::Status RemoveDatapath(const std::string& bpffs_root) {
     const std::string name = e.path().filename();
     if (name == "maps.debug" || name == "progs.debug") continue;
     removed += static_cast<int>(std::filesystem::remove_all(e.path(), ec));
-    if (ec) return absl::InternalError(absl::StrCat("unpin ", e.path().string(), ": ", ec.message()));
+    if (ec)
+      return absl::InternalError(absl::StrCat("unpin ", e.path().string(), ": ", ec.message()));
   }
   if (ec && ec != std::errc::no_such_file_or_directory) {
     return absl::InternalError(absl::StrCat("list ", bpffs_root, ": ", ec.message()));

@@ -44,7 +44,8 @@ absl::Status CheckCniBinaries(const CniInstallOptions& o) {
   for (const auto& name : RequiredCniBinaries(o)) {
     const std::string path = o.bin_dir + "/" + name;
     struct stat st {};
-    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) || ::access(path.c_str(), X_OK) != 0) {
+    if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode) ||
+        ::access(path.c_str(), X_OK) != 0) {
       missing.push_back(name);
     }
   }
@@ -84,9 +85,10 @@ absl::StatusOr<ForeignConfigReport> HandleForeignConfigs(const CniInstallOptions
                    kBackupSuffix);
       report.renamed.push_back(name);
     } else if (name < kConflistName) {
-      spdlog::warn("{} sorts before {}: the runtime uses it instead of Sluice's (set "
-                   "--cni_exclusive to move it aside)",
-                   path, kConflistName);
+      spdlog::warn(
+          "{} sorts before {}: the runtime uses it instead of Sluice's (set "
+          "--cni_exclusive to move it aside)",
+          path, kConflistName);
       report.before_ours.push_back(name);
     }
   }

@@ -20,7 +20,7 @@ struct CniInstallOptions {
   std::string network_name = "sluice";
   std::string cni_version = "1.0.0";
   std::string socket_path;
-  int mtu = 0;  // 0: leave it to the agent's default
+  int mtu = 0;             // 0: leave it to the agent's default
   bool exclusive = false;  // rename other plugins' configurations out of the runtime's way
 };
 

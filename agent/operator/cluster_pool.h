@@ -20,8 +20,7 @@ struct ClusterPool {
   int mask_size = 24;           // each node's prefix length, >= every pool's, <= 30
 
   // Checks the pools (IPv4, non-overlapping, no longer than mask_size) and mask_size.
-  [[nodiscard]] static absl::StatusOr<ClusterPool> Make(std::vector<IpPrefix> pools,
-                                                        int mask_size);
+  [[nodiscard]] static absl::StatusOr<ClusterPool> Make(std::vector<IpPrefix> pools, int mask_size);
 };
 
 struct PoolAllocation {

@@ -132,8 +132,8 @@ TEST_F(ConfigDirTest, EmptyDirectoryAppliesNothing) {
 }
 
 TEST(FlagsOnCommandLineTest, FindsEverySpelling) {
-  std::vector<std::string> args = {"sluice-agent", "--cfg_name=x", "-cfg_mtu", "9000",
-                                   "--nocfg_enabled", "positional", "--", "--cfg_cidrs=y"};
+  std::vector<std::string> args = {"sluice-agent",    "--cfg_name=x", "-cfg_mtu", "9000",
+                                   "--nocfg_enabled", "positional",   "--",       "--cfg_cidrs=y"};
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
   auto names = FlagsOnCommandLine(static_cast<int>(argv.size()), argv.data());

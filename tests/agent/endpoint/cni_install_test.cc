@@ -60,8 +60,9 @@ TEST_F(CniInstallTest, InstallWritesThePluginAndConflistAndLeavesOthersByDefault
   ASSERT_TRUE(report.ok()) << report.status();
   EXPECT_THAT(report->renamed, IsEmpty());
   EXPECT_THAT(report->before_ours, IsEmpty()) << "both sort after 05-sluice.conflist";
-  EXPECT_EQ(Files(opts_.conf_dir),
-            (std::set<std::string>{"05-sluice.conflist", "10-calico.conflist", "99-loopback.conf"}));
+  EXPECT_EQ(
+      Files(opts_.conf_dir),
+      (std::set<std::string>{"05-sluice.conflist", "10-calico.conflist", "99-loopback.conf"}));
   EXPECT_THAT(Read(opts_.conf_dir + "/05-sluice.conflist"), HasSubstr(R"("type": "sluice")"));
   EXPECT_EQ(Read(opts_.bin_dir + "/sluice"), "#!/bin/sh\n");
   EXPECT_EQ(::access((opts_.bin_dir + "/sluice").c_str(), X_OK), 0);

@@ -22,7 +22,8 @@ int ChildRemountsAReadOnlyProcSys() {
   if (::unshare(CLONE_NEWNS) != 0) return 1;
   if (::mount(nullptr, "/", nullptr, MS_REC | MS_PRIVATE, nullptr) != 0) return 2;
   if (::mount("/proc/sys", "/proc/sys", nullptr, MS_BIND, nullptr) != 0) return 3;
-  if (::mount(nullptr, "/proc/sys", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID, nullptr) != 0) {
+  if (::mount(nullptr, "/proc/sys", nullptr, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID,
+              nullptr) != 0) {
     return 4;
   }
   if (!ReadOnly("/proc/sys")) return 5;

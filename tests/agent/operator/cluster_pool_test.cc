@@ -33,8 +33,8 @@ TEST(ClusterPoolTest, TheIssuesInstallLineGivesEachNodeItsOwnSlash24) {
 TEST(ClusterPoolTest, ExistingAllocationsAreKeptAndNeverHandedOutAgain) {
   // An operator restart or failover: the API's spec.podCIDRs are the state.
   ClusterPool pool = Pool({P("10.11.0.0/16")}, 24);
-  auto a = AllocateNodeCidrs(pool, {{"old-1", "10.11.0.0/24"}, {"old-2", "10.11.2.0/24"},
-                                    {"new-1", ""}, {"new-2", ""}});
+  auto a = AllocateNodeCidrs(
+      pool, {{"old-1", "10.11.0.0/24"}, {"old-2", "10.11.2.0/24"}, {"new-1", ""}, {"new-2", ""}});
   EXPECT_EQ(a.assign.size(), 2u);
   EXPECT_EQ(a.assign.at("new-1"), P("10.11.1.0/24"));
   EXPECT_EQ(a.assign.at("new-2"), P("10.11.3.0/24"));
@@ -92,7 +92,10 @@ TEST(ClusterPoolTest, NoTwoNodesEverShareACidr) {
   std::set<std::string> seen;
   int without = 0;
   for (const auto& [n, c] : nodes) {
-    if (c.empty()) { ++without; continue; }
+    if (c.empty()) {
+      ++without;
+      continue;
+    }
     EXPECT_TRUE(seen.insert(c).second) << c << " twice";
   }
   EXPECT_EQ(seen.size(), 64u) << "a /20 holds 64 /26s, all in use";
