@@ -15,7 +15,9 @@ DEB_PACKAGES := \
 	libsimdjson-dev libcurl4-openssl-dev libcpp-httplib-dev libyaml-cpp-dev libssl-dev \
 	iproute2 iptables nftables ethtool iputils-ping socat netcat-openbsd procps python3 \
 	openssl curl util-linux \
-	podman runc containernetworking-plugins busybox-static
+	podman runc containernetworking-plugins busybox-static \
+	golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
+	golang-github-xeipuuv-gojsonschema-dev nodejs
 
 .PHONY: all build deps test test-unit test-privileged bench demo fuzz clean format
 
@@ -39,6 +41,10 @@ deps:
 	@# kubectl: the image's own package when present, else Debian's kubernetes-client.
 	@command -v kubectl >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q kubectl \
 		|| DEBIAN_FRONTEND=noninteractive apt-get install -y -q kubernetes-client
+	@# npm: Debian's package, unless the installed nodejs brings its own.
+	@command -v npm >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -q npm
+	@# The chart tests' Kubernetes schemas (kubernetes-models), pinned by tests/helm/package-lock.json.
+	@test -d tests/helm/node_modules/kubernetes-models || npm ci --prefix tests/helm --no-audit --no-fund
 
 test: build
 	ctest --test-dir $(BUILD) --output-on-failure --timeout 900 -j$(NPROC)

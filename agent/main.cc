@@ -8,6 +8,7 @@
 #include <climits>
 #include <cstdlib>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/str_join.h"
+#include "agent/base/config_dir.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
@@ -24,6 +27,7 @@
 #include "agent/k8s/watches.h"
 #include "agent/routing/peer_route_sync.h"
 #include "agent/kernel/netlink.h"
+#include "agent/kernel/netns.h"
 #include "agent/routing/node_setup.h"
 #include "agent/service/reconciler.h"
 #include "agent/service/sync.h"
@@ -31,6 +35,7 @@
 #include "agent/policy/sync.h"
 #include "loader/cgroup.h"
 #include "loader/datapath.h"
+#include "loader/uninstall.h"
 #include "maps/types.h"
 #include "spdlog/spdlog.h"
 
@@ -74,6 +79,8 @@ ABSL_FLAG(std::string, cni_conf_dir, "/etc/cni/net.d", "where 05-sluice.conflist
 ABSL_FLAG(std::string, cni_bin_dir, "/opt/cni/bin", "where the plugin binary goes");
 ABSL_FLAG(std::string, cni_plugin, "", "sluice-cni binary to install (default: next to this one)");
 ABSL_FLAG(std::string, cni_version, "1.0.0", "cniVersion of the installed conflist");
+ABSL_FLAG(bool, cni_exclusive, false,
+          "rename other plugins' configurations in --cni_conf_dir to *.sluice_bak");
 ABSL_FLAG(bool, socket_lb, true,
           "socket-level Service load balancing for the node's own (host-network) processes: "
           "cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs");
@@ -81,6 +88,15 @@ ABSL_FLAG(std::string, cgroup_root, "",
           "cgroup v2 directory the socket-LB programs attach to (default: the cgroup2 mount in "
           "/proc/mounts, else one mounted at /run/sluice/cgroupv2)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(bool, uninstall, false,
+          "remove 05-sluice.conflist and the plugin binary (restoring configurations that "
+          "--cni_exclusive moved aside), then exit; the datapath stays");
+ABSL_FLAG(bool, uninstall_datapath, false,
+          "with --uninstall: also detach Sluice's programs from every interface and remove "
+          "every pin under --bpffs_root (pods lose their network)");
+ABSL_FLAG(std::string, config_dir, "",
+          "a directory of flag files (a mounted ConfigMap): file name = flag name, content = "
+          "value; flags on the command line win");
 
 namespace sluice::agent {
 namespace {
@@ -103,6 +119,51 @@ std::string SelfDir() {
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
   if (n <= 0) return ".";
   return std::filesystem::path(std::string(buf, n)).parent_path();
+}
+
+CniInstallOptions CniOptionsFromFlags() {
+  CniInstallOptions cni;
+  cni.conf_dir = absl::GetFlag(FLAGS_cni_conf_dir);
+  cni.bin_dir = absl::GetFlag(FLAGS_cni_bin_dir);
+  cni.plugin_source = absl::GetFlag(FLAGS_cni_plugin);
+  if (cni.plugin_source.empty()) cni.plugin_source = SelfDir() + "/sluice-cni";
+  cni.cni_version = absl::GetFlag(FLAGS_cni_version);
+  cni.socket_path = absl::GetFlag(FLAGS_socket);
+  cni.exclusive = absl::GetFlag(FLAGS_cni_exclusive);
+  return cni;
+}
+
+// Polls `check` until it is OK; logs why not at once and every 10 s. False when a stop signal
+// came first.
+bool WaitOrStop(const sigset_t& stop, const char* what,
+                const std::function<absl::Status()>& check) {
+  absl::Time next_log = absl::InfinitePast();
+  for (absl::Status st = check(); !st.ok(); st = check()) {
+    if (absl::Now() >= next_log) {
+      // At info first (a start waits a moment for its first sync), at warn while it lasts.
+      spdlog::log(next_log == absl::InfinitePast() ? spdlog::level::info : spdlog::level::warn,
+                  "not ready, waiting for {}: {}", what, std::string(st.message()));
+      next_log = absl::Now() + absl::Seconds(10);
+    }
+    const timespec poll = {0, 100 * 1000 * 1000};
+    if (int sig = sigtimedwait(&stop, nullptr, &poll); sig > 0) {
+      spdlog::info("signal {} while waiting for {}: stopping", sig, what);
+      return false;
+    }
+  }
+  return true;
+}
+
+// --uninstall: what a chart's preStop (cni.uninstall) runs; with --uninstall_datapath, what
+// removing Sluice from a node runs.
+int Uninstall() {
+  if (auto st = UninstallCni(CniOptionsFromFlags()); !st.ok()) return Fail(st, "uninstall CNI");
+  if (absl::GetFlag(FLAGS_uninstall_datapath)) {
+    if (auto st = loader::RemoveDatapath(absl::GetFlag(FLAGS_bpffs_root)); !st.ok()) {
+      return Fail(st, "uninstall datapath");
+    }
+  }
+  return 0;
 }
 
 int Run() {
@@ -161,6 +222,12 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  // A container's /proc/sys is read-only; the node's and the pods' net sysctls need it writable.
+  if (auto rw = MakeProcSysWritable(); !rw.ok()) {
+    return Fail(rw.status(), "make /proc/sys writable");
+  } else if (*rw) {
+    spdlog::info("remounted /proc/sys read-write (it was a container's read-only mount)");
+  }
   LibnlNetlink netlink;
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
@@ -220,16 +287,6 @@ int Run() {
       !st.ok()) {
     return Fail(st, "start endpoint API");
   }
-  if (absl::GetFlag(FLAGS_install_cni)) {
-    CniInstallOptions cni;
-    cni.conf_dir = absl::GetFlag(FLAGS_cni_conf_dir);
-    cni.bin_dir = absl::GetFlag(FLAGS_cni_bin_dir);
-    cni.plugin_source = absl::GetFlag(FLAGS_cni_plugin);
-    if (cni.plugin_source.empty()) cni.plugin_source = SelfDir() + "/sluice-cni";
-    cni.cni_version = absl::GetFlag(FLAGS_cni_version);
-    cni.socket_path = server_opts.socket_path;
-    if (auto st = InstallCni(cni); !st.ok()) return Fail(st, "install CNI");
-  }
   // Routes to the other nodes' pod CIDRs follow the Node objects.
   std::unique_ptr<PeerRouteSync> peer_routes;
   if (k8s) {
@@ -258,6 +315,23 @@ int Run() {
         [kube] { return kube->services().HasSynced() && kube->endpoint_slices().HasSynced(); },
         *lb_reconciler, health_checks.get(), NodeContext{k8s->node_name(), {node->node_ip}});
   }
+  // The conflist tells the runtime, and so the kubelet (node Ready), that pods can start here:
+  // it is written once a new pod gets everything right (the watches listed, the first full
+  // Service and policy batches in the maps) and every binary it names is there.
+  if (absl::GetFlag(FLAGS_install_cni)) {
+    CniInstallOptions cni = CniOptionsFromFlags();
+    auto synced = [&]() -> absl::Status {
+      if (service_sync && !service_sync->pruned()) return absl::UnavailableError("Services");
+      if (policy_sync && !policy_sync->pruned()) return absl::UnavailableError("NetworkPolicies");
+      return absl::OkStatus();
+    };
+    if (!WaitOrStop(stop_signals, "first sync", synced) ||
+        !WaitOrStop(stop_signals, "CNI binaries", [&] { return CheckCniBinaries(cni); })) {
+      server.Stop();
+      return 0;
+    }
+    if (auto st = InstallCni(cni); !st.ok()) return Fail(st.status(), "install CNI");
+  }
   spdlog::info("sluice-agent ready: serving {}", server_opts.socket_path);
 
   int sig = 0;
@@ -275,5 +349,11 @@ int main(int argc, char** argv) {
       "sluice-agent [--kubeconfig=FILE --node_name=NAME | --pod_cidr=CIDR] [flags]: Sluice's node "
       "agent");
   absl::ParseCommandLine(argc, argv);
+  if (std::string dir = absl::GetFlag(FLAGS_config_dir); !dir.empty()) {
+    auto applied = sluice::agent::ApplyConfigDir(dir, sluice::agent::FlagsOnCommandLine(argc, argv));
+    if (!applied.ok()) return sluice::agent::Fail(applied.status(), "--config_dir");
+    spdlog::info("configuration from {}: {}", dir, absl::StrJoin(*applied, ", "));
+  }
+  if (absl::GetFlag(FLAGS_uninstall)) return sluice::agent::Uninstall();
   return sluice::agent::Run();
 }

@@ -5,8 +5,10 @@
 #include <sched.h>
 #include <linux/magic.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -124,6 +126,21 @@ absl::Status RunInNetns(const std::string& netns_path, absl::FunctionRef<absl::S
         absl::StrCat("start a thread to enter netns ", netns_path, ": ", e.what()));
   }
   return result;
+}
+
+absl::StatusOr<bool> MakeProcSysWritable(const std::string& proc_sys) {
+  struct statvfs vfs {};
+  if (::statvfs(proc_sys.c_str(), &vfs) != 0) return ErrnoStatus(errno, "statvfs " + proc_sys);
+  if ((vfs.f_flag & ST_RDONLY) == 0) return false;
+  // Keep the mount's other flags: only MS_RDONLY goes.
+  unsigned long flags = MS_REMOUNT | MS_BIND;
+  if (vfs.f_flag & ST_NOSUID) flags |= MS_NOSUID;
+  if (vfs.f_flag & ST_NODEV) flags |= MS_NODEV;
+  if (vfs.f_flag & ST_NOEXEC) flags |= MS_NOEXEC;
+  if (::mount(nullptr, proc_sys.c_str(), nullptr, flags, nullptr) != 0) {
+    return ErrnoStatus(errno, "remount " + proc_sys + " read-write");
+  }
+  return true;
 }
 
 std::string InterfaceSysctlPath(absl::string_view family, absl::string_view ifname,

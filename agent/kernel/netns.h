@@ -75,6 +75,11 @@ class NetnsFd {
 [[nodiscard]] absl::Status WriteSysctlInNetns(const std::string& netns_path, absl::string_view key,
                                               absl::string_view value);
 
+// Makes `proc_sys` (normally /proc/sys) writable in the caller's mount namespace when it is a
+// read-only mount, as container runtimes mount it for every container that is not privileged:
+// a remount of that bind mount without MS_RDONLY (CAP_SYS_ADMIN). Returns whether it remounted.
+[[nodiscard]] absl::StatusOr<bool> MakeProcSysWritable(const std::string& proc_sys = "/proc/sys");
+
 // The /proc/sys path of a per-interface sysctl, e.g.
 // InterfaceSysctlPath("ipv4", "slc1a2b", "rp_filter") =
 // "/proc/sys/net/ipv4/conf/slc1a2b/rp_filter".

@@ -142,6 +142,14 @@ absl::Status CreateLinks(const Topology& t) {
     for (const char* sub : {"bpf", "state", "net.d", "bin", "log"}) {
       fs::create_directories(absl::StrCat(n.dir, "/", sub));
     }
+    // A node's CNI bin dir holds its runtime's reference plugins; the agent installs its conflist
+    // only once the loopback plugin it needs is there.
+    for (const char* loopback : {"/opt/cni/bin/loopback", "/usr/lib/cni/loopback"}) {
+      std::error_code ec;
+      if (!fs::exists(loopback, ec)) continue;
+      fs::create_symlink(loopback, n.cni_bin_dir() + "/loopback", ec);
+      break;
+    }
     // bpffs mounted from the root mount namespace (not inside the agent's `ip netns exec`
     // mount namespace), so pins survive an agent restart as /sys/fs/bpf does on a real node.
     // mode=0700 as on a real node (systemd mounts /sys/fs/bpf so): the kernel's default root is

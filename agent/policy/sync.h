@@ -59,6 +59,8 @@ class PolicySync final : public EndpointPolicyHook {
   absl::Status EndpointRemoved(const Endpoint& ep) override;
 
   bool WaitIdle(absl::Duration timeout) { return controller_->WaitIdle(timeout); }
+  // The watches have listed and a first full batch is in the maps.
+  bool pruned() const { return controller_->primed(); }
   PolicySyncStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The identities numbered so far (for sluicectl and tests).
   std::vector<IdentityRecord> Identities() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -46,6 +46,10 @@ teardown() {
 
 setup_node() {
   mkdir -p "$ROOT"/{bpf,state,net.d,bin,log}
+  # The runtime's reference loopback plugin, as on a node: the agent waits for it.
+  for lo in /opt/cni/bin/loopback /usr/lib/cni/loopback; do
+    [ -x "$lo" ] && { ln -sf "$lo" "$ROOT/bin/loopback"; break; }
+  done
   # bpffs mounted here, outside the agent's `ip netns exec` mount namespace, so pins survive
   # an agent restart exactly as /sys/fs/bpf does on a real node.
   mount -t bpf bpffs "$ROOT/bpf"

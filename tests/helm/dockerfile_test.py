@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""Checks helm/Dockerfile's structure where no container engine can build it: two Debian
+bookworm stages, every COPY source present (in the repository, or built by the build stage and
+present in the local build), the runtime stage's packages providing every shared library the
+agent links, the binaries the chart runs copied into the image, sluice-agent the entrypoint.
+
+usage: dockerfile_test.py SOURCE_DIR BUILD_DIR
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+source, build = sys.argv[1], sys.argv[2]
+dockerfile = os.path.join(source, "helm", "Dockerfile")
+failures = []
+passed = 0
+
+
+def check(name, ok, detail=""):
+    global passed
+    if ok:
+        passed += 1
+        print(f"ok   {name}")
+    else:
+        failures.append(name)
+        print(f"FAIL {name}{': ' + detail if detail else ''}")
+
+
+# Instructions with their continuation lines joined, comments dropped.
+text = re.sub(r"\\\n", " ", open(dockerfile).read())
+instructions = []
+for line in text.splitlines():
+    line = line.strip()
+    if line and not line.startswith("#"):
+        op, _, rest = line.partition(" ")
+        instructions.append((op.upper(), rest.strip()))
+
+stages = []  # {name, image, instructions}
+for op, rest in instructions:
+    if op == "FROM":
+        m = re.fullmatch(r"(\S+)\s+AS\s+(\S+)", rest, re.I)
+        stages.append({"image": m.group(1) if m else rest, "name": m.group(2) if m else None, "ops": []})
+    elif stages:
+        stages[-1]["ops"].append((op, rest))
+
+check("multi-stage: a build and a runtime stage", len(stages) >= 2, f"{len(stages)} stages")
+check("every stage is named", all(s["name"] for s in stages))
+for s in stages:
+    check(f"stage {s['name']} is Debian bookworm", re.fullmatch(r"debian:bookworm(-slim)?", s["image"]) is not None,
+          s["image"])
+build_stage, runtime = stages[0], stages[-1]
+
+
+def apt_packages(stage):
+    pkgs = []
+    for op, rest in stage["ops"]:
+        if op == "RUN":
+            for m in re.finditer(r"apt-get install ((?:\s*[-\w.+]+)+)", rest):
+                pkgs += [p for p in m.group(1).split() if not p.startswith("-")]
+    return pkgs
+
+
+# The build stage installs what `make deps` installs (one list to keep true).
+makefile = open(os.path.join(source, "Makefile")).read()
+deps = set(re.search(r"DEB_PACKAGES := (.*?)\n\n", makefile, re.S).group(1).replace("\\", " ").split())
+build_pkgs = apt_packages(build_stage)
+check("build stage installs packages", len(build_pkgs) > 10)
+missing = [p for p in build_pkgs if p not in deps]
+check("build stage packages are in the Makefile's deps", not missing, " ".join(missing))
+
+# COPY sources: the repository's files, or another stage's.
+built_targets = set()
+for op, rest in build_stage["ops"]:
+    if op == "RUN":
+        for m in re.finditer(r"ninja -C build ([\w\s-]+?)(?:&&|$)", rest):
+            built_targets.update(m.group(1).split())
+destinations = {}
+for s in stages:
+    for op, rest in s["ops"]:
+        if op != "COPY":
+            continue
+        parts = rest.split()
+        flags = [p for p in parts if p.startswith("--")]
+        srcs, dest = [p for p in parts if not p.startswith("--")][:-1], parts[-1]
+        from_stage = next((f.split("=", 1)[1] for f in flags if f.startswith("--from=")), None)
+        for src in srcs:
+            if from_stage is None:
+                check(f"COPY {src}: in the repository", os.path.exists(os.path.join(source, src)))
+                continue
+            check(f"COPY --from={from_stage} {src}: an earlier stage",
+                  from_stage in [x["name"] for x in stages[:stages.index(s)]])
+            rel = re.sub(r"^/src/build/", "", src)
+            check(f"COPY --from={from_stage} {src}: built by the build stage ({os.path.basename(src)})",
+                  os.path.basename(src) in built_targets)
+            check(f"COPY --from={from_stage} {src}: present in the local build",
+                  os.path.isfile(os.path.join(build, rel)), os.path.join(build, rel))
+            if s is runtime:
+                destinations[dest] = os.path.basename(src)
+
+entry = [rest for op, rest in runtime["ops"] if op == "ENTRYPOINT"]
+check("one ENTRYPOINT in the runtime stage", len(entry) == 1)
+if entry:
+    argv = json.loads(entry[0])
+    check("ENTRYPOINT (exec form) is sluice-agent", os.path.basename(argv[0]) == "sluice-agent", entry[0])
+    check("ENTRYPOINT binary is copied into the image", argv[0] in destinations, argv[0])
+
+# The chart runs these paths of the image: each must be copied there.
+chart_paths = set()
+for root, _, files in os.walk(os.path.join(source, "helm", "sluice", "templates")):
+    for f in files:
+        chart_paths.update(re.findall(r"/usr/local/bin/[\w-]+", open(os.path.join(root, f)).read()))
+check("the chart names image paths", len(chart_paths) > 0)
+for p in sorted(chart_paths):
+    check(f"the chart's {p} is in the image", p in destinations)
+check("sluice-cni is linked statically (it runs on the node)",
+      "-DSLUICE_STATIC_CNI=ON" in " ".join(r for o, r in build_stage["ops"] if o == "RUN") and
+      "SLUICE_STATIC_CNI" in open(os.path.join(source, "cni", "CMakeLists.txt")).read())
+
+# Every shared library the agent needs comes from a runtime package (or the slim base image).
+BASE = {"libc6", "libgcc-s1", "libstdc++6", "zlib1g"}
+runtime_pkgs = set(apt_packages(runtime)) | BASE
+agent = os.path.join(build, "agent", "sluice-agent")
+needed = re.findall(r"\(NEEDED\)\s+Shared library: \[(.+?)\]",
+                    subprocess.run(["readelf", "-d", agent], capture_output=True, text=True).stdout)
+resolved = dict(re.findall(r"^\s*(\S+) => (\S+)", subprocess.run(["ldd", agent], capture_output=True,
+                                                                  text=True).stdout, re.M))
+check("the agent links shared libraries", len(needed) > 5, str(needed))
+# One dpkg -S for all of them (each call reads the whole package database).
+paths = {lib: resolved[lib] for lib in needed if lib in resolved}
+candidates = sorted({p for path in paths.values() for p in (path, os.path.realpath(path))})
+owners = {}
+for line in subprocess.run(["dpkg", "-S"] + candidates, capture_output=True, text=True).stdout.splitlines():
+    pkg, _, path = line.partition(": ")
+    owners[path] = pkg.split(":")[0]
+for lib in needed:
+    path = paths.get(lib)
+    owner = path and (owners.get(os.path.realpath(path)) or owners.get(path))
+    check(f"{lib} comes from a runtime package ({owner})", owner in runtime_pkgs)
+check("util-linux (nsenter for the mount init containers) is installed", "util-linux" in runtime_pkgs)
+
+print(f"{passed} passed, {len(failures)} failed")
+sys.exit(1 if failures else 0)
