@@ -8,8 +8,14 @@
 namespace sluice::agent {
 
 PeerRouteSync::PeerRouteSync(KubernetesState& k8s, Netlink& netlink, maps::NoMasqMap& nomasq,
-                             std::vector<IpPrefix> base_nomasq)
-    : k8s_(k8s), netlink_(netlink), nomasq_(nomasq), base_nomasq_(std::move(base_nomasq)) {
+                             maps::Tunnel4Map& tunnel, std::vector<IpPrefix> base_nomasq,
+                             bool direct_routes)
+    : k8s_(k8s),
+      netlink_(netlink),
+      nomasq_(nomasq),
+      tunnel_(tunnel),
+      base_nomasq_(std::move(base_nomasq)),
+      direct_routes_(direct_routes) {
   k8s_.nodes().AddListener([this](const k8s::Change<k8s::Node>&) {
     absl::MutexLock l(&mu_);
     dirty_ = true;
@@ -67,12 +73,18 @@ void PeerRouteSync::Run() {
       // must keep the pod's address: that node routes pod CIDRs, not masqueraded ports.
       if (auto host = IpPrefix::Make(p.internal_ip, 32); host.ok()) nomasq.push_back(*host);
     }
-    // Never-masqueraded first: a new peer's traffic must not be NATed once its route exists.
+    // Never-masqueraded first: a new peer's traffic must not be NATed once the datapath sends
+    // it there (its tunnel entry or route).
     absl::Status st = ReconcileNoMasquerade(nomasq_, nomasq, was_synced);
-    auto changes = st.ok() ? ReconcilePeerRoutes(netlink_, peers, was_synced)
-                           : absl::StatusOr<PeerRouteChanges>(st);
-    if (!changes.ok()) {
-      spdlog::warn("peer routes: {}; retrying in 1s", changes.status().ToString());
+    if (st.ok()) st = ReconcileTunnelMap(tunnel_, peers, was_synced).status();
+    // Without direct routes, Sluice's routes of an earlier configuration go (once synced).
+    if (st.ok()) {
+      st = ReconcilePeerRoutes(netlink_, direct_routes_ ? peers : std::vector<PeerNode>{},
+                               was_synced)
+               .status();
+    }
+    if (!st.ok()) {
+      spdlog::warn("peers: {}; retrying in 1s", st.ToString());
       absl::SleepFor(absl::Seconds(1));
       absl::MutexLock l(&mu_);
       dirty_ = true;
