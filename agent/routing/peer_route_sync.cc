@@ -1,5 +1,6 @@
 #include "agent/routing/peer_route_sync.h"
 
+#include <optional>
 #include <utility>
 
 #include "agent/routing/node_setup.h"
@@ -48,6 +49,10 @@ std::vector<PeerNode> PeerRouteSync::Peers() {
 
 void PeerRouteSync::Run() {
   bool was_synced = false;
+  // After a failure the whole pass is retried a second later; a Node change meanwhile is not
+  // held back by the wait (the maps must follow a node within a second even while, say, a
+  // route to an unreachable peer keeps failing).
+  std::optional<absl::Time> retry_at;
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -60,7 +65,8 @@ void PeerRouteSync::Run() {
                            absl::Milliseconds(200));
       if (stop_) return;
       bool synced = k8s_.synced();
-      if (!dirty_ && synced == was_synced) continue;
+      bool retry = retry_at.has_value() && absl::Now() >= *retry_at;
+      if (!dirty_ && synced == was_synced && !retry) continue;
       dirty_ = false;
       was_synced = synced;
     }
@@ -85,9 +91,9 @@ void PeerRouteSync::Run() {
     }
     if (!st.ok()) {
       spdlog::warn("peers: {}; retrying in 1s", st.ToString());
-      absl::SleepFor(absl::Seconds(1));
-      absl::MutexLock l(&mu_);
-      dirty_ = true;
+      retry_at = absl::Now() + absl::Seconds(1);
+    } else {
+      retry_at.reset();
     }
   }
 }
