@@ -64,6 +64,8 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	if (dst)
 		return redirect_to_endpoint(skb, dst, &pkt, &flow);
 	peer = tunnel4_lookup(pkt.daddr);
+	if (peer && tunnel_mode(cfg) && tunnel_too_big(skb, &pkt, cfg))
+		return tunnel_frag_needed(skb, &pkt, cfg);
 	if (peer)
 		return redirect_to_node(skb, &pkt, cfg, peer);
 	/* A reply now comes from a frontend, possibly this node's own address (NodePort), which

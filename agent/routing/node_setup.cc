@@ -98,6 +98,9 @@ absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const Nod
     cfg.service_cidr4_len = static_cast<uint8_t>(options.service_cidr->length());
   }
   cfg.tunnel_ifindex = static_cast<uint32_t>(node.tunnel_ifindex);
+  if (node.tunnel_ifindex != 0) {
+    cfg.tunnel_mtu = static_cast<uint16_t>(PodMtu(RoutingMode::kTunnel, node.native_mtu, 0));
+  }
   if (auto st = dp.node_config().Update(0, cfg); !st.ok()) return st;
   // Native routing: the device of an earlier tunnel-mode run goes once nothing sends to it.
   if (options.routing_mode == RoutingMode::kNative) {

@@ -5,6 +5,7 @@
 
 #include "lib/drop.h"
 #include "lib/maps.h"
+#include "lib/reject.h"
 
 /* TTL of the outer header. */
 #define SLUICE_TUNNEL_TTL 64
@@ -24,6 +25,44 @@ static __always_inline int tunnel_mode(const struct sluice_node_config *cfg)
 }
 
 #if defined(SLUICE_CTX_SKB)
+#define ICMP_FRAG_NEEDED 4
+#define SLUICE_IP_DF 0x4000
+
+/* Whether the packet does not fit the tunnel unfragmented and must not be fragmented (DF). A GSO
+ * packet is cut into segments of the sender's MSS later and always fits. */
+static __always_inline int tunnel_too_big(struct sluice_ctx *ctx, const struct pkt4 *pkt,
+					  const struct sluice_node_config *cfg)
+{
+	__be16 frag_off;
+
+	if (!cfg->tunnel_mtu || pkt->tot_len <= cfg->tunnel_mtu || ctx->gso_size)
+		return 0;
+	if (ctx_load_bytes(ctx, pkt->l3_off + offsetof(struct iphdr, frag_off), &frag_off,
+			   sizeof(frag_off)))
+		return 0;
+	return (frag_off & bpf_htons(SLUICE_IP_DF)) != 0;
+}
+
+/* Answers a packet tunnel_too_big refused with ICMP fragmentation needed (RFC 1191: the next-hop
+ * MTU is the tunnel's) from the pod's gateway, sent back out of the interface it came in on, so
+ * the sender's path MTU discovery works across the overlay. Counted under
+ * SLUICE_DROP_FRAG_NEEDED: the packet goes no further. Returns a TC verdict or minus a drop
+ * reason. */
+static __always_inline int tunnel_frag_needed(struct sluice_ctx *ctx, const struct pkt4 *pkt,
+					      const struct sluice_node_config *cfg)
+{
+	int ret;
+
+	ret = icmp4_error(ctx, pkt, ICMP_DEST_UNREACH, ICMP_FRAG_NEEDED,
+			  bpf_htonl(cfg->tunnel_mtu), cfg->gateway_ip4, SLUICE_DROP_FRAG_NEEDED);
+	if (!ret)
+		ret = reject_swap_macs(ctx);
+	if (ret < 0)
+		return ret;
+	count_drop(SLUICE_DROP_FRAG_NEEDED, ctx_len(ctx));
+	return ctx_redirect(ctx_ifindex(ctx));
+}
+
 /* Sends the packet to `peer` through the VXLAN device: the collect_md device encapsulates to the
  * remote address in the tunnel key and sends over the node's own routing. A caller forwarding
  * the packet has decremented its TTL. Returns a TC verdict or minus a drop reason. */

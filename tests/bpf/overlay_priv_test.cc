@@ -29,6 +29,7 @@ const Mac kRemoteMac = ParseMac("02:20:00:00:00:01");  // inner source MAC of a 
 constexpr int kPodAIfindex = 1;  // lo: test_run receives on it
 constexpr int kPodBIfindex = 4242;
 constexpr uint32_t kVxlanIfindex = 77;
+constexpr uint16_t kTunnelMtu = 1450;
 constexpr char kNodeIp[] = "10.50.0.1";
 constexpr char kPeerIp[] = "10.50.0.2";  // node2, pod CIDR 10.244.1.0/24
 constexpr char kRemotePod[] = "10.244.1.5";
@@ -55,6 +56,7 @@ void SetNodeConfig(loader::Datapath& dp, uint32_t tunnel_ifindex) {
   cfg.nat_port_min = 61000;
   cfg.nat_port_max = 65535;
   cfg.tunnel_ifindex = tunnel_ifindex;
+  cfg.tunnel_mtu = tunnel_ifindex != 0 ? kTunnelMtu : 0;
   ASSERT_TRUE(dp.node_config().Update(0, cfg).ok());
 }
 
@@ -112,6 +114,15 @@ class OverlayTest : public DatapathTest {
 
 Packet FromA() { return Packet::Eth(kPodAMac, kHostAMac); }
 
+// A UDP datagram from pod A to another node's pod whose IPv4 packet is `tot_len` bytes.
+Packet BigUdpFromA(size_t tot_len, uint16_t frag = 0x4000) {
+  return FromA()
+      .IPv4("10.244.0.10", kRemotePod)
+      .Fragment(frag)
+      .UDP(5000, 9000)
+      .Payload(std::string(tot_len - 28, 'x'));
+}
+
 std::vector<PacketCase> OverlayCases() {
   return {
       {"PodToAnotherNodesPodIsSentThroughTheTunnelToThatNode",
@@ -158,6 +169,41 @@ std::vector<PacketCase> OverlayCases() {
          .setup = [](loader::Datapath& dp) { SetNodeConfig(dp, 0); },
          .effects = NoTunnelKey,
          // No route in the test's namespace: the FIB has no answer, so the stack decides.
+         .companion = "probe_from_pod"}}},
+      // Path MTU: a DF packet that does not fit the tunnel is answered, one that fits (or may be
+      // fragmented) is sent.
+      {"OversizedDfPacketToAnotherNodeIsAnsweredWithFragmentationNeeded",
+       {{.in = BigUdpFromA(1451),
+         .verdict = kTcRedirect,
+         .out = {[](const Trail&) {
+           Bytes in = BigUdpFromA(1451).Build();
+           return Packet::Eth(kHostAMac, kPodAMac)
+               .IPv4("10.244.0.1", "10.244.0.10", 64)
+               .Id(0)
+               .Icmp(3, 4, kTunnelMtu)
+               .Payload(Bytes(in.begin() + 14, in.begin() + 42));
+         }},
+         .drop = SLUICE_DROP_FRAG_NEEDED,
+         .effects = NoTunnelKey,
+         .companion = "probe_from_pod"}}},
+      {"DfPacketOfExactlyTheTunnelMtuIsSent",
+       {{.in = BigUdpFromA(kTunnelMtu),
+         .verdict = kTcRedirect,
+         .out = {FromA()
+                     .IPv4("10.244.0.10", kRemotePod, 63)
+                     .UDP(5000, 9000)
+                     .Payload(std::string(kTunnelMtu - 28, 'x'))},
+         .effects = TunnelKeyTo(kPeerIp),
+         .companion = "probe_from_pod"}}},
+      {"OversizedPacketWithoutDfIsSentForTheNodeToFragment",
+       {{.in = BigUdpFromA(1480, 0),
+         .verdict = kTcRedirect,
+         .out = {FromA()
+                     .IPv4("10.244.0.10", kRemotePod, 63)
+                     .Fragment(0)
+                     .UDP(5000, 9000)
+                     .Payload(std::string(1480 - 28, 'x'))},
+         .effects = TunnelKeyTo(kPeerIp),
          .companion = "probe_from_pod"}}},
       // The node's own traffic (routed out of the native device) to another node's pod.
       {"NodeToAnotherNodesPodIsSentThroughTheTunnelFromTheNativeDevice",

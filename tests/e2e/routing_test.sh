@@ -150,6 +150,25 @@ BG_PIDS+=($!)
 wait_for 10 test -e "$WORK/bulk.ready" || fail "bulk server did not start: $(cat "$WORK/bulk.log")"
 expect "10 MB TCP a -> c" "$(lab exec a -- python3 "$HERE/bulk.py" send "$C" 7070 10485760)" OK
 
+# Path MTU across the overlay: a pod whose MTU is above what fits the tunnel (both veth ends at
+# 1500, as --mtu=1500 would make them) gets ICMP fragmentation needed (from its gateway) for a DF
+# packet, and its kernel learns the path MTU.
+if [ "$MODE" = tunnel ]; then
+  HOST_VETH=$(ip netns exec "$NAME-node1" ip -o route get "$A" | sed -n 's/.* dev \([^ ]*\).*/\1/p')
+  [ -n "$HOST_VETH" ] || fail "no host veth for a"
+  ip netns exec "$NAME-node1" ip link set "$HOST_VETH" mtu 1500
+  lab exec a -- ip link set eth0 mtu 1500
+  got=$(lab exec a -- ping -n -c 1 -W 2 -M do -s 1472 "$B" 2>&1 || true)
+  grep -q "Frag needed.*mtu = 1450" <<<"$got" || fail "no fragmentation needed for a 1500-byte DF ping: $got"
+  lab exec a -- ip route get "$B" | grep -q "mtu 1450" ||
+    fail "pod a did not learn the path MTU: $(lab exec a -- ip route get "$B")"
+  expect "DF ping that fits after PMTU" \
+    "$(lab exec a -- ping -n -c 1 -W 2 -M do -s 1422 "$B" >/dev/null 2>&1 && echo ok)" ok
+  lab exec a -- ip link set eth0 mtu 1450
+  ip netns exec "$NAME-node1" ip link set "$HOST_VETH" mtu 1450
+  log "ok: ICMP fragmentation needed from the gateway, path MTU 1450 learned"
+fi
+
 # The underlay.
 kill -TERM "$CAPTURE"
 wait "$CAPTURE" || true
