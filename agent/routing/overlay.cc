@@ -54,8 +54,7 @@ absl::Status RemoveOverlay(Netlink& netlink) {
     spdlog::warn("overlay: {} exists without Sluice's mark; left alone", kOverlayDevice);
     return absl::OkStatus();
   }
-  spdlog::info("overlay: native routing, removing {} (ifindex {})", kOverlayDevice,
-               link->ifindex);
+  spdlog::info("overlay: native routing, removing {} (ifindex {})", kOverlayDevice, link->ifindex);
   return netlink.DeleteLinkByIndex(link->ifindex);
 }
 

@@ -3,12 +3,12 @@
 // back by the companion tests/bpf/tunnel_probe.bpf.c, which runs the same paths and then
 // bpf_skb_get_tunnel_key), and the decapsulated packet's delivery by sluice_from_overlay.
 #include <arpa/inet.h>
-#include <sched.h>
 #include <linux/in.h>
+#include <sched.h>
 
+#include "bpf/tunnel_probe.h"
 #include "gmock/gmock.h"
 #include "loader/skeleton.h"
-#include "bpf/tunnel_probe.h"
 #include "sluice_tunnel_probe.skel.h"
 #include "support/fixture.h"
 
@@ -26,7 +26,7 @@ const Mac kHostBMac = ParseMac("02:aa:00:00:0b:02");
 const Mac kNodeMac = ParseMac("02:10:00:00:00:01");
 const Mac kRouterMac = ParseMac("02:10:00:00:00:fe");
 const Mac kRemoteMac = ParseMac("02:20:00:00:00:01");  // inner source MAC of a decapsulated frame
-constexpr int kPodAIfindex = 1;  // lo: test_run receives on it
+constexpr int kPodAIfindex = 1;                        // lo: test_run receives on it
 constexpr int kPodBIfindex = 4242;
 constexpr uint32_t kVxlanIfindex = 77;
 constexpr uint16_t kTunnelMtu = 1450;

@@ -1,8 +1,6 @@
 // Tunnel mode's node side against the kernel, in a private network namespace: the VXLAN device
 // (agent/routing/overlay) with the real receive program, and the peer map sluice_tunnel4
 // (agent/routing/tunnel_map) on a scratch bpffs.
-#include "agent/routing/overlay.h"
-
 #include <arpa/inet.h>
 #include <sched.h>
 
@@ -11,6 +9,7 @@
 #include <map>
 #include <string>
 
+#include "agent/routing/overlay.h"
 #include "agent/routing/tunnel_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -57,14 +56,14 @@ class OverlayTest : public ::testing::Test {
   // prefix/len -> (node address, flags)
   std::map<std::string, std::pair<uint32_t, int>> TunnelMap() {
     std::map<std::string, std::pair<uint32_t, int>> out;
-    EXPECT_TRUE(dp_->tunnel4()
-                    .ForEach([&](const sluice_lpm4_key& k, const sluice_tunnel4_entry& v) {
-                      char buf[INET_ADDRSTRLEN];
-                      inet_ntop(AF_INET, &k.addr, buf, sizeof(buf));
-                      out[std::string(buf) + "/" + std::to_string(k.prefixlen)] = {v.node_ip4,
-                                                                                    v.flags};
-                    })
-                    .ok());
+    EXPECT_TRUE(
+        dp_->tunnel4()
+            .ForEach([&](const sluice_lpm4_key& k, const sluice_tunnel4_entry& v) {
+              char buf[INET_ADDRSTRLEN];
+              inet_ntop(AF_INET, &k.addr, buf, sizeof(buf));
+              out[std::string(buf) + "/" + std::to_string(k.prefixlen)] = {v.node_ip4, v.flags};
+            })
+            .ok());
     return out;
   }
 
@@ -136,10 +135,9 @@ TEST(RoutingModeTest, ParsesCiliumsNames) {
 }
 
 TEST_F(OverlayTest, TunnelMapHoldsEveryPeersPodCidrAndAddress) {
-  auto ch = ReconcileTunnelMap(dp_->tunnel4(),
-                               {Peer("n2", "10.244.2.0/24", "10.50.0.2"),
-                                Peer("n3", "10.244.3.0/24", "10.50.0.3")},
-                               false);
+  auto ch = ReconcileTunnelMap(
+      dp_->tunnel4(),
+      {Peer("n2", "10.244.2.0/24", "10.50.0.2"), Peer("n3", "10.244.3.0/24", "10.50.0.3")}, false);
   ASSERT_TRUE(ch.ok()) << ch.status();
   EXPECT_EQ(ch->updated, 4);
   using Entry = std::pair<uint32_t, int>;
@@ -150,10 +148,9 @@ TEST_F(OverlayTest, TunnelMapHoldsEveryPeersPodCidrAndAddress) {
                              {"10.50.0.3/32", {Be("10.50.0.3"), 0}},
                          }));
   // Nothing changed: nothing written.
-  ch = ReconcileTunnelMap(dp_->tunnel4(),
-                          {Peer("n2", "10.244.2.0/24", "10.50.0.2"),
-                           Peer("n3", "10.244.3.0/24", "10.50.0.3")},
-                          true);
+  ch = ReconcileTunnelMap(
+      dp_->tunnel4(),
+      {Peer("n2", "10.244.2.0/24", "10.50.0.2"), Peer("n3", "10.244.3.0/24", "10.50.0.3")}, true);
   ASSERT_TRUE(ch.ok());
   EXPECT_EQ(ch->updated, 0);
   EXPECT_EQ(ch->deleted, 0);
