@@ -70,7 +70,18 @@ ABSL_FLAG(bool, network_policy, true,
           "enforce Kubernetes NetworkPolicies in the datapath (sluice_ipcache4, sluice_policy4, "
           "sluice_policy_ep); needs Kubernetes. false leaves every pod open (the maps are then "
           "not written)");
-ABSL_FLAG(int, mtu, 0, "pod MTU (default: the native device's MTU)");
+ABSL_FLAG(int, mtu, 0,
+          "pod MTU (default: the native device's MTU, less 50 bytes of VXLAN in tunnel mode)");
+ABSL_FLAG(std::string, routing_mode, "tunnel",
+          "how pods reach other nodes' pods: tunnel (VXLAN between node addresses, "
+          "docs/routing.md) or native (pod addresses on the underlay, BPF FIB routing)");
+ABSL_FLAG(int, tunnel_port, 8472, "UDP port of the VXLAN overlay (routing_mode=tunnel)");
+ABSL_FLAG(bool, auto_direct_node_routes, false,
+          "routing_mode=native: route every other node's pod CIDR via its InternalIP (nodes on "
+          "one L2); otherwise the network must route pod CIDRs");
+ABSL_FLAG(std::string, ipv4_native_routing_cidr, "",
+          "routing_mode=native: destinations reached without masquerade (the range the network "
+          "routes natively, e.g. the cluster's pod range)");
 ABSL_FLAG(std::string, bpffs_root, SLUICE_DEFAULT_BPFFS_ROOT, "where maps are pinned");
 ABSL_FLAG(std::string, state_dir, "/var/lib/sluice", "IPAM and endpoint records");
 ABSL_FLAG(std::string, socket, "/run/sluice/sluice.sock", "endpoint API socket");
@@ -208,6 +219,18 @@ int Run() {
     if (!p.ok()) return Fail(p.status(), "--service_cidr");
     node_opts.service_cidr = *p;
   }
+  auto routing_mode = ParseRoutingMode(absl::GetFlag(FLAGS_routing_mode));
+  if (!routing_mode.ok()) return Fail(routing_mode.status(), "--routing_mode");
+  node_opts.routing_mode = *routing_mode;
+  if (absl::GetFlag(FLAGS_tunnel_port) < 1 || absl::GetFlag(FLAGS_tunnel_port) > 65535) {
+    return Fail(absl::InvalidArgumentError("want 1-65535"), "--tunnel_port");
+  }
+  node_opts.tunnel_port = static_cast<uint16_t>(absl::GetFlag(FLAGS_tunnel_port));
+  if (!absl::GetFlag(FLAGS_ipv4_native_routing_cidr).empty()) {
+    auto p = IpPrefix::Parse(absl::GetFlag(FLAGS_ipv4_native_routing_cidr));
+    if (!p.ok()) return Fail(p.status(), "--ipv4_native_routing_cidr");
+    node_opts.non_masquerade_cidrs.push_back(*p);
+  }
   if (auto st = ParsePortRange(absl::GetFlag(FLAGS_nat_port_range), &node_opts.nat_port_min,
                                &node_opts.nat_port_max);
       !st.ok()) {
@@ -252,8 +275,9 @@ int Run() {
     return Fail(st, "detach socket LB");
   }
 
-  int mtu = absl::GetFlag(FLAGS_mtu) > 0 ? absl::GetFlag(FLAGS_mtu)
-                                         : static_cast<int>(node->native_mtu);
+  int mtu = static_cast<int>(
+      PodMtu(node_opts.routing_mode, node->native_mtu,
+             absl::GetFlag(FLAGS_mtu) > 0 ? static_cast<uint32_t>(absl::GetFlag(FLAGS_mtu)) : 0));
   BpfEndpointDatapath endpoint_dp(**dp);
   EndpointService service(netlink, **ipam, **store, endpoint_dp, {.default_mtu = mtu});
   if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
@@ -287,12 +311,16 @@ int Run() {
       !st.ok()) {
     return Fail(st, "start endpoint API");
   }
-  // Routes to the other nodes' pod CIDRs follow the Node objects.
+  // The peer map (and, natively with direct routes, routes to the other nodes' pod CIDRs)
+  // follow the Node objects.
   std::unique_ptr<PeerRouteSync> peer_routes;
   if (k8s) {
     std::vector<IpPrefix> base = node_opts.non_masquerade_cidrs;
     base.push_back(node_opts.pod_cidr);
-    peer_routes = std::make_unique<PeerRouteSync>(*k8s, netlink, (*dp)->nomasq(), base);
+    peer_routes = std::make_unique<PeerRouteSync>(
+        *k8s, netlink, (*dp)->nomasq(), (*dp)->tunnel4(), base,
+        node_opts.routing_mode == RoutingMode::kNative &&
+            absl::GetFlag(FLAGS_auto_direct_node_routes));
   }
   // Service load balancing follows the Services and EndpointSlices (kube-proxy replacement).
   // Declared after everything it uses, so it stops first.

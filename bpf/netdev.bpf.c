@@ -1,5 +1,6 @@
 /* TC hooks of the node's native device. Egress (sluice_to_net): pod traffic leaving the node is
- * masqueraded to the node's address. Ingress (sluice_from_net): NodePorts, ExternalIPs and
+ * masqueraded to the node's address; in tunnel mode, the node's own traffic to other nodes' pods
+ * is sent through the tunnel. Ingress (sluice_from_net): NodePorts, ExternalIPs and
  * LoadBalancer IPs are balanced (a remote backend gets the packet masqueraded and routed by the
  * FIB), a remote backend's reply to a pod here gets its frontend back, replies to masqueraded
  * flows are translated back (for a NodePort flow also back from the frontend, out to the
@@ -16,7 +17,7 @@ int sluice_to_net(struct __sk_buff *skb)
 
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return TC_ACT_OK;
-	return verdict_or_drop(skb, netdev_masquerade(skb, &pkt));
+	return verdict_or_drop(skb, netdev_to_net(skb, &pkt));
 }
 
 SEC("tc")

@@ -1,8 +1,9 @@
 /* TC hooks of a pod's host-side veth. Ingress (sluice_from_pod): everything a pod sends enters
  * Sluice here. ARP is answered for the gateway, services are load balanced (and their replies
  * reverse translated), the pod's egress policy judges the result, same-node pods are reached with
- * bpf_redirect_peer (through their ingress policy), and the rest (the node itself, other nodes,
- * the outside) continues into the node's stack. Egress (sluice_to_pod): what the node's stack
+ * bpf_redirect_peer (through their ingress policy), other nodes' pods and addresses are reached
+ * through the tunnel (or, in native routing, the FIB), and the rest (the node itself, the
+ * outside) continues into the node's stack. Egress (sluice_to_pod): what the node's stack
  * delivers to the pod (the node itself, other nodes through routing or the overlay) passes the
  * pod's ingress policy; traffic redirected to the pod with bpf_redirect_peer never comes here. */
 #include "lib/ctx/skb.h"
@@ -15,6 +16,7 @@
 static __always_inline int from_pod(struct __sk_buff *skb)
 {
 	const struct sluice_endpoint *src, *dst;
+	const struct sluice_tunnel4_entry *peer;
 	const struct sluice_node_config *cfg;
 	struct policy4_flow sent, flow;
 	struct ct4_pkt p;
@@ -64,6 +66,11 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		dst = lookup_ep4(pkt.daddr);
 	if (dst)
 		return redirect_to_endpoint(skb, dst, &pkt, &flow);
+	peer = tunnel4_lookup(pkt.daddr);
+	if (peer && tunnel_mode(cfg) && tunnel_too_big(skb, &pkt, cfg))
+		return tunnel_frag_needed(skb, &pkt, cfg);
+	if (peer)
+		return redirect_to_node(skb, &pkt, cfg, peer);
 	/* A reply now comes from a frontend, possibly this node's own address (NodePort), which
 	 * the stack would refuse as a martian source: route it here. */
 	if (lb == LB4_REVNAT)

@@ -38,6 +38,7 @@ constexpr bool HasExactlyTheListedMaps() {
 static_assert(HasExactlyTheListedMaps<sluice_pod_egress>(), "sluice_pod_egress has unlisted maps");
 static_assert(HasExactlyTheListedMaps<sluice_netdev>(), "sluice_netdev has unlisted maps");
 static_assert(HasExactlyTheListedMaps<sluice_sock_lb>(), "sluice_sock_lb has unlisted maps");
+static_assert(HasExactlyTheListedMaps<sluice_overlay>(), "sluice_overlay has unlisted maps");
 
 }  // namespace
 
@@ -55,6 +56,9 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
   auto sock = Skeleton<sluice_sock_lb>::OpenAndLoad(bpffs_root);
   if (!sock.ok()) return sock.status();
   dp->sock_lb_ = std::move(*sock);
+  auto overlay = Skeleton<sluice_overlay>::OpenAndLoad(bpffs_root);
+  if (!overlay.ok()) return overlay.status();
+  dp->overlay_ = std::move(*overlay);
 
   // All objects share every map through its pin; take the handles from the first one.
   auto* m = &(*dp->pod_egress_)->maps;
@@ -68,7 +72,8 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
                   Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat),
                   Adopt(dp->ipcache4_, m->sluice_ipcache4), Adopt(dp->policy4_, m->sluice_policy4),
                   Adopt(dp->policy_ep_, m->sluice_policy_ep),
-                  Adopt(dp->pol_drops_, m->sluice_pol_drops)}) {
+                  Adopt(dp->pol_drops_, m->sluice_pol_drops),
+                  Adopt(dp->tunnel4_, m->sluice_tunnel4)}) {
     if (!st.ok()) return st;
   }
   return dp;
@@ -80,6 +85,9 @@ int Datapath::from_pod_fd() const {
 int Datapath::to_pod_fd() const { return bpf_program__fd((*pod_egress_)->progs.sluice_to_pod); }
 int Datapath::from_net_fd() const { return bpf_program__fd((*netdev_)->progs.sluice_from_net); }
 int Datapath::to_net_fd() const { return bpf_program__fd((*netdev_)->progs.sluice_to_net); }
+int Datapath::from_overlay_fd() const {
+  return bpf_program__fd((*overlay_)->progs.sluice_from_overlay);
+}
 
 absl::Status Datapath::AttachPod(int host_ifindex) {
   // The pod's ingress policy point first: the pod sends nothing before both are in place.
@@ -95,6 +103,10 @@ absl::Status Datapath::AttachNative(int ifindex) {
 absl::Status Datapath::DetachNative(int ifindex) {
   if (auto st = DetachTc(ifindex, TcDirection::kIngress); !st.ok()) return st;
   return DetachTc(ifindex, TcDirection::kEgress);
+}
+
+absl::Status Datapath::AttachOverlay(int ifindex) {
+  return AttachTc(ifindex, TcDirection::kIngress, from_overlay_fd());
 }
 
 std::string Datapath::LinkPinPath(const char* link_name) const {

@@ -12,6 +12,7 @@
 #include "loader/tc.h"
 #include "maps/sluice_maps.h"
 #include "sluice_netdev.skel.h"
+#include "sluice_overlay.skel.h"
 #include "sluice_pod_egress.skel.h"
 #include "sluice_sock_lb.skel.h"
 
@@ -20,6 +21,7 @@ namespace sluice::loader {
 SLUICE_SKELETON_OPS(sluice_pod_egress);
 SLUICE_SKELETON_OPS(sluice_netdev);
 SLUICE_SKELETON_OPS(sluice_sock_lb);
+SLUICE_SKELETON_OPS(sluice_overlay);
 
 struct DropTotal {
   unsigned reason;
@@ -40,6 +42,7 @@ class Datapath {
   int to_pod_fd() const;
   int from_net_fd() const;
   int to_net_fd() const;
+  int from_overlay_fd() const;
 
   // Pod programs on a pod's host-side veth: what the pod sends (TC ingress) and what the node's
   // stack delivers to it (TC egress, the pod's ingress policy).
@@ -47,6 +50,8 @@ class Datapath {
   // Masquerade programs on the native device (egress) and their reverse (ingress).
   [[nodiscard]] absl::Status AttachNative(int ifindex);
   [[nodiscard]] absl::Status DetachNative(int ifindex);
+  // Tunnel mode: the receive program on the node's VXLAN device (TC ingress).
+  [[nodiscard]] absl::Status AttachOverlay(int ifindex);
   // Socket-level load balancing (cgroup connect4/sendmsg4/recvmsg4/getpeername4) for the
   // sockets of the calling thread's network namespace in the cgroup v2 subtree at `cgroup_path`.
   // The links are pinned under <bpffs root>/links/: they outlive the agent, a second call (or a
@@ -82,6 +87,8 @@ class Datapath {
   maps::Policy4Map& policy4() { return policy4_; }
   maps::PolicyEndpointMap& policy_ep() { return policy_ep_; }
   maps::PolicyDropMap& policy_drops() { return pol_drops_; }
+  // Other nodes: pod CIDR or node address -> node address (docs/routing.md).
+  maps::Tunnel4Map& tunnel4() { return tunnel4_; }
 
   // Per-reason drop counts summed over CPUs (reasons with a name only).
   [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
@@ -93,6 +100,7 @@ class Datapath {
   std::unique_ptr<Skeleton<sluice_pod_egress>> pod_egress_;
   std::unique_ptr<Skeleton<sluice_netdev>> netdev_;
   std::unique_ptr<Skeleton<sluice_sock_lb>> sock_lb_;
+  std::unique_ptr<Skeleton<sluice_overlay>> overlay_;
   maps::EndpointMap endpoints_;
   maps::NodeConfigMap node_;
   maps::NoMasqMap nomasq_;
@@ -111,6 +119,7 @@ class Datapath {
   maps::Policy4Map policy4_;
   maps::PolicyEndpointMap policy_ep_;
   maps::PolicyDropMap pol_drops_;
+  maps::Tunnel4Map tunnel4_;
 };
 
 // Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).

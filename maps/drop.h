@@ -29,6 +29,8 @@ enum sluice_drop_reason {
 	SLUICE_DROP_POLICY_DENIED = 18,   /* NetworkPolicy allows the flow in neither the source's
 					     egress nor the destination's ingress (see docs/policy.md);
 					     also counted per endpoint in sluice_pol_drops */
+	SLUICE_DROP_FRAG_NEEDED = 19,     /* a DF packet larger than the tunnel's MTU: answered with
+					     ICMP fragmentation needed instead (docs/routing.md) */
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
@@ -64,6 +66,7 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_SOURCE_RANGE: return "source_range";
 	case SLUICE_DROP_PACKET_WRITE: return "packet_write_failed";
 	case SLUICE_DROP_POLICY_DENIED: return "policy_denied";
+	case SLUICE_DROP_FRAG_NEEDED: return "frag_needed";
 	default: return (const char *)0;
 	}
 }

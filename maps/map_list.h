@@ -19,6 +19,7 @@
 #include "node.h"
 #include "policy.h"
 #include "sock_lb.h"
+#include "tunnel.h"
 
 /* The LB maps are written only by the agent, so they need no preallocation (which would cost
  * memory for a million entries up front); BPF only looks them up. */
@@ -74,6 +75,9 @@
 	  SLUICE_POLICY_EP_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                         \
 	/* NetworkPolicy: policy_denied drops per endpoint and direction (policy.h) */             \
 	X(sluice_pol_drops, BPF_MAP_TYPE_LRU_PERCPU_HASH, struct sluice_policy_drop_key,           \
-	  struct sluice_drop_count, SLUICE_POL_DROPS_MAX_ENTRIES, 0)
+	  struct sluice_drop_count, SLUICE_POL_DROPS_MAX_ENTRIES, 0)                               \
+	/* other nodes: pod CIDR or node address -> node address (tunnel.h) */                     \
+	X(sluice_tunnel4, BPF_MAP_TYPE_LPM_TRIE, struct sluice_lpm4_key,                           \
+	  struct sluice_tunnel4_entry, SLUICE_TUNNEL4_MAX_ENTRIES, BPF_F_NO_PREALLOC)
 
 #endif

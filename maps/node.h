@@ -25,8 +25,13 @@ struct sluice_node_config {
 	__be32 service_cidr4; /* ClusterIP range, network address (0/0: unknown) */
 	__u8 service_cidr4_len;
 	__u8 pad2[3];
+	__u32 tunnel_ifindex; /* tunnel mode: the collect_md VXLAN device; 0: native routing */
+	__u16 tunnel_mtu;     /* tunnel mode: the largest packet sent into it unfragmented */
+	__u16 pad3;
 };
-SLUICE_ASSERT_SIZE(struct sluice_node_config, 28);
+SLUICE_ASSERT_SIZE(struct sluice_node_config, 36);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, tunnel_mtu, 32);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, tunnel_ifindex, 28);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, service_cidr4, 20);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, node_ip4, 0);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, pod_cidr4, 4);

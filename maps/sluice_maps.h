@@ -63,6 +63,7 @@ using Lb4AffinityMap = MapOf<spec::sluice_lb4_aff>;
 using SockConfigMap = MapOf<spec::sluice_sock_cfg>;
 using Sock4RevNatMap = MapOf<spec::sluice_sock4_rnat>;
 using PolicyDropMap = MapOf<spec::sluice_pol_drops>;
+using Tunnel4Map = MapOf<spec::sluice_tunnel4>;
 static_assert(std::is_same_v<NatMap, MapOf<spec::sluice_rnat4>>);
 // maps/policy.h names the policy maps' wrappers; they are the listed maps'.
 static_assert(std::is_same_v<Ipcache4Map, MapOf<spec::sluice_ipcache4>>);

@@ -12,6 +12,7 @@
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 #include <netlink/route/link/veth.h>
+#include <netlink/route/link/vxlan.h>
 #include <netlink/route/neighbour.h>
 #include <netlink/route/nexthop.h>
 #include <netlink/route/route.h>
@@ -774,6 +775,68 @@ absl::Status LibnlNetlink::EnsureDummyWithAddress(const std::string& name,
     return Annotate(s, what);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<LinkInfo> LibnlNetlink::EnsureVxlanDevice(const VxlanSpec& spec) {
+  const std::string what = absl::StrCat("ensure vxlan ", spec.name, " port ", spec.port);
+  if (absl::Status s = ValidateIfname(spec.name); !s.ok()) return Annotate(s, what);
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return Annotate(sock.status(), what);
+
+  absl::StatusOr<Link> link = GetLink(sock->get(), spec.name);
+  if (!link.ok() && !absl::IsNotFound(link.status())) return Annotate(link.status(), what);
+  if (link.ok()) {
+    const char* alias = rtnl_link_get_ifalias(link->get());
+    bool marked = alias != nullptr && spec.alias == alias;
+    bool is_vxlan = rtnl_link_is_vxlan(link->get());
+    bool external = is_vxlan && rtnl_link_vxlan_get_collect_metadata(link->get()) == 1;
+    uint32_t port = 0;
+    if (is_vxlan && rtnl_link_vxlan_get_port(link->get(), &port) < 0) port = 0;
+    if (!marked && !external) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": ", spec.name, " exists and is not Sluice's (alias \"", alias ? alias : "",
+          "\")"));
+    }
+    if (!external || port != spec.port) {
+      spdlog::info("{}: replacing {} (collect_md {}, port {})", what, spec.name, external, port);
+      if (absl::Status s = DeleteLinkAt(sock->get(), rtnl_link_get_ifindex(link->get()));
+          !s.ok()) {
+        return Annotate(s, what);
+      }
+      link = absl::NotFoundError("replaced");
+    }
+  }
+  if (!link.ok()) {
+    Link tmpl(rtnl_link_vxlan_alloc());
+    if (!tmpl) return absl::ResourceExhaustedError(what);
+    rtnl_link_set_name(tmpl.get(), spec.name.c_str());
+    rtnl_link_set_mtu(tmpl.get(), spec.mtu);
+    if (int err = rtnl_link_vxlan_set_collect_metadata(tmpl.get(), 1); err < 0) {
+      return NlStatus(err, what);
+    }
+    if (int err = rtnl_link_vxlan_set_port(tmpl.get(), spec.port); err < 0) {
+      return NlStatus(err, what);
+    }
+    if (int err = rtnl_link_vxlan_set_learning(tmpl.get(), 0); err < 0) {
+      return NlStatus(err, what);
+    }
+    int err = rtnl_link_add(sock->get(), tmpl.get(), NLM_F_CREATE | NLM_F_EXCL);
+    if (err < 0) return NlStatus(err, what);
+    link = GetLink(sock->get(), spec.name);
+    if (!link.ok()) return Annotate(link.status(), what);
+  }
+  const char* alias = rtnl_link_get_ifalias(link->get());
+  if (alias == nullptr || spec.alias != alias) {
+    if (absl::Status s = SetAlias(sock->get(), link->get(), spec.alias); !s.ok()) {
+      return Annotate(s, what);
+    }
+  }
+  if (absl::Status s = SetLinkUp(sock->get(), link->get(), spec.mtu); !s.ok()) {
+    return Annotate(s, what);
+  }
+  link = GetLink(sock->get(), spec.name);
+  if (!link.ok()) return Annotate(link.status(), what);
+  return ToLinkInfo(link->get());
 }
 
 absl::Status LibnlNetlink::ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) {

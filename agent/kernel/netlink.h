@@ -84,6 +84,15 @@ struct RouteInfo {
 // routes from everyone else's: `ip route show proto 181`.
 inline constexpr uint8_t kSluiceRouteProtocol = 181;
 
+// The node's VXLAN device in tunnel mode (docs/routing.md): collect_md ("external", the tunnel
+// key of each packet names the remote end), no learning, UDP `port`.
+struct VxlanSpec {
+  std::string name;   // e.g. "sluice_vxlan"
+  uint16_t port = 8472;
+  uint32_t mtu = 1450;
+  std::string alias;  // Sluice's mark on the device (IFLA_IFALIAS)
+};
+
 // What a pod interface looks like from inside its netns (for CNI CHECK).
 struct PodInterface {
   LinkInfo link;
@@ -174,6 +183,13 @@ class Netlink {
   [[nodiscard]] virtual absl::Status EnsureDummyWithAddress(const std::string& name,
                                                             const InterfaceAddress& addr) = 0;
 
+  // Ensures the VXLAN device of `spec` exists, is up, has spec.mtu and carries spec.alias. A
+  // device of that name carrying the alias (or an unmarked collect_md VXLAN device, left by a
+  // crash between create and mark) is kept when it matches and replaced when its port or mode
+  // differ; any other link of that name fails with FailedPrecondition and is not touched.
+  // Idempotent.
+  [[nodiscard]] virtual absl::StatusOr<LinkInfo> EnsureVxlanDevice(const VxlanSpec& spec) = 0;
+
   // Routes to other nodes' pod CIDRs via their addresses on a shared L2 (direct routing), tagged
   // kSluiceRouteProtocol. Replace is idempotent; deleting an absent route is OK.
   [[nodiscard]] virtual absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) = 0;
@@ -217,6 +233,7 @@ class LibnlNetlink final : public Netlink {
   absl::StatusOr<HostVeth> GetHostVeth(const std::string& host_ifname) override;
   absl::Status EnsureDummyWithAddress(const std::string& name,
                                       const InterfaceAddress& addr) override;
+  absl::StatusOr<LinkInfo> EnsureVxlanDevice(const VxlanSpec& spec) override;
   absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) override;
   absl::Status DeletePeerRoute(const IpPrefix& dst) override;
   absl::StatusOr<std::vector<RouteInfo>> ListPeerRoutes() override;

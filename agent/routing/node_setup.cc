@@ -79,6 +79,11 @@ absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const Nod
   }
 
   if (auto st = netlink.SetSysctl("net.ipv4.ip_forward", "1"); !st.ok()) return st;
+  if (options.routing_mode == RoutingMode::kTunnel) {
+    auto ifindex = SetUpOverlay(netlink, dp, options.tunnel_port, node.native_mtu);
+    if (!ifindex.ok()) return ifindex.status();
+    node.tunnel_ifindex = *ifindex;
+  }
 
   sluice_node_config cfg{};
   cfg.node_ip4 = htonl(node.node_ip.v4_host_order());
@@ -92,7 +97,15 @@ absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const Nod
     cfg.service_cidr4 = htonl(options.service_cidr->network().v4_host_order());
     cfg.service_cidr4_len = static_cast<uint8_t>(options.service_cidr->length());
   }
+  cfg.tunnel_ifindex = static_cast<uint32_t>(node.tunnel_ifindex);
+  if (node.tunnel_ifindex != 0) {
+    cfg.tunnel_mtu = static_cast<uint16_t>(PodMtu(RoutingMode::kTunnel, node.native_mtu, 0));
+  }
   if (auto st = dp.node_config().Update(0, cfg); !st.ok()) return st;
+  // Native routing: the device of an earlier tunnel-mode run goes once nothing sends to it.
+  if (options.routing_mode == RoutingMode::kNative) {
+    if (auto st = RemoveOverlay(netlink); !st.ok()) return st;
+  }
 
   // Desired never-masqueraded destinations; entries of an earlier configuration are removed.
   std::vector<IpPrefix> nomasq = options.non_masquerade_cidrs;
@@ -101,10 +114,11 @@ absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const Nod
 
   if (auto att = dp.AttachNative(node.native_ifindex); !att.ok()) return att;
   spdlog::info("node: native device {} (ifindex {}, mtu {}), node address {}, pod CIDR {}, "
-               "gateway {}, masquerade {} ports {}-{}",
+               "gateway {}, masquerade {} ports {}-{}, routing {}",
                node.native_device, node.native_ifindex, node.native_mtu,
                node.node_ip.ToString(), node.pod_cidr.ToString(), gateway.ToString(),
-               options.masquerade ? "on" : "off", options.nat_port_min, options.nat_port_max);
+               options.masquerade ? "on" : "off", options.nat_port_min, options.nat_port_max,
+               RoutingModeName(options.routing_mode));
   return node;
 }
 

@@ -1,5 +1,6 @@
 // The node-wide part of the datapath: forwarding on, the node's addressing in sluice_node, the
-// never-masqueraded destinations, and the masquerade programs on the native device.
+// never-masqueraded destinations, the masquerade programs on the native device, and in tunnel
+// mode the VXLAN device (agent/routing/overlay.h).
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "absl/status/statusor.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/kernel/netlink.h"
+#include "agent/routing/overlay.h"
 #include "loader/datapath.h"
 
 namespace sluice::agent {
@@ -23,6 +25,9 @@ struct NodeOptions {
   uint16_t nat_port_min = 61000;
   uint16_t nat_port_max = 65535;
   std::optional<IpPrefix> service_cidr;  // ClusterIP range: unallocated addresses are dropped
+  // The agent's default is tunnel (--routing_mode); set up without one, a node routes natively.
+  RoutingMode routing_mode = RoutingMode::kNative;
+  uint16_t tunnel_port = kDefaultTunnelPort;  // VXLAN UDP port (tunnel mode)
 };
 
 struct Node {
@@ -32,6 +37,7 @@ struct Node {
   std::string native_device;
   int native_ifindex = 0;
   uint32_t native_mtu = 0;
+  int tunnel_ifindex = 0;  // the VXLAN device (tunnel mode), else 0
 };
 
 // Parses "61000-65535".

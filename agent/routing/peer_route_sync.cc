@@ -1,5 +1,6 @@
 #include "agent/routing/peer_route_sync.h"
 
+#include <optional>
 #include <utility>
 
 #include "agent/routing/node_setup.h"
@@ -8,8 +9,14 @@
 namespace sluice::agent {
 
 PeerRouteSync::PeerRouteSync(KubernetesState& k8s, Netlink& netlink, maps::NoMasqMap& nomasq,
-                             std::vector<IpPrefix> base_nomasq)
-    : k8s_(k8s), netlink_(netlink), nomasq_(nomasq), base_nomasq_(std::move(base_nomasq)) {
+                             maps::Tunnel4Map& tunnel, std::vector<IpPrefix> base_nomasq,
+                             bool direct_routes)
+    : k8s_(k8s),
+      netlink_(netlink),
+      nomasq_(nomasq),
+      tunnel_(tunnel),
+      base_nomasq_(std::move(base_nomasq)),
+      direct_routes_(direct_routes) {
   k8s_.nodes().AddListener([this](const k8s::Change<k8s::Node>&) {
     absl::MutexLock l(&mu_);
     dirty_ = true;
@@ -42,6 +49,10 @@ std::vector<PeerNode> PeerRouteSync::Peers() {
 
 void PeerRouteSync::Run() {
   bool was_synced = false;
+  // After a failure the whole pass is retried a second later; a Node change meanwhile is not
+  // held back by the wait (the maps must follow a node within a second even while, say, a
+  // route to an unreachable peer keeps failing).
+  std::optional<absl::Time> retry_at;
   while (true) {
     {
       absl::MutexLock l(&mu_);
@@ -54,7 +65,8 @@ void PeerRouteSync::Run() {
                            absl::Milliseconds(200));
       if (stop_) return;
       bool synced = k8s_.synced();
-      if (!dirty_ && synced == was_synced) continue;
+      bool retry = retry_at.has_value() && absl::Now() >= *retry_at;
+      if (!dirty_ && synced == was_synced && !retry) continue;
       dirty_ = false;
       was_synced = synced;
     }
@@ -67,15 +79,21 @@ void PeerRouteSync::Run() {
       // must keep the pod's address: that node routes pod CIDRs, not masqueraded ports.
       if (auto host = IpPrefix::Make(p.internal_ip, 32); host.ok()) nomasq.push_back(*host);
     }
-    // Never-masqueraded first: a new peer's traffic must not be NATed once its route exists.
+    // Never-masqueraded first: a new peer's traffic must not be NATed once the datapath sends
+    // it there (its tunnel entry or route).
     absl::Status st = ReconcileNoMasquerade(nomasq_, nomasq, was_synced);
-    auto changes = st.ok() ? ReconcilePeerRoutes(netlink_, peers, was_synced)
-                           : absl::StatusOr<PeerRouteChanges>(st);
-    if (!changes.ok()) {
-      spdlog::warn("peer routes: {}; retrying in 1s", changes.status().ToString());
-      absl::SleepFor(absl::Seconds(1));
-      absl::MutexLock l(&mu_);
-      dirty_ = true;
+    if (st.ok()) st = ReconcileTunnelMap(tunnel_, peers, was_synced).status();
+    // Without direct routes, Sluice's routes of an earlier configuration go (once synced).
+    if (st.ok()) {
+      st = ReconcilePeerRoutes(netlink_, direct_routes_ ? peers : std::vector<PeerNode>{},
+                               was_synced)
+               .status();
+    }
+    if (!st.ok()) {
+      spdlog::warn("peers: {}; retrying in 1s", st.ToString());
+      retry_at = absl::Now() + absl::Seconds(1);
+    } else {
+      retry_at.reset();
     }
   }
 }

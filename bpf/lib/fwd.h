@@ -1,12 +1,14 @@
 /* Forwarding to local endpoints: judge the packet at the pod's ingress policy point, rewrite L2
  * as the pod's gateway would and hand the packet straight to the pod's interface with
- * bpf_redirect_peer (no bridge, no second stack pass, and so no pass through sluice_to_pod). */
+ * bpf_redirect_peer (no bridge, no second stack pass, and so no pass through sluice_to_pod).
+ * Forwarding to other nodes: through the tunnel (lib/tunnel.h) or routed with the FIB. */
 #ifndef SLUICE_BPF_FWD_H
 #define SLUICE_BPF_FWD_H
 
 #include "lib/csum.h"
 #include "lib/drop.h"
 #include "lib/policy.h"
+#include "lib/tunnel.h"
 
 /* flow is what ep's ingress policy judges (policy4_flow). Returns a TC verdict or minus a drop
  * reason. */
@@ -34,11 +36,10 @@ static __always_inline int redirect_to_endpoint(struct sluice_ctx *ctx,
 
 #define SLUICE_AF_INET 2
 
-/* Routes a packet the node's stack must not see (its source is a node or service address, which
- * the stack would take for a martian) with the kernel's FIB and sends it out of the device the
- * route names, as a router would. When the FIB has no answer the packet continues into the stack.
- * Returns a TC verdict or minus a drop reason. */
-static __always_inline int redirect_by_fib(struct sluice_ctx *ctx, struct pkt4 *pkt)
+/* Routes a packet with the kernel's FIB and sends it out of the device the route names, as a
+ * router would. When the FIB has no answer the packet continues into the stack. Returns a TC
+ * verdict or minus a drop reason. */
+static __always_inline int fib_redirect(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
 	struct bpf_fib_lookup fib = {};
 	struct bpf_redir_neigh nh = {};
@@ -71,6 +72,35 @@ static __always_inline int redirect_by_fib(struct sluice_ctx *ctx, struct pkt4 *
 	nh.nh_family = SLUICE_AF_INET;
 	nh.ipv4_nh = fib.ipv4_dst;
 	return ctx_redirect_neigh(fib.ifindex, &nh);
+}
+
+/* Forwards a packet to another node's pod or address (`peer`, from tunnel4_lookup): inside the
+ * tunnel in tunnel mode, else routed with the FIB (native routing). Returns a TC verdict or minus
+ * a drop reason. */
+static __always_inline int redirect_to_node(struct sluice_ctx *ctx, struct pkt4 *pkt,
+					    const struct sluice_node_config *cfg,
+					    const struct sluice_tunnel4_entry *peer)
+{
+	int ret;
+
+	if (!tunnel_mode(cfg))
+		return fib_redirect(ctx, pkt);
+	ret = ip4_dec_ttl(ctx, pkt);
+	if (ret < 0)
+		return ret;
+	return tunnel_redirect(ctx, cfg, peer);
+}
+
+/* Routes a packet the node's stack must not see (its source is a node or service address, which
+ * the stack would take for a martian): to another node as redirect_to_node does, anywhere else
+ * with the FIB. Returns a TC verdict or minus a drop reason. */
+static __always_inline int redirect_by_fib(struct sluice_ctx *ctx, struct pkt4 *pkt)
+{
+	const struct sluice_tunnel4_entry *peer = tunnel4_lookup(pkt->daddr);
+
+	if (peer)
+		return redirect_to_node(ctx, pkt, node_config(), peer);
+	return fib_redirect(ctx, pkt);
 }
 
 #endif

@@ -1,5 +1,6 @@
 /* The native device's paths, one function each: pod traffic leaving the node is masqueraded
- * (netdev_masquerade); arriving traffic is balanced when it is for a NodePort, ExternalIP or
+ * (netdev_masquerade), the node's traffic to other nodes' pods is encapsulated in tunnel mode
+ * (netdev_to_net); arriving traffic is balanced when it is for a NodePort, ExternalIP or
  * LoadBalancer IP (netdev_to_service), reverse-translated when it is a remote backend's reply to
  * a pod here (netdev_reply_to_pod), un-masqueraded when it is a reply to a masqueraded flow
  * (netdev_unmasquerade), and passed to the stack otherwise (the node's own traffic). */
@@ -30,6 +31,24 @@ static __always_inline int netdev_masquerade(struct sluice_ctx *ctx, struct pkt4
 	if (ret < 0)
 		return ret;
 	return nat4_masquerade(ctx, pkt, cfg, &p);
+}
+
+/* Egress in tunnel mode: what the node's stack sends to another node's pod CIDR (the node's own
+ * traffic, host-network pods) goes through the tunnel; no route to pod CIDRs is needed. Only
+ * pod-CIDR entries count here: the encapsulated packet, addressed to a node, passes this hook
+ * again and must leave. Everything else is masqueraded or passes. Returns a verdict or minus a
+ * drop reason. */
+static __always_inline int netdev_to_net(struct sluice_ctx *ctx, struct pkt4 *pkt)
+{
+	const struct sluice_node_config *cfg = node_config();
+	const struct sluice_tunnel4_entry *peer;
+
+	if (tunnel_mode(cfg)) {
+		peer = tunnel4_lookup(pkt->daddr);
+		if (peer && (peer->flags & SLUICE_TUNNEL_F_POD_CIDR))
+			return tunnel_redirect(ctx, cfg, peer);
+	}
+	return netdev_masquerade(ctx, pkt);
 }
 
 /* A packet DNATed onto a backend arrived from the network: a backend on this node gets it

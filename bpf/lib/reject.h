@@ -110,10 +110,12 @@ struct reject_icmp_body {
 	__u8 quoted_l4[8];
 };
 
-/* ICMP port unreachable for a UDP datagram: room for a new IP + ICMP header is made in front of
- * the original IP header, which is quoted with 8 bytes of its payload. Returns 0 or minus a drop
- * reason. */
-static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4 *pkt)
+/* An ICMP error about the packet, in place: room for a new IP + ICMP header (type, code, and
+ * `rest`, the header's second word) is made in front of the original IP header, which is quoted
+ * with 8 bytes of its payload; it comes from `from` and goes to the packet's source. `fail` is the
+ * drop reason when the packet cannot be quoted. Returns 0 or minus a drop reason. */
+static __always_inline int icmp4_error(struct sluice_ctx *ctx, const struct pkt4 *pkt, __u8 type,
+				       __u8 code, __be32 rest, __be32 from, int fail)
 {
 	const __u32 room = sizeof(struct iphdr) + sizeof(struct icmphdr);
 	struct reject_icmp_body body = {};
@@ -121,13 +123,14 @@ static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4
 	struct iphdr out;
 
 	if (pkt->ihl != 5)
-		return -SLUICE_DROP_SERVICE_REJECTED;
+		return -fail;
 	if (ctx_load_bytes(ctx, l3_off, &body.quoted_ip, sizeof(body.quoted_ip) + 8))
-		return -SLUICE_DROP_SERVICE_REJECTED;
-	body.icmp.type = ICMP_DEST_UNREACH;
-	body.icmp.code = ICMP_PORT_UNREACH;
+		return -fail;
+	body.icmp.type = type;
+	body.icmp.code = code;
+	body.icmp.un.gateway = rest;
 	body.icmp.checksum = csum_fold32(bpf_csum_diff(NULL, 0, (__be32 *)&body, sizeof(body), 0));
-	reject_ip4_header(&out, body.quoted_ip.saddr, body.quoted_ip.daddr, IPPROTO_ICMP,
+	reject_ip4_header(&out, body.quoted_ip.saddr, from, IPPROTO_ICMP,
 			  sizeof(out) + sizeof(body));
 
 	if (ctx_adjust_room_mac(ctx, room))
@@ -138,6 +141,14 @@ static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4
 	    ctx_store_bytes(ctx, l3_off + sizeof(out), &body, sizeof(body)))
 		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
+}
+
+/* ICMP port unreachable for a UDP datagram, from the address it was sent to. Returns 0 or minus a
+ * drop reason. */
+static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4 *pkt)
+{
+	return icmp4_error(ctx, pkt, ICMP_DEST_UNREACH, ICMP_PORT_UNREACH, 0, pkt->daddr,
+			   SLUICE_DROP_SERVICE_REJECTED);
 }
 
 /* Answers the packet (IPv4 at pkt->l3_off, Ethernet before it) in place and sends the answer back out

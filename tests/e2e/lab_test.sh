@@ -79,10 +79,19 @@ expect "request b->a udp hostname" \
   "$(lab request --from default/b --to "$A:8080" --proto udp --data hostname)" a
 got=$(lab request --from default/a --to "$B:8080" --data clientip)
 case $got in "$A":*) log "ok: b sees a's own address ($got)";; *) fail "clientip '$got'";; esac
-# Across nodes: each agent routes the other node's pod CIDR via its InternalIP (from the Node
-# objects it watches), so pods reach each other without NAT.
-ip netns exec "$NAME-node1" ip route show proto 181 | grep -q "^$CIDR2 via" ||
-  fail "node1 has no route to node2's pods: $(ip netns exec "$NAME-node1" ip route)"
+# Across nodes, without NAT: in tunnel mode (the default) each agent's peer map holds the other
+# node's pod CIDR (from the Node objects it watches) and no route to it is installed; in native
+# mode with direct routes (SLUICE_ROUTING_MODE=native, lab_native_test.sh) each agent routes the
+# other node's pod CIDR via its InternalIP.
+if [ "${SLUICE_ROUTING_MODE:-tunnel}" = native ]; then
+  ip netns exec "$NAME-node1" ip route show proto 181 | grep -q "^$CIDR2 via" ||
+    fail "node1 has no route to node2's pods: $(ip netns exec "$NAME-node1" ip route)"
+else
+  wait_for 10 sh -c "bpftool map dump pinned $DIR/node1/bpf/sluice_tunnel4 | grep -q '\"prefixlen\": 24'" ||
+    fail "node1's peer map has no pod CIDR: $(bpftool map dump pinned "$DIR/node1/bpf/sluice_tunnel4")"
+  [ -z "$(ip netns exec "$NAME-node1" ip route show proto 181)" ] ||
+    fail "tunnel mode installed peer routes: $(ip netns exec "$NAME-node1" ip route show proto 181)"
+fi
 wait_for 20 sh -c "[ \"\$($LAB probe --name $NAME --from default/a --to $C:8080 --timeout 1)\" = CONNECTED ]" ||
   fail "a (node1) cannot reach c (node2)"
 expect "request a->c across nodes" "$(lab request --from default/a --to "$C:8080" --data hostname)" c

@@ -298,6 +298,17 @@ class FakeNetlink final : public agent::Netlink {
     return absl::OkStatus();
   }
 
+  absl::StatusOr<agent::LinkInfo> EnsureVxlanDevice(const agent::VxlanSpec& spec) override {
+    if (auto st = script_.Enter("EnsureVxlanDevice"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    if (!host_.links.contains(spec.name)) NewLinkLocked(host_, spec.name, spec.mtu);
+    agent::LinkInfo& link = host_.links[spec.name];
+    link.mtu = spec.mtu;
+    link.alias = spec.alias;
+    link.up = true;
+    return link;
+  }
+
   absl::Status ReplacePeerRoute(const agent::IpPrefix& dst, const agent::IpAddress& via) override {
     if (auto st = script_.Enter("ReplacePeerRoute"); !st.ok()) return st;
     absl::MutexLock l(&mu_);

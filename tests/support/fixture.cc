@@ -127,6 +127,8 @@ const char* ProgName(Prog p) {
       return "sluice_from_net";
     case Prog::kToNet:
       return "sluice_to_net";
+    case Prog::kFromOverlay:
+      return "sluice_from_overlay";
   }
   return "?";
 }
@@ -158,16 +160,22 @@ void DatapathTest::RunCase(const PacketCase& c) {
   for (size_t i = 0; i < c.steps.size(); ++i) {
     const Step& step = c.steps[i];
     SCOPED_TRACE(absl::StrCat(c.name, " step ", i + 1, "/", c.steps.size(), " through ",
-                              ProgName(step.prog)));
+                              step.companion.empty() ? ProgName(step.prog) : step.companion));
     if (step.setup) {
       step.setup(*dp_);
       if (HasFatalFailure()) return;
     }
     Bytes in = step.in.Make(trail);
-    int fd = step.prog == Prog::kFromPod   ? dp_->from_pod_fd()
-             : step.prog == Prog::kToPod   ? dp_->to_pod_fd()
-             : step.prog == Prog::kFromNet ? dp_->from_net_fd()
-                                           : dp_->to_net_fd();
+    int fd = step.prog == Prog::kFromPod       ? dp_->from_pod_fd()
+             : step.prog == Prog::kToPod       ? dp_->to_pod_fd()
+             : step.prog == Prog::kFromNet     ? dp_->from_net_fd()
+             : step.prog == Prog::kFromOverlay ? dp_->from_overlay_fd()
+                                               : dp_->to_net_fd();
+    if (!step.companion.empty()) {
+      auto it = companions_.find(step.companion);
+      ASSERT_NE(it, companions_.end()) << "no companion program " << step.companion;
+      fd = it->second;
+    }
     auto drops_before = DropCounts();
     RunResult r = Run(fd, in, step.ifindex);
     auto drops_after = DropCounts();

@@ -26,7 +26,7 @@ struct RunResult {
 // cases are one step; a flow's first packet and its reply are two, the reply built from what the
 // first step put out (the backend the program picked at random, the port it allocated).
 
-enum class Prog { kFromPod, kToPod, kFromNet, kToNet };
+enum class Prog { kFromPod, kToPod, kFromNet, kToNet, kFromOverlay };
 const char* ProgName(Prog p);
 
 // The decoded outputs of a case's steps so far, and their raw bytes.
@@ -78,6 +78,9 @@ struct Step {
   // Map side effects and other checks after the packet; the trail includes this step.
   std::function<void(loader::Datapath&, const Trail&)> effects;
   int ifindex = 1;  // lo: test_run receives on it
+  // Instead of `prog`: a program of a test's companion BPF object, by name (the test fills
+  // DatapathTest::companions_), e.g. one that runs a production path and reads metadata back.
+  std::string companion;
 };
 
 struct PacketCase {
@@ -115,6 +118,7 @@ class DatapathTest : public ::testing::Test {
 
   std::unique_ptr<ScratchBpffs> bpffs_;
   std::unique_ptr<loader::Datapath> dp_;
+  std::map<std::string, int> companions_;  // Step::companion -> program fd
 };
 
 // The one way tests and benchmarks put a local endpoint into sluice_ep4 (what the agent's ADD

@@ -1,0 +1,44 @@
+/* TC ingress of the node's collect_md VXLAN device (sluice_from_overlay, docs/routing.md): what
+ * other nodes sent through the tunnel, decapsulated. It takes the native device's ingress paths
+ * (a NodePort reached through another node's pod, a remote backend's reply to a pod here, a
+ * reply to a masqueraded flow), and a packet for a pod here is delivered through its ingress
+ * policy with bpf_redirect_peer. The rest (the node's own traffic) enters the node's stack. The
+ * VNI is not looked at: the source identity comes from the ipcache. */
+#include "lib/ctx/skb.h"
+#include "lib/netdev.h"
+
+#define SLUICE_PACKET_HOST 0
+
+/* Returns a TC verdict or minus a drop reason. */
+static __always_inline int from_overlay(struct __sk_buff *skb, struct pkt4 *pkt)
+{
+	const struct sluice_endpoint *ep;
+	struct policy4_flow flow;
+	int ret;
+
+	ret = netdev_from_net(skb, pkt);
+	if (ret != TC_ACT_OK)
+		return ret;
+	ep = lookup_ep4(pkt->daddr);
+	if (!ep)
+		return TC_ACT_OK;
+	policy4_flow_of(pkt, &flow);
+	return redirect_to_endpoint(skb, ep, pkt, &flow);
+}
+
+SEC("tc")
+int sluice_from_overlay(struct __sk_buff *skb)
+{
+	struct pkt4 pkt;
+	__be16 h_proto;
+
+	/* The inner frame is addressed to the sending pod's gateway MAC, not to this device, so
+	 * the device took it for another host's; the stack (this node's or, after
+	 * bpf_redirect_peer, the pod's) drops such frames. */
+	bpf_skb_change_type(skb, SLUICE_PACKET_HOST);
+	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
+		return TC_ACT_OK;
+	return verdict_or_drop(skb, from_overlay(skb, &pkt));
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";
