@@ -82,6 +82,10 @@ class Datapath {
   maps::Policy4Map& policy4() { return policy4_; }
   maps::PolicyEndpointMap& policy_ep() { return policy_ep_; }
   maps::PolicyDropMap& policy_drops() { return pol_drops_; }
+  // The flow monitor (maps/events.h): its switch and per-CPU counters; the ring buffer's fd.
+  maps::MonitorConfigMap& monitor_config() { return monitor_; }
+  maps::MonitorCpuMap& monitor_cpu() { return mon_cpu_; }
+  int events_fd() const;
 
   // Per-reason drop counts summed over CPUs (reasons with a name only).
   [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
@@ -111,6 +115,8 @@ class Datapath {
   maps::Policy4Map policy4_;
   maps::PolicyEndpointMap policy_ep_;
   maps::PolicyDropMap pol_drops_;
+  maps::MonitorConfigMap monitor_;
+  maps::MonitorCpuMap mon_cpu_;
 };
 
 // Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).
