@@ -319,7 +319,12 @@ int Run() {
     monitor::ObserveServerOptions observe_opts;
     observe_opts.socket_path = absl::GetFlag(FLAGS_observe_socket);
     observe_server = std::make_unique<monitor::ObserveServer>(*flow_monitor, observe_opts);
-    if (auto st = observe_server->Start(); !st.ok()) return Fail(st, "serve --observe_socket");
+    // The datapath does not depend on it: without the socket the agent runs on, unobserved.
+    if (auto st = observe_server->Start(); !st.ok()) {
+      spdlog::error("--observe_socket: {}; `sluicectl observe` cannot reach this agent",
+                    st.ToString());
+      observe_server.reset();
+    }
   } else {
     // Nobody will read: make sure a previous agent's setting does not keep events coming.
     if (auto st = (*dp)->monitor_config().Update(0, sluice_monitor_config{}); !st.ok()) {

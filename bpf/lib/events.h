@@ -9,6 +9,16 @@
 
 #define EVENTS_NSEC_PER_SEC 1000000000ull
 
+/* bench/monitor_bench's baseline, "the datapath without a monitor", builds the programs with
+ * -DSLUICE_EVENTS_COMPILED_OUT: every event_* call below is then empty. Production never sets
+ * it. */
+#ifdef SLUICE_EVENTS_COMPILED_OUT
+#define event_drop(ctx, reason) ((void)(ctx), (void)(reason))
+#define event_policy(...) ((void)0)
+#define event_translate(...) ((void)0)
+#define event_ct_close(...) ((void)0)
+#else
+
 /* The monitor's configuration when it wants events of `type`, else NULL. The one lookup every
  * hook point pays; an array lookup the verifier inlines. */
 static __always_inline const struct sluice_monitor_config *event_wanted(__u32 type)
@@ -192,4 +202,5 @@ static __always_inline void event_ct_close(const struct sluice_ct4_entry *ct,
 	bpf_ringbuf_submit(e, 0);
 }
 
+#endif /* SLUICE_EVENTS_COMPILED_OUT */
 #endif
