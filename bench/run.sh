@@ -13,7 +13,9 @@
 #      maps' memlock (service_program_bench.sh);
 #   7. the agent's Service stack (lab apiserver over HTTPS -> KubernetesState -> ServiceSync ->
 #      ServiceReconciler -> BPF maps) at 10k Services x 10 endpoints: initial sync time, RSS, and
-#      the latency of single EndpointSlice changes at 100/s (service_churn_bench).
+#      the latency of single EndpointSlice changes at 100/s (service_churn_bench);
+#   8. per-packet cost of the flow monitor: nobody listening and a listener at full rate vs the
+#      same program built without monitor code (monitor_bench).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -75,4 +77,10 @@ echo "#### 7. Agent Service stack: initial sync, RSS, single-change latency at 1
 CHURN=$BUILD/bench/service_churn_bench
 [ -x "$CHURN" ] || { echo "bench/run.sh: $CHURN missing: cmake --build $BUILD --target service_churn_bench" >&2; exit 1; }
 "$CHURN"
+fi
+
+if want 8; then
+echo
+echo "#### 8. Flow monitor per packet: off / nobody listens / a listener at full rate, BPF_PROG_TEST_RUN"
+"$BUILD/bench/monitor_bench"
 fi

@@ -94,6 +94,16 @@ static __always_inline struct sluice_event *event_reserve(const struct sluice_mo
 	return e;
 }
 
+/* Waking the reader is an irq_work per event, more than the event itself costs; the agent polls
+ * every 50 ms anyway, so only a ring buffer an eighth full wakes it early. */
+static __always_inline void event_submit(struct sluice_event *e)
+{
+	__u64 queued = bpf_ringbuf_query(&sluice_events, BPF_RB_AVAIL_DATA);
+
+	bpf_ringbuf_submit(e, queued > SLUICE_EVENTS_RINGBUF_BYTES / 8 ? BPF_RB_FORCE_WAKEUP :
+									 BPF_RB_NO_WAKEUP);
+}
+
 static __always_inline void event_set_tuple4(struct sluice_event *e, __be32 saddr, __be32 daddr,
 					     __be16 sport, __be16 dport, __u8 proto)
 {
@@ -130,7 +140,7 @@ static __always_inline void event_drop(struct sluice_ctx *ctx, enum sluice_drop_
 				 pkt.proto);
 		e->tcp_flags = pkt.tcp_flags;
 	}
-	bpf_ringbuf_submit(e, 0);
+	event_submit(e);
 }
 
 /* A policy point's verdict on a flow: denied (the packet is dropped), or allowed for a flow it has
@@ -154,7 +164,7 @@ static __always_inline void event_policy(__u32 endpoint_id, __u8 dir, __be32 sad
 	e->id = endpoint_id;
 	e->len = len;
 	e->flags = enforced ? SLUICE_EVENT_F_ENFORCED : 0;
-	bpf_ringbuf_submit(e, 0);
+	event_submit(e);
 }
 
 /* A new flow to a frontend (key: the tuple as the client sent it) given backend addr:port. */
@@ -175,7 +185,7 @@ static __always_inline void event_translate(const struct sluice_ct4_key *key, __
 	e->nat_addr[0] = be_addr;
 	e->nat_port = be_port;
 	e->id = rev_nat_id;
-	bpf_ringbuf_submit(e, 0);
+	event_submit(e);
 }
 
 /* The first FIN or RST of a balanced TCP flow (fwd: its forward tuple), once: before its entry
@@ -199,7 +209,7 @@ static __always_inline void event_ct_close(const struct sluice_ct4_entry *ct,
 	e->nat_addr[0] = ct->backend_addr;
 	e->nat_port = ct->backend_port;
 	e->id = ct->rev_nat_id;
-	bpf_ringbuf_submit(e, 0);
+	event_submit(e);
 }
 
 #endif /* SLUICE_EVENTS_COMPILED_OUT */
