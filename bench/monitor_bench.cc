@@ -114,18 +114,25 @@ enum class Mode { kBaseline, kNoListener, kListener, kLimited };
 enum class Work { kEstablished, kNewFlow, kDropped };
 const char* ModeName(Mode m) {
   switch (m) {
-    case Mode::kBaseline: return "baseline (no monitor code)";
-    case Mode::kNoListener: return "monitor, nobody listens";
-    case Mode::kListener: return "monitor, listener, no limit";
-    case Mode::kLimited: return "monitor, listener, bucket empty";
+    case Mode::kBaseline:
+      return "baseline (no monitor code)";
+    case Mode::kNoListener:
+      return "monitor, nobody listens";
+    case Mode::kListener:
+      return "monitor, listener, no limit";
+    case Mode::kLimited:
+      return "monitor, listener, bucket empty";
   }
   return "?";
 }
 const char* WorkName(Work w) {
   switch (w) {
-    case Work::kEstablished: return "(a) established";
-    case Work::kNewFlow: return "(b) new flow";
-    case Work::kDropped: return "(c) dropped";
+    case Work::kEstablished:
+      return "(a) established";
+    case Work::kNewFlow:
+      return "(b) new flow";
+    case Work::kDropped:
+      return "(c) dropped";
   }
   return "?";
 }
@@ -148,8 +155,8 @@ int Main(int rounds) {
   const int prog_baseline = bpf_program__fd((**nomon)->progs.sluice_from_pod);
 
   for (int c = 0; c < kClients; ++c) {
-    if (auto st = testing::AddEndpoint(**dp, Ip4(ClientIp(c)), kIfindex, ClientMac(c), kHostMac,
-                                       100 + c);
+    if (auto st =
+            testing::AddEndpoint(**dp, Ip4(ClientIp(c)), kIfindex, ClientMac(c), kHostMac, 100 + c);
         !st.ok())
       Die(st.ToString());
   }
@@ -274,8 +281,8 @@ int Main(int rounds) {
       if (cs.work != w) continue;
       double m = Median(cs.rounds);
       if (cs.mode == Mode::kBaseline) base = m;
-      std::printf("%-18s %-31s %9.1f %11.1f %8.3fx\n", WorkName(w), ModeName(cs.mode), m,
-                  m - base, m / base);
+      std::printf("%-18s %-31s %9.1f %11.1f %8.3fx\n", WorkName(w), ModeName(cs.mode), m, m - base,
+                  m / base);
     }
   }
   double a_base = 0, a_off = 0;

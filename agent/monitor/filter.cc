@@ -62,9 +62,8 @@ bool KnownDropReason(const std::string& name) {
 }  // namespace
 
 bool FlowFilter::empty() const {
-  return pods.empty() && namespaces.empty() && ips.empty() && ports.empty() &&
-         protocols.empty() && verdict.empty() && drop_reasons.empty() && services.empty() &&
-         types.empty();
+  return pods.empty() && namespaces.empty() && ips.empty() && ports.empty() && protocols.empty() &&
+         verdict.empty() && drop_reasons.empty() && services.empty() && types.empty();
 }
 
 bool Matches(const FlowFilter& filter, const Flow& flow) {
@@ -129,18 +128,17 @@ absl::StatusOr<FlowFilter> FilterFromJson(const nlohmann::json& j) {
     static constexpr const char* kKeys[] = {"pods",         "namespaces", "ips",
                                             "ports",        "protocols",  "verdict",
                                             "drop_reasons", "services",   "types"};
-    if (std::none_of(std::begin(kKeys), std::end(kKeys),
-                     [&](const char* k) { return key == k; })) {
+    if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; })) {
       return absl::InvalidArgumentError(absl::StrCat("unknown filter ", key));
     }
   }
   struct {
     const char* key;
     std::vector<std::string>* out;
-  } lists[] = {{"pods", &f.pods},         {"namespaces", &f.namespaces},
-               {"ips", &f.ips},           {"protocols", &f.protocols},
-               {"drop_reasons", &f.drop_reasons}, {"services", &f.services},
-               {"types", &f.types}};
+  } lists[] = {
+      {"pods", &f.pods},           {"namespaces", &f.namespaces},     {"ips", &f.ips},
+      {"protocols", &f.protocols}, {"drop_reasons", &f.drop_reasons}, {"services", &f.services},
+      {"types", &f.types}};
   for (auto& l : lists) {
     auto v = Strings(j, l.key);
     if (!v.ok()) return v.status();
@@ -166,7 +164,8 @@ absl::StatusOr<FlowFilter> FilterFromJson(const nlohmann::json& j) {
   for (auto& p : f.protocols) {
     p = absl::AsciiStrToLower(p);
     if (p != "tcp" && p != "udp" && p != "icmp" && p != "sctp") {
-      return absl::InvalidArgumentError(absl::StrCat("protocol ", p, ": want tcp, udp, icmp or sctp"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("protocol ", p, ": want tcp, udp, icmp or sctp"));
     }
   }
   for (const auto& r : f.drop_reasons) {
@@ -183,7 +182,7 @@ absl::StatusOr<FlowFilter> FilterFromJson(const nlohmann::json& j) {
   }
   for (const auto& ip : f.ips) {
     bool ok = ip.find('/') == std::string::npos ? agent::IpAddress::Parse(ip).ok()
-                                                 : agent::IpPrefix::Parse(ip).ok();
+                                                : agent::IpPrefix::Parse(ip).ok();
     if (!ok) return absl::InvalidArgumentError(absl::StrCat("ip ", ip, " is no address or CIDR"));
   }
   return f;

@@ -14,15 +14,15 @@
 namespace sluice::monitor {
 
 struct FlowFilter {
-  std::vector<std::string> pods;        // "namespace/name", or "name" in namespace default
+  std::vector<std::string> pods;  // "namespace/name", or "name" in namespace default
   std::vector<std::string> namespaces;
-  std::vector<std::string> ips;         // an address or a CIDR
+  std::vector<std::string> ips;  // an address or a CIDR
   std::vector<uint16_t> ports;
-  std::vector<std::string> protocols;   // tcp, udp, icmp, sctp
-  std::string verdict;                  // "", forwarded, dropped
+  std::vector<std::string> protocols;     // tcp, udp, icmp, sctp
+  std::string verdict;                    // "", forwarded, dropped
   std::vector<std::string> drop_reasons;  // sluice_drop_reason_name spellings
-  std::vector<std::string> services;    // "namespace/name", or "name" in namespace default
-  std::vector<std::string> types;       // drop, policy, translate, close
+  std::vector<std::string> services;      // "namespace/name", or "name" in namespace default
+  std::vector<std::string> types;         // drop, policy, translate, close
 
   bool empty() const;
 };

@@ -33,11 +33,16 @@ std::string AddrText(uint8_t family, const __be32* addr) {
 
 const char* TypeText(uint8_t type) {
   switch (type) {
-    case SLUICE_EVENT_DROP: return "drop";
-    case SLUICE_EVENT_POLICY: return "policy";
-    case SLUICE_EVENT_TRANSLATE: return "translate";
-    case SLUICE_EVENT_CT_CLOSE: return "close";
-    default: return "unknown";
+    case SLUICE_EVENT_DROP:
+      return "drop";
+    case SLUICE_EVENT_POLICY:
+      return "policy";
+    case SLUICE_EVENT_TRANSLATE:
+      return "translate";
+    case SLUICE_EVENT_CT_CLOSE:
+      return "close";
+    default:
+      return "unknown";
   }
 }
 
@@ -64,11 +69,17 @@ FlowPeer PeerFromJson(const nlohmann::json& j) {
 
 const char* ProtocolText(uint8_t proto, char (&buf)[8]) {
   switch (proto) {
-    case IPPROTO_TCP: return "tcp";
-    case IPPROTO_UDP: return "udp";
-    case IPPROTO_ICMP: return "icmp";
-    case IPPROTO_SCTP: return "sctp";
-    default: std::snprintf(buf, sizeof(buf), "%u", proto); return buf;
+    case IPPROTO_TCP:
+      return "tcp";
+    case IPPROTO_UDP:
+      return "udp";
+    case IPPROTO_ICMP:
+      return "icmp";
+    case IPPROTO_SCTP:
+      return "sctp";
+    default:
+      std::snprintf(buf, sizeof(buf), "%u", proto);
+      return buf;
   }
 }
 

@@ -14,19 +14,19 @@
 namespace sluice::monitor {
 
 struct FlowPeer {
-  std::string ip;         // "" when the packet had no IP header Sluice could read
-  uint16_t port = 0;      // TCP/UDP/SCTP port; ICMP echo id for the source
-  std::string namespace_; // the pod's, when the address is a pod's
-  std::string pod;        // the pod's name
+  std::string ip;          // "" when the packet had no IP header Sluice could read
+  uint16_t port = 0;       // TCP/UDP/SCTP port; ICMP echo id for the source
+  std::string namespace_;  // the pod's, when the address is a pod's
+  std::string pod;         // the pod's name
 };
 
 struct Flow {
   absl::Time time;
   std::string node;
-  std::string type;     // drop | policy | translate | close
-  std::string verdict;  // forwarded | dropped
-  std::string drop_reason;  // sluice_drop_reason_name (dropped flows only)
-  std::string point;        // ingress | egress (drops: the hook's direction on `interface`)
+  std::string type;              // drop | policy | translate | close
+  std::string verdict;           // forwarded | dropped
+  std::string drop_reason;       // sluice_drop_reason_name (dropped flows only)
+  std::string point;             // ingress | egress (drops: the hook's direction on `interface`)
   std::string policy_direction;  // ingress | egress (policy verdicts)
   bool policy_enforced = false;  // the policy direction is enforced (else the endpoint is open)
   uint32_t endpoint_id = 0;      // policy verdicts: the endpoint whose policy point judged

@@ -28,10 +28,14 @@ absl::StatusOr<uint32_t> ParseEventTypes(const std::string& text) {
   if (text == "none" || text.empty()) return 0u;
   uint32_t mask = 0;
   for (absl::string_view t : absl::StrSplit(text, ',')) {
-    if (t == "drops" || t == "drop") mask |= 1u << SLUICE_EVENT_DROP;
-    else if (t == "policy") mask |= 1u << SLUICE_EVENT_POLICY;
-    else if (t == "translate" || t == "translations") mask |= 1u << SLUICE_EVENT_TRANSLATE;
-    else if (t == "close") mask |= 1u << SLUICE_EVENT_CT_CLOSE;
+    if (t == "drops" || t == "drop")
+      mask |= 1u << SLUICE_EVENT_DROP;
+    else if (t == "policy")
+      mask |= 1u << SLUICE_EVENT_POLICY;
+    else if (t == "translate" || t == "translations")
+      mask |= 1u << SLUICE_EVENT_TRANSLATE;
+    else if (t == "close")
+      mask |= 1u << SLUICE_EVENT_CT_CLOSE;
     else
       return absl::InvalidArgumentError(absl::StrCat(
           "event type ", t, ": want all, none or a list of drops, policy, translate, close"));
@@ -64,7 +68,8 @@ absl::StatusOr<std::unique_ptr<FlowMonitor>> FlowMonitor::Start(int ringbuf_fd,
   };
   errno = 0;
   m->rb_ = ring_buffer__new(ringbuf_fd, on_event, m.get(), nullptr);
-  if (m->rb_ == nullptr) return ErrnoStatus(errno ? errno : EINVAL, "open the sluice_events ring buffer");
+  if (m->rb_ == nullptr)
+    return ErrnoStatus(errno ? errno : EINVAL, "open the sluice_events ring buffer");
   {
     absl::MutexLock lock(&m->mu_);
     if (auto st = m->WriteConfigLocked(); !st.ok()) return st;
@@ -148,8 +153,10 @@ std::unique_ptr<FlowMonitor::Observer> FlowMonitor::Observe(const FlowFilter& fi
   bool first = observers_.empty();
   observers_.push_back(o.get());
   if (first) {
-    if (auto st = WriteConfigLocked(); !st.ok()) spdlog::warn("monitor: {}", st.ToString());
-    else spdlog::info("monitor: an observer is attached; the datapath emits its events");
+    if (auto st = WriteConfigLocked(); !st.ok())
+      spdlog::warn("monitor: {}", st.ToString());
+    else
+      spdlog::info("monitor: an observer is attached; the datapath emits its events");
   }
   return o;
 }
@@ -158,9 +165,11 @@ void FlowMonitor::Unsubscribe(Observer* o) {
   absl::MutexLock lock(&mu_);
   observers_.remove(o);
   if (observers_.empty() && !stopped_) {
-    if (auto st = WriteConfigLocked(); !st.ok()) spdlog::warn("monitor: {}", st.ToString());
-    else spdlog::info("monitor: no observer left; the datapath emits {} events",
-                      options_.idle_events ? "its idle" : "no");
+    if (auto st = WriteConfigLocked(); !st.ok())
+      spdlog::warn("monitor: {}", st.ToString());
+    else
+      spdlog::info("monitor: no observer left; the datapath emits {} events",
+                   options_.idle_events ? "its idle" : "no");
   }
 }
 

@@ -30,13 +30,13 @@ namespace sluice::monitor {
 
 struct MonitorOptions {
   std::string node_name;
-  size_t history = 4096;                   // flows kept for --last
-  uint32_t events = SLUICE_MON_EVENTS_ALL; // event types emitted while observed
-  uint32_t idle_events = 0;                // ... while nobody observes (kept in the history)
-  uint32_t sample = 1;                     // 1 in `sample` events other than drops
-  uint32_t rate = 5000;                    // per CPU, events per second
-  uint32_t burst = 10000;                  // per CPU
-  size_t observer_queue = 16384;           // flows buffered per observer; beyond: lost for it
+  size_t history = 4096;                    // flows kept for --last
+  uint32_t events = SLUICE_MON_EVENTS_ALL;  // event types emitted while observed
+  uint32_t idle_events = 0;                 // ... while nobody observes (kept in the history)
+  uint32_t sample = 1;                      // 1 in `sample` events other than drops
+  uint32_t rate = 5000;                     // per CPU, events per second
+  uint32_t burst = 10000;                   // per CPU
+  size_t observer_queue = 16384;            // flows buffered per observer; beyond: lost for it
 };
 
 // Sums of sluice_mon_cpu over CPUs: what the datapath emitted and could not.
@@ -68,8 +68,8 @@ class FlowMonitor {
     Observer(FlowMonitor* m, FlowFilter f) : monitor_(m), filter_(std::move(f)) {}
     FlowMonitor* monitor_;
     const FlowFilter filter_;
-    std::deque<Flow> queue_;      // guarded by monitor_->mu_
-    uint64_t overflowed_ = 0;     // guarded by monitor_->mu_
+    std::deque<Flow> queue_;   // guarded by monitor_->mu_
+    uint64_t overflowed_ = 0;  // guarded by monitor_->mu_
   };
 
   // ringbuf_fd is borrowed for the monitor's lifetime (the Datapath's sluice_events fd).

@@ -70,7 +70,8 @@ void FlowNames::NamePeerLocked(FlowPeer& p) {
 const FlowNames::Named* FlowNames::ServiceOfLocked(const std::string& ip, uint16_t port,
                                                    const std::string& proto) {
   auto it = service_by_frontend_.find(FrontendKey(ip, port, proto));
-  if (it == service_by_frontend_.end()) it = service_by_frontend_.find(FrontendKey("*", port, proto));
+  if (it == service_by_frontend_.end())
+    it = service_by_frontend_.find(FrontendKey("*", port, proto));
   return it == service_by_frontend_.end() ? nullptr : &it->second;
 }
 

@@ -51,9 +51,8 @@ absl::Status Observe(const std::string& socket_path, const nlohmann::json& reque
                                                /*allow_exceptions=*/false);
       if (j.is_discarded()) return absl::DataLossError("the agent sent a line that is no JSON");
       if (j.contains("error")) {
-        return absl::FailedPreconditionError(j["error"].is_string()
-                                                 ? j["error"].get<std::string>()
-                                                 : j["error"].dump());
+        return absl::FailedPreconditionError(j["error"].is_string() ? j["error"].get<std::string>()
+                                                                    : j["error"].dump());
       }
       if (!on_line(j)) return absl::OkStatus();
     }

@@ -91,7 +91,8 @@ absl::Status ObserveServer::Start() {
   struct sockaddr_un addr = {};
   addr.sun_family = AF_UNIX;
   if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("observe socket path \"", path, "\" is too long"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("observe socket path \"", path, "\" is too long"));
   }
   std::memcpy(addr.sun_path, path.data(), path.size());
   if (size_t slash = path.rfind('/'); slash != std::string::npos && slash > 0) {

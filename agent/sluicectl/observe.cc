@@ -133,7 +133,8 @@ std::string Summary(const monitor::Flow& f) {
   if (f.type != "translate" && f.type != "close" && !f.service.empty()) {
     absl::StrAppend(&s, " (to service ", f.service_namespace, "/", f.service, ")");
   }
-  if (!f.tcp_flags.empty()) absl::StrAppend(&s, " ", f.protocol == "tcp" ? "TCP " : "", f.tcp_flags);
+  if (!f.tcp_flags.empty())
+    absl::StrAppend(&s, " ", f.protocol == "tcp" ? "TCP " : "", f.tcp_flags);
   return s;
 }
 
@@ -174,8 +175,9 @@ int Observe(const std::vector<std::string>& args) {
       PrintRow(*f);
     } else if (line.contains("status")) {
       uint64_t lost = line["status"].value("events_lost", uint64_t{0});
-      if (lost > 0) std::fprintf(stderr, "EVENTS LOST: %llu so far on this node\n",
-                                 static_cast<unsigned long long>(lost));
+      if (lost > 0)
+        std::fprintf(stderr, "EVENTS LOST: %llu so far on this node\n",
+                     static_cast<unsigned long long>(lost));
     } else if (line.contains("lost")) {
       std::fprintf(stderr, "EVENTS LOST: %llu so far on this node\n",
                    static_cast<unsigned long long>(line["lost"].value("events_lost", uint64_t{0})));

@@ -71,11 +71,11 @@ class MonitorTest : public DatapathTest {
     return cfg.ok() ? cfg->events : ~0u;
   }
   void SendSpoofed(uint16_t sport = 40000) {
-    ASSERT_EQ(Run(dp_->from_pod_fd(),
-                  Packet::Eth(kPodMac, kHostMac).IPv4(kStranger, kB).TCP(sport, 8080).Build(),
-                  kIfindex)
-                  .verdict,
-              kTcShot);
+    ASSERT_EQ(
+        Run(dp_->from_pod_fd(),
+            Packet::Eth(kPodMac, kHostMac).IPv4(kStranger, kB).TCP(sport, 8080).Build(), kIfindex)
+            .verdict,
+        kTcShot);
   }
   void SendDenied() {
     sluice_policy_ep_entry pep{};
