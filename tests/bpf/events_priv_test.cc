@@ -206,6 +206,28 @@ TEST_F(EventsTest, ServiceTranslationNamesFrontendBackendAndServiceThenCloseOnce
   EXPECT_EQ(c.sport, t.sport);
 }
 
+TEST_F(EventsTest, RejectedServiceFlowIsReportedAsTheClientSentIt) {
+  // No usable endpoint anywhere: answered with a RST, counted and reported as service_rejected,
+  // with the client's tuple (not the answer's).
+  ASSERT_TRUE(ProgramService(*dp_, kClusterIp, 80, IPPROTO_TCP, kRevNatId, {},
+                             SLUICE_SVC_F_REJECT)
+                  .ok());
+  Monitor(Bit(SLUICE_EVENT_DROP));
+  ASSERT_EQ(Run(dp_->from_pod_fd(),
+                Packet::Eth(kPodMac, kHostMac).IPv4(kA, kClusterIp).TCP(40003, 80).Build(),
+                kIfindex)
+                .verdict,
+            kTcRedirect);
+  auto events = Drain(dp_->events_fd());
+  ASSERT_EQ(events.size(), 1u);
+  EXPECT_EQ(events[0].reason, SLUICE_DROP_SERVICE_REJECTED);
+  EXPECT_EQ(events[0].saddr[0], Ip4(kA));
+  EXPECT_EQ(events[0].daddr[0], Ip4(kClusterIp));
+  EXPECT_EQ(ntohs(events[0].sport), 40003);
+  EXPECT_EQ(ntohs(events[0].dport), 80);
+  EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_REJECTED), 1u);
+}
+
 TEST_F(EventsTest, SamplingThinsTranslationsButNeverDrops) {
   ASSERT_TRUE(ProgramService(*dp_, kClusterIp, 80, IPPROTO_TCP, kRevNatId, kBackends).ok());
   // 1 in 2^31: in 20 new flows the chance of one sampled in is 1e-8.
