@@ -2,6 +2,7 @@
 // the node, restores the endpoints of an earlier run, serves the endpoint API, and installs the
 // CNI plugin once it can serve ADD. On SIGTERM it stops serving and leaves the datapath in place:
 // pods keep their traffic while the agent is down.
+#include <net/if.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,6 +26,9 @@
 #include "agent/service/health_check.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/k8s/watches.h"
+#include "agent/monitor/monitor.h"
+#include "agent/monitor/names.h"
+#include "agent/monitor/observe_server.h"
 #include "agent/routing/peer_route_sync.h"
 #include "agent/kernel/netlink.h"
 #include "agent/kernel/netns.h"
@@ -108,6 +112,21 @@ ABSL_FLAG(bool, uninstall_datapath, false,
 ABSL_FLAG(std::string, config_dir, "",
           "a directory of flag files (a mounted ConfigMap): file name = flag name, content = "
           "value; flags on the command line win");
+ABSL_FLAG(bool, monitor, true,
+          "run the flow monitor: datapath events for `sluicectl observe` (docs/observe.md)");
+ABSL_FLAG(std::string, observe_socket, sluice::monitor::kDefaultObserveSocket,
+          "unix socket `sluicectl observe` connects to (root only)");
+ABSL_FLAG(std::string, monitor_events, "all",
+          "events the datapath emits while someone observes: all, none, or a list of drops, "
+          "policy, translate, close");
+ABSL_FLAG(std::string, monitor_idle_events, "none",
+          "events the datapath emits (and the agent keeps for --last) while nobody observes; "
+          "none costs each packet one map lookup");
+ABSL_FLAG(uint32_t, monitor_rate, 5000, "flow monitor: events per second per CPU (0: no limit)");
+ABSL_FLAG(uint32_t, monitor_burst, 10000, "flow monitor: events a CPU may emit back to back");
+ABSL_FLAG(uint32_t, monitor_sample, 1,
+          "flow monitor: emit 1 in N events other than drops (1: every event)");
+ABSL_FLAG(uint32_t, monitor_history, 4096, "flow monitor: flows kept for `observe --last`");
 
 namespace sluice::agent {
 namespace {
@@ -343,6 +362,60 @@ int Run() {
         [kube] { return kube->services().HasSynced() && kube->endpoint_slices().HasSynced(); },
         *lb_reconciler, health_checks.get(), NodeContext{k8s->node_name(), {node->node_ip}});
   }
+  // The flow monitor: the datapath emits events only while someone observes (and
+  // --monitor_idle_events otherwise). Declared last: it stops before what it names flows from.
+  std::unique_ptr<monitor::FlowNames> flow_names;
+  std::unique_ptr<monitor::FlowMonitor> flow_monitor;
+  std::unique_ptr<monitor::ObserveServer> observe_server;
+  if (absl::GetFlag(FLAGS_monitor)) {
+    monitor::NameSources names;
+    if (k8s) {
+      names.pods = &k8s->pods();
+      names.services = &k8s->services();
+    }
+    names.endpoints = store->get();
+    maps::Lb4RevNatMap* rnat = &(*dp)->lb4_revnat();
+    names.rev_nat = [rnat](uint32_t id) -> std::optional<sluice_lb4_revnat> {
+      auto v = rnat->Lookup(id);
+      if (!v.ok()) return std::nullopt;
+      return *v;
+    };
+    names.interface_name = [](uint32_t ifindex) {
+      char buf[IF_NAMESIZE] = {};
+      return std::string(if_indextoname(ifindex, buf) ? buf : "");
+    };
+    flow_names = std::make_unique<monitor::FlowNames>(std::move(names));
+    monitor::MonitorOptions mon;
+    mon.node_name = k8s ? k8s->node_name() : NodeName();
+    auto events = monitor::ParseEventTypes(absl::GetFlag(FLAGS_monitor_events));
+    if (!events.ok()) return Fail(events.status(), "--monitor_events");
+    auto idle = monitor::ParseEventTypes(absl::GetFlag(FLAGS_monitor_idle_events));
+    if (!idle.ok()) return Fail(idle.status(), "--monitor_idle_events");
+    mon.events = *events;
+    mon.idle_events = *idle;
+    mon.rate = absl::GetFlag(FLAGS_monitor_rate);
+    mon.burst = absl::GetFlag(FLAGS_monitor_burst);
+    mon.sample = absl::GetFlag(FLAGS_monitor_sample);
+    mon.history = absl::GetFlag(FLAGS_monitor_history);
+    auto started = monitor::FlowMonitor::Start((*dp)->events_fd(), (*dp)->monitor_config(),
+                                               (*dp)->monitor_cpu(), flow_names.get(), mon);
+    if (!started.ok()) return Fail(started.status(), "start the flow monitor");
+    flow_monitor = std::move(*started);
+    monitor::ObserveServerOptions observe_opts;
+    observe_opts.socket_path = absl::GetFlag(FLAGS_observe_socket);
+    observe_server = std::make_unique<monitor::ObserveServer>(*flow_monitor, observe_opts);
+    // The datapath does not depend on it: without the socket the agent runs on, unobserved.
+    if (auto st = observe_server->Start(); !st.ok()) {
+      spdlog::error("--observe_socket: {}; `sluicectl observe` cannot reach this agent",
+                    st.ToString());
+      observe_server.reset();
+    }
+  } else {
+    // Nobody will read: make sure a previous agent's setting does not keep events coming.
+    if (auto st = (*dp)->monitor_config().Update(0, sluice_monitor_config{}); !st.ok()) {
+      return Fail(st, "switch the flow monitor off");
+    }
+  }
   // The conflist tells the runtime, and so the kubelet (node Ready), that pods can start here:
   // it is written once a new pod gets everything right (the watches listed, the first full
   // Service and policy batches in the maps) and every binary it names is there.
@@ -365,6 +438,7 @@ int Run() {
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("signal {}: stopping; the datapath stays in place", sig);
+  if (observe_server) observe_server->Stop();
   server.Stop();
   return 0;
 }

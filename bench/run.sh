@@ -16,6 +16,8 @@
 #      the latency of single EndpointSlice changes at 100/s (service_churn_bench);
 #   8. cross-node pod TCP throughput (iperf3) and request/response latency in tunnel and native
 #      routing vs hand-built kernel VXLAN / plain routes in the same topology (overlay_bench.sh).
+#   9. per-packet cost of the flow monitor: nobody listening and a listener at full rate vs the
+#      same program built without monitor code (monitor_bench).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -83,4 +85,10 @@ if want 8; then
 echo
 echo "#### 8. Cross-node pods: Sluice tunnel / native vs kernel VXLAN / plain routes"
 "$HERE/overlay_bench.sh" "$BUILD"
+fi
+
+if want 9; then
+echo
+echo "#### 9. Flow monitor per packet: off / nobody listens / a listener at full rate, BPF_PROG_TEST_RUN"
+"$BUILD/bench/monitor_bench"
 fi

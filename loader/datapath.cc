@@ -73,11 +73,15 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
                   Adopt(dp->ipcache4_, m->sluice_ipcache4), Adopt(dp->policy4_, m->sluice_policy4),
                   Adopt(dp->policy_ep_, m->sluice_policy_ep),
                   Adopt(dp->pol_drops_, m->sluice_pol_drops),
-                  Adopt(dp->tunnel4_, m->sluice_tunnel4)}) {
+                  Adopt(dp->tunnel4_, m->sluice_tunnel4),
+
+                  Adopt(dp->monitor_, m->sluice_monitor), Adopt(dp->mon_cpu_, m->sluice_mon_cpu)}) {
     if (!st.ok()) return st;
   }
   return dp;
 }
+
+int Datapath::events_fd() const { return bpf_map__fd((*pod_egress_)->maps.sluice_events); }
 
 int Datapath::from_pod_fd() const {
   return bpf_program__fd((*pod_egress_)->progs.sluice_from_pod);

@@ -89,6 +89,10 @@ class Datapath {
   maps::PolicyDropMap& policy_drops() { return pol_drops_; }
   // Other nodes: pod CIDR or node address -> node address (docs/routing.md).
   maps::Tunnel4Map& tunnel4() { return tunnel4_; }
+  // The flow monitor (maps/events.h): its switch and per-CPU counters; the ring buffer's fd.
+  maps::MonitorConfigMap& monitor_config() { return monitor_; }
+  maps::MonitorCpuMap& monitor_cpu() { return mon_cpu_; }
+  int events_fd() const;
 
   // Per-reason drop counts summed over CPUs (reasons with a name only).
   [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
@@ -120,6 +124,8 @@ class Datapath {
   maps::PolicyEndpointMap policy_ep_;
   maps::PolicyDropMap pol_drops_;
   maps::Tunnel4Map tunnel4_;
+  maps::MonitorConfigMap monitor_;
+  maps::MonitorCpuMap mon_cpu_;
 };
 
 // Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).

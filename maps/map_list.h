@@ -14,6 +14,7 @@
 #include "conntrack.h"
 #include "drop.h"
 #include "endpoint.h"
+#include "events.h"
 #include "lb.h"
 #include "nat.h"
 #include "node.h"
@@ -78,6 +79,13 @@
 	  struct sluice_drop_count, SLUICE_POL_DROPS_MAX_ENTRIES, 0)                               \
 	/* other nodes: pod CIDR or node address -> node address (tunnel.h) */                     \
 	X(sluice_tunnel4, BPF_MAP_TYPE_LPM_TRIE, struct sluice_lpm4_key,                           \
-	  struct sluice_tunnel4_entry, SLUICE_TUNNEL4_MAX_ENTRIES, BPF_F_NO_PREALLOC)
+	  struct sluice_tunnel4_entry, SLUICE_TUNNEL4_MAX_ENTRIES, BPF_F_NO_PREALLOC)               \
+	/* flow monitor: datapath events, read by the agent while someone observes (events.h) */   \
+	X(sluice_events, BPF_MAP_TYPE_RINGBUF, struct sluice_ringbuf_none,                         \
+	  struct sluice_ringbuf_none, SLUICE_EVENTS_RINGBUF_BYTES, 0)                              \
+	/* flow monitor: which events the datapath emits, sampling, rate limit (events.h) */       \
+	X(sluice_monitor, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_monitor_config, 1, 0)           \
+	/* flow monitor: per-CPU token bucket, emitted and lost events (events.h) */               \
+	X(sluice_mon_cpu, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_monitor_cpu, 1, 0)
 
 #endif

@@ -64,6 +64,11 @@ using SockConfigMap = MapOf<spec::sluice_sock_cfg>;
 using Sock4RevNatMap = MapOf<spec::sluice_sock4_rnat>;
 using PolicyDropMap = MapOf<spec::sluice_pol_drops>;
 using Tunnel4Map = MapOf<spec::sluice_tunnel4>;
+using MonitorConfigMap = MapOf<spec::sluice_monitor>;
+using MonitorCpuMap = MapOf<spec::sluice_mon_cpu>;
+// sluice_events is a ring buffer: read with libbpf's ring_buffer (agent/monitor/), never as a
+// Map. Its key and value are empty, as the kernel requires.
+static_assert(spec::sluice_events::kType == BPF_MAP_TYPE_RINGBUF);
 static_assert(std::is_same_v<NatMap, MapOf<spec::sluice_rnat4>>);
 // maps/policy.h names the policy maps' wrappers; they are the listed maps'.
 static_assert(std::is_same_v<Ipcache4Map, MapOf<spec::sluice_ipcache4>>);

@@ -25,6 +25,7 @@ struct LabNode {
   std::string bpffs() const { return dir + "/bpf"; }
   std::string state_dir() const { return dir + "/state"; }
   std::string socket() const { return dir + "/sluice.sock"; }
+  std::string observe_socket() const { return dir + "/observe.sock"; }  // sluicectl observe
   std::string cni_conf_dir() const { return dir + "/net.d"; }
   std::string cni_bin_dir() const { return dir + "/bin"; }
   std::string log_dir() const { return dir + "/log"; }

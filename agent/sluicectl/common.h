@@ -39,5 +39,6 @@ int Nat();
 int Services();
 int Identities();
 int Policy(const std::vector<std::string>& args);  // args after "policy"
+int Observe(const std::vector<std::string>& args);  // args after "observe" (its own options)
 
 }  // namespace sluice::ctl

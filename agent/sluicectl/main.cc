@@ -9,6 +9,8 @@
 //                                            security identities, their labels and prefixes
 //   sluicectl [--bpffs_root=DIR] [--state_dir=DIR] policy get NAMESPACE/POD
 //                                            a local pod's enforced directions and allows
+//   sluicectl observe [--last N] [--follow] [filters] [-o table|json]
+//                                            flows from the agent's flow monitor (observe.cc)
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -34,12 +36,21 @@ constexpr Command kCommands[] = {
 
 constexpr char kUsage[] =
     "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] "
-    "drops|endpoints|nat|services|identities|policy get NAMESPACE/POD";
+    "drops|endpoints|nat|services|identities|policy get NAMESPACE/POD|observe [options]";
 
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(kUsage);
+  // `observe` takes hubble's option spellings (--drop-reason, -o), which are no absl flags: what
+  // follows the word is its own.
+  for (int i = 1; i < argc; ++i) {
+    if (argv[i][0] == '-') continue;
+    if (std::string(argv[i]) != "observe") break;
+    std::vector<std::string> rest(argv + i + 1, argv + argc);
+    absl::ParseCommandLine(i, argv);
+    return sluice::ctl::Observe(rest);
+  }
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   std::string cmd = args.size() > 1 ? args[1] : "";
   if (cmd == "policy") return sluice::ctl::Policy({args.begin() + 2, args.end()});

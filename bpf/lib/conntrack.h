@@ -78,8 +78,10 @@ static __always_inline void ct4_mark_closing(__be32 client, __be32 frontend, __b
 	};
 	struct sluice_ct4_entry *e = bpf_map_lookup_elem(&sluice_ct4, &fwd);
 
-	if (e)
+	if (e) {
+		event_ct_close(e, &fwd);
 		e->flags |= SLUICE_CT_F_CLOSING;
+	}
 }
 
 /* Records a new flow in both directions: fwd as the client sent it, and the reply tuple the

@@ -6,6 +6,7 @@
 #ifndef SLUICE_BPF_DROP_H
 #define SLUICE_BPF_DROP_H
 
+#include "lib/events.h"
 #include "lib/maps.h"
 
 /* bytes is what the dropped packet occupied; 0 for a refused socket call, which has none. */
@@ -20,10 +21,12 @@ static __always_inline void count_drop(enum sluice_drop_reason reason, __u32 byt
 	}
 }
 
-/* Counts the packet under reason and returns the verdict that drops it. */
+/* Counts the packet under reason (and reports it to the flow monitor when that asks for drops)
+ * and returns the verdict that drops it. */
 static __always_inline int drop(struct sluice_ctx *ctx, enum sluice_drop_reason reason)
 {
 	count_drop(reason, ctx_len(ctx));
+	event_drop(ctx, reason);
 	return CTX_ACT_DROP;
 }
 

@@ -226,8 +226,10 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 		if ((p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) == CT4_TCP_SYN &&
 		    lb4_ct_stale(ct))
 			ct = NULL; /* a new connection reusing the tuple of one that ended */
-		else if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
+		else if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST)) {
+			event_ct_close(ct, &p->key);
 			ct->flags |= SLUICE_CT_F_CLOSING;
+		}
 	}
 	t->hairpin_src = hairpin_src;
 	if (ct) {
@@ -249,6 +251,7 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 			 svc->rev_nat_id, t->flags);
 	if (ret < 0)
 		return ret;
+	event_translate(&p->key, t->addr, t->port, svc->rev_nat_id, p->tcp_flags);
 	return LB4_DNAT;
 }
 

@@ -113,6 +113,8 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 		identity = policy4_identity(dir == SLUICE_POLICY_INGRESS ? f->saddr : f->daddr);
 		if (!policy4_allows(endpoint_id, identity, dir, f->proto, f->dport)) {
 			policy4_count_denied(endpoint_id, dir, f->tot_len);
+			event_policy(endpoint_id, dir, f->saddr, f->daddr, f->sport, f->dport,
+				     f->proto, f->tot_len, 1, 1);
 			return -SLUICE_DROP_POLICY_DENIED;
 		}
 	}
@@ -124,6 +126,8 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 	key.dport = f->dport;
 	if (ct4_lookup(&key))
 		return 0;
+	event_policy(endpoint_id, dir, f->saddr, f->daddr, f->sport, f->dport, f->proto,
+		     f->tot_len, 0, pep->flags & flag);
 	e.created_ns = bpf_ktime_get_ns();
 	e.last_seen_ns = e.created_ns;
 	if (bpf_map_update_elem(&sluice_ct4, &key, &e, BPF_ANY))

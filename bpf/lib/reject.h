@@ -159,6 +159,8 @@ static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt
 {
 	int ret;
 
+	if (pkt->proto == IPPROTO_TCP || pkt->proto == IPPROTO_UDP)
+		event_drop(ctx, SLUICE_DROP_SERVICE_REJECTED); /* the packet before it is answered */
 	if (pkt->proto == IPPROTO_TCP)
 		ret = reject_tcp(ctx, pkt);
 	else if (pkt->proto == IPPROTO_UDP)

@@ -75,6 +75,15 @@ static __always_inline void ctx_pull(struct sluice_ctx *ctx, __u32 len)
 		bpf_skb_pull_data(ctx, len);
 }
 
+/* Whether the hook runs on the way in: at TC ingress the kernel has set the skb's input interface
+ * to this device; at egress it is where the packet came from (another device, 0 if the node sent
+ * it). A packet sent back out of the device it arrived on reads as ingress: for the flow monitor
+ * only. */
+static __always_inline int ctx_at_ingress(const struct sluice_ctx *ctx)
+{
+	return ctx->ingress_ifindex == ctx->ifindex;
+}
+
 static __always_inline int ctx_load_bytes(struct sluice_ctx *ctx, __u32 off, void *to, __u32 len)
 {
 	void *p = ctx_direct(ctx, off, len);

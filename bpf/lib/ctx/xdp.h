@@ -35,6 +35,13 @@ static __always_inline __u32 ctx_ifindex(const struct sluice_ctx *ctx)
 	return ctx->ingress_ifindex;
 }
 
+/* XDP only ever sees packets on their way in. */
+static __always_inline int ctx_at_ingress(const struct sluice_ctx *ctx)
+{
+	(void)ctx;
+	return 1;
+}
+
 static __always_inline int ctx_load_bytes(struct sluice_ctx *ctx, __u32 off, void *to, __u32 len)
 {
 	return bpf_xdp_load_bytes(ctx, off, to, len);

@@ -1,0 +1,62 @@
+// The observe socket: `sluicectl observe` talks to the agent's FlowMonitor through a unix stream
+// socket (root only, 0600 in a 0700 directory, peers checked with SO_PEERCRED). The client
+// writes one JSON request line {"last": N, "follow": bool, "filter": {...}} (filter.h); the
+// agent answers JSON lines: {"status": {...}} first, then {"flow": {...}} per flow, and while
+// following {"lost": {"events_lost": N}} whenever that total grows; {"error": "..."} for a bad
+// request. A following connection ends when the client closes it or the agent stops.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <list>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "agent/monitor/monitor.h"
+
+namespace sluice::monitor {
+
+inline constexpr char kDefaultObserveSocket[] = "/run/sluice/observe.sock";
+
+struct ObserveServerOptions {
+  std::string socket_path = kDefaultObserveSocket;
+  uid_t allowed_uid = 0;
+  int max_observers = 32;
+  size_t default_last = 20;  // a request with neither last nor follow
+};
+
+class ObserveServer {
+ public:
+  ObserveServer(FlowMonitor& monitor, ObserveServerOptions options)
+      : monitor_(monitor), options_(std::move(options)) {}
+  ~ObserveServer();  // Stop()s
+
+  [[nodiscard]] absl::Status Start();
+  // Stops accepting, ends every connection, removes the socket. Idempotent.
+  void Stop();
+
+ private:
+  struct Worker {
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+  void AcceptLoop();
+  void Serve(int fd);
+  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  FlowMonitor& monitor_;
+  const ObserveServerOptions options_;
+  int listen_fd_ = -1;
+  int stop_fd_ = -1;
+  std::thread acceptor_;
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::list<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sluice::monitor

@@ -1,0 +1,194 @@
+// sluicectl observe: flows from the agent's flow monitor (agent/monitor/), as `hubble observe`
+// shows them: the last N, then live with --follow; filters; a table or JSON lines. Its options
+// are its own (parsed here, spelled as hubble spells them), after the word `observe`.
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/time.h"
+#include "agent/monitor/filter.h"
+#include "agent/monitor/flow.h"
+#include "agent/monitor/observe_client.h"
+#include "agent/monitor/observe_server.h"
+#include "agent/sluicectl/common.h"
+
+namespace sluice::ctl {
+namespace {
+
+constexpr char kObserveUsage[] =
+    "usage: sluicectl observe [--last N] [--follow|-f] [--pod [NS/]NAME] [--namespace NS]\n"
+    "                         [--ip ADDR|CIDR] [--port N] [--protocol tcp|udp|icmp|sctp]\n"
+    "                         [--verdict forwarded|dropped] [--drop-reason REASON]\n"
+    "                         [--service [NS/]NAME] [--type drop|policy|translate|close]\n"
+    "                         [-o table|json] [--socket PATH]\n"
+    "Options given more than once match any of their values; different options must all match.\n"
+    "A pod, namespace, IP or port matches the source, the destination or a Service's backend.\n"
+    "Without --last or --follow: the last 20 flows. Flows come from the agent's memory\n"
+    "(--monitor_history) and, while observed, live from the datapath (docs/observe.md).\n";
+
+struct ObserveArgs {
+  monitor::FlowFilter filter;
+  int64_t last = -1;
+  bool follow = false;
+  std::string output = "table";
+  std::string socket = monitor::kDefaultObserveSocket;
+};
+
+int UsageError(const std::string& msg) {
+  std::fprintf(stderr, "sluicectl observe: %s\n%s", msg.c_str(), kObserveUsage);
+  return 2;
+}
+
+// Parses args into *out; returns -1 to go on, else the exit code.
+int ParseArgs(const std::vector<std::string>& args, ObserveArgs* out) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string name = args[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = name.find('='); name.rfind("-", 0) == 0 && eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    if (name == "--help" || name == "-h") {
+      std::fputs(kObserveUsage, stdout);
+      return 0;
+    }
+    if (name == "--follow" || name == "-f") {
+      out->follow = true;
+      continue;
+    }
+    if (name.rfind("-", 0) != 0) return UsageError(absl::StrCat("unexpected argument ", name));
+    if (!has_value) {
+      if (i + 1 >= args.size()) return UsageError(absl::StrCat(name, " needs a value"));
+      value = args[++i];
+    }
+    auto& f = out->filter;
+    if (name == "--last") {
+      if (!absl::SimpleAtoi(value, &out->last) || out->last < 0)
+        return UsageError(absl::StrCat("--last ", value, ": want a number"));
+    } else if (name == "--pod") {
+      f.pods.push_back(value);
+    } else if (name == "--namespace" || name == "-n") {
+      f.namespaces.push_back(value);
+    } else if (name == "--ip") {
+      f.ips.push_back(value);
+    } else if (name == "--port") {
+      int port = 0;
+      if (!absl::SimpleAtoi(value, &port) || port < 1 || port > 65535)
+        return UsageError(absl::StrCat("--port ", value, ": want 1-65535"));
+      f.ports.push_back(static_cast<uint16_t>(port));
+    } else if (name == "--protocol") {
+      f.protocols.push_back(value);
+    } else if (name == "--verdict") {
+      f.verdict = value;
+    } else if (name == "--drop-reason") {
+      f.drop_reasons.push_back(value);
+    } else if (name == "--service") {
+      f.services.push_back(value);
+    } else if (name == "--type") {
+      f.types.push_back(value);
+    } else if (name == "-o" || name == "--output") {
+      if (value != "table" && value != "json") return UsageError("-o: want table or json");
+      out->output = value;
+    } else if (name == "--socket") {
+      out->socket = value;
+    } else {
+      return UsageError(absl::StrCat("unknown option ", name));
+    }
+  }
+  // The agent checks the filter too; checking here names the option as the user spelled it.
+  if (auto checked = monitor::FilterFromJson(monitor::FilterToJson(out->filter)); !checked.ok()) {
+    return UsageError(std::string(checked.status().message()));
+  }
+  return -1;
+}
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// What happened, in a few words: the drop reason and where, the translation, the verdict.
+std::string Summary(const monitor::Flow& f) {
+  std::string s;
+  if (f.type == "drop") {
+    s = absl::StrCat(f.drop_reason, " at ", f.point.empty() ? "?" : f.point, " of ",
+                     f.interface.empty() ? absl::StrCat("ifindex ", f.ifindex) : f.interface);
+  } else if (f.type == "policy") {
+    s = absl::StrCat(f.verdict == "dropped" ? "policy denied" : "policy allowed", " (",
+                     f.policy_direction, f.policy_enforced ? "" : ", not enforced", ")");
+  } else if (f.type == "translate" || f.type == "close") {
+    std::string svc = f.service.empty() ? absl::StrCat("rev_nat ", f.rev_nat_id)
+                                        : absl::StrCat(f.service_namespace, "/", f.service);
+    s = absl::StrCat(f.type == "translate" ? "service " : "closed: service ", svc, " -> ",
+                     monitor::PeerText(f.backend));
+  }
+  if (f.type != "translate" && f.type != "close" && !f.service.empty()) {
+    absl::StrAppend(&s, " (to service ", f.service_namespace, "/", f.service, ")");
+  }
+  if (!f.tcp_flags.empty())
+    absl::StrAppend(&s, " ", f.protocol == "tcp" ? "TCP " : "", f.tcp_flags);
+  return s;
+}
+
+void PrintRow(const monitor::Flow& f) {
+  std::string time = absl::FormatTime("%b %e %H:%M:%E3S", f.time, absl::LocalTimeZone());
+  std::printf("%-19s %-12s %-30s %-30s %-9s %-9s %s\n", time.c_str(), f.node.c_str(),
+              monitor::PeerText(f.source).c_str(), monitor::PeerText(f.destination).c_str(),
+              f.type.c_str(), Upper(f.verdict).c_str(), Summary(f).c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int Observe(const std::vector<std::string>& args) {
+  ObserveArgs a;
+  if (int rc = ParseArgs(args, &a); rc >= 0) return rc;
+  nlohmann::json req = {{"follow", a.follow}, {"filter", monitor::FilterToJson(a.filter)}};
+  if (a.last >= 0) req["last"] = a.last;
+  signal(SIGPIPE, SIG_IGN);
+  bool header = false;
+  auto st = monitor::Observe(a.socket, req, [&](const nlohmann::json& line) {
+    if (line.contains("flow")) {
+      auto f = monitor::FlowFromJson(line["flow"]);
+      if (!f.ok()) {
+        std::fprintf(stderr, "sluicectl observe: %s\n", std::string(f.status().message()).c_str());
+        return true;
+      }
+      if (a.output == "json") {
+        std::printf("%s\n", line["flow"].dump().c_str());
+        std::fflush(stdout);
+        return true;
+      }
+      if (!header) {
+        std::printf("%-19s %-12s %-30s %-30s %-9s %-9s %s\n", "TIME", "NODE", "SOURCE",
+                    "DESTINATION", "TYPE", "VERDICT", "SUMMARY");
+        header = true;
+      }
+      PrintRow(*f);
+    } else if (line.contains("status")) {
+      uint64_t lost = line["status"].value("events_lost", uint64_t{0});
+      if (lost > 0)
+        std::fprintf(stderr, "EVENTS LOST: %llu so far on this node\n",
+                     static_cast<unsigned long long>(lost));
+    } else if (line.contains("lost")) {
+      std::fprintf(stderr, "EVENTS LOST: %llu so far on this node\n",
+                   static_cast<unsigned long long>(line["lost"].value("events_lost", uint64_t{0})));
+    }
+    return true;
+  });
+  if (!st.ok()) {
+    std::fprintf(stderr, "sluicectl observe: %s\n", std::string(st.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace sluice::ctl
