@@ -14,7 +14,7 @@ DEB_PACKAGES := \
 	libnl-3-dev libnl-route-3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev \
 	libsimdjson-dev libcurl4-openssl-dev libcpp-httplib-dev libyaml-cpp-dev libssl-dev \
 	iproute2 iptables nftables ethtool iputils-ping socat netcat-openbsd procps python3 \
-	openssl curl util-linux \
+	openssl curl util-linux python3-prometheus-client \
 	podman runc containernetworking-plugins busybox-static
 
 .PHONY: all build deps test test-unit test-privileged bench demo fuzz clean format

@@ -5,9 +5,12 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -15,6 +18,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/cli.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
@@ -22,6 +26,9 @@
 #include "agent/service/health_check.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/k8s/watches.h"
+#include "agent/metrics/agent_endpoints.h"
+#include "agent/metrics/agent_metrics.h"
+#include "agent/metrics/datapath_metrics.h"
 #include "agent/routing/peer_route_sync.h"
 #include "agent/kernel/netlink.h"
 #include "agent/routing/node_setup.h"
@@ -80,7 +87,13 @@ ABSL_FLAG(bool, socket_lb, true,
 ABSL_FLAG(std::string, cgroup_root, "",
           "cgroup v2 directory the socket-LB programs attach to (default: the cgroup2 mount in "
           "/proc/mounts, else one mounted at /run/sluice/cgroupv2)");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off");
+ABSL_FLAG(std::string, health_address, "127.0.0.1:9879",
+          "HOST:PORT serving GET /healthz (liveness), /readyz (readiness: watches synced, "
+          "datapath loaded, CNI installed) and /config (the running configuration); empty: off");
+ABSL_FLAG(std::string, metrics_address, "",
+          "HOST:PORT serving GET /metrics (Prometheus text format), e.g. 0.0.0.0:9962; empty: "
+          "off. Keep it off the pod network");
 
 namespace sluice::agent {
 namespace {
@@ -106,7 +119,10 @@ std::string SelfDir() {
 }
 
 int Run() {
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (auto st = cli::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !st.ok()) {
+    std::fprintf(stderr, "sluice-agent: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
 
   // Kubernetes: used whenever the agent can reach an apiserver; required for ipam_mode=kubernetes.
   std::string ipam_mode = absl::GetFlag(FLAGS_ipam_mode);
@@ -118,6 +134,33 @@ int Run() {
                         !absl::GetFlag(FLAGS_k8s_service_host).empty() ||
                         std::getenv("KUBERNETES_SERVICE_HOST") != nullptr;
   std::unique_ptr<KubernetesState> k8s;
+  // Probes and metrics are served from here on: alive while waiting, ready once every step is.
+  metrics::Readiness readiness;
+  metrics::Milestone datapath_loaded, cni_installed;
+  std::atomic<KubernetesState*> kube_for_probes{nullptr};
+  readiness.Require("datapath", [&] {
+    return datapath_loaded.reached() ? "" : "programs and maps not loaded yet";
+  });
+  if (want_k8s) {
+    readiness.Require("kubernetes", [&] {
+      KubernetesState* kube = kube_for_probes.load();
+      if (kube == nullptr) return std::string("client not started");
+      std::string unsynced;
+      for (const auto& w : kube->watch_states()) {
+        if (!w.synced) unsynced += (unsynced.empty() ? "" : ", ") + w.kind;
+      }
+      return unsynced.empty() ? "" : "not listed yet: " + unsynced;
+    });
+  }
+  readiness.Require("cni", [&] {
+    return cni_installed.reached() ? "" : "endpoint API or CNI configuration not in place yet";
+  });
+  auto endpoints = metrics::AgentEndpoints::Start(
+      {.health_address = absl::GetFlag(FLAGS_health_address),
+       .metrics_address = absl::GetFlag(FLAGS_metrics_address),
+       .config_json = metrics::RunningConfigJson},
+      readiness);
+  if (!endpoints.ok()) return Fail(endpoints.status(), "serve health and metrics");
   if (want_k8s) {
     KubernetesOptions k8s_opts;
     k8s_opts.config.kubeconfig = absl::GetFlag(FLAGS_kubeconfig);
@@ -127,7 +170,10 @@ int Run() {
     auto started = KubernetesState::Start(k8s_opts);
     if (!started.ok()) return Fail(started.status(), "kubernetes client");
     k8s = std::move(*started);
+    kube_for_probes = k8s.get();
   }
+  std::optional<metrics::ScopedCollector> watch_metrics;
+  if (k8s) watch_metrics.emplace(metrics::Default(), metrics::AddKubernetesCollector(metrics::Default(), k8s.get()));
   absl::StatusOr<IpPrefix> cidr =
       ipam_mode == "kubernetes" ? k8s->WaitForPodCidr(absl::Minutes(10))
                                 : IpPrefix::Parse(absl::GetFlag(FLAGS_pod_cidr));
@@ -139,7 +185,7 @@ int Run() {
   node_opts.masquerade = absl::GetFlag(FLAGS_masquerade);
   for (const auto& c : absl::GetFlag(FLAGS_non_masquerade_cidrs)) {
     auto p = IpPrefix::Parse(c);
-    if (!p.ok()) return Fail(p.status(), "--non-masquerade-cidrs");
+    if (!p.ok()) return Fail(p.status(), "--non_masquerade_cidrs");
     node_opts.non_masquerade_cidrs.push_back(*p);
   }
   if (!absl::GetFlag(FLAGS_service_cidr).empty()) {
@@ -150,7 +196,7 @@ int Run() {
   if (auto st = ParsePortRange(absl::GetFlag(FLAGS_nat_port_range), &node_opts.nat_port_min,
                                &node_opts.nat_port_max);
       !st.ok()) {
-    return Fail(st, "--nat-port-range");
+    return Fail(st, "--nat_port_range");
   }
 
   // Signals are taken synchronously by the main thread once serving.
@@ -164,10 +210,16 @@ int Run() {
   LibnlNetlink netlink;
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
+  metrics::ScopedCollector datapath_metrics(
+      metrics::Default(),
+      metrics::AddDatapathCollector(metrics::Default(), absl::GetFlag(FLAGS_bpffs_root)));
   auto ipam = Ipam::Open(absl::GetFlag(FLAGS_state_dir), *cidr);
   if (!ipam.ok()) return Fail(ipam.status(), "open IPAM");
   auto store = EndpointStore::Open(absl::GetFlag(FLAGS_state_dir));
   if (!store.ok()) return Fail(store.status(), "open endpoint store");
+  metrics::ScopedCollector endpoint_metrics(
+      metrics::Default(), metrics::AddEndpointCountCollector(
+                              metrics::Default(), [s = store->get()] { return s->size(); }));
   auto node = SetUpNode(netlink, **dp, node_opts, (*ipam)->gateway(), /*prune_nomasq=*/!k8s);
   if (!node.ok()) return Fail(node.status(), "set up node");
   // Host-network clients reach Services through their sockets; links pinned in the bpffs keep
@@ -191,6 +243,7 @@ int Run() {
   EndpointService service(netlink, **ipam, **store, endpoint_dp, {.default_mtu = mtu});
   if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
   spdlog::info("restored {} endpoints", (*store)->size());
+  datapath_loaded.Reach();
 
   // NetworkPolicy follows Pods, Namespaces, Nodes and NetworkPolicies; CNI ADD writes a new
   // pod's policy state before it answers (EndpointPolicyHook), so it is in place before serving.
@@ -216,7 +269,8 @@ int Run() {
   api::EndpointApiServerOptions server_opts;
   server_opts.socket_path = absl::GetFlag(FLAGS_socket);
   api::EndpointApiServer server(server_opts);
-  if (auto st = server.Start([&](const nlohmann::json& req) { return service.Handle(req); });
+  if (auto st = server.Start(metrics::InstrumentEndpointApi(
+          [&](const nlohmann::json& req) { return service.Handle(req); }));
       !st.ok()) {
     return Fail(st, "start endpoint API");
   }
@@ -230,6 +284,7 @@ int Run() {
     cni.socket_path = server_opts.socket_path;
     if (auto st = InstallCni(cni); !st.ok()) return Fail(st, "install CNI");
   }
+  cni_installed.Reach();
   // Routes to the other nodes' pod CIDRs follow the Node objects.
   std::unique_ptr<PeerRouteSync> peer_routes;
   if (k8s) {
@@ -271,9 +326,9 @@ int Run() {
 }  // namespace sluice::agent
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  sluice::cli::ParseCommandLine(
+      argc, argv, "sluice-agent",
       "sluice-agent [--kubeconfig=FILE --node_name=NAME | --pod_cidr=CIDR] [flags]: Sluice's node "
       "agent");
-  absl::ParseCommandLine(argc, argv);
   return sluice::agent::Run();
 }

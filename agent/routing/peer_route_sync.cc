@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "agent/metrics/agent_metrics.h"
+#include "agent/metrics/health.h"
 #include "agent/routing/node_setup.h"
 #include "spdlog/spdlog.h"
 
@@ -42,7 +44,10 @@ std::vector<PeerNode> PeerRouteSync::Peers() {
 
 void PeerRouteSync::Run() {
   bool was_synced = false;
+  std::unique_ptr<metrics::Heartbeat> beat =
+      metrics::DefaultHeartbeats().Register("peer routes", metrics::kLoopWedgedAfter);
   while (true) {
+    beat->Beat();
     {
       absl::MutexLock l(&mu_);
       // Wake on a Node change, on stop, or to notice the first full sync of every kind.
@@ -68,9 +73,11 @@ void PeerRouteSync::Run() {
       if (auto host = IpPrefix::Make(p.internal_ip, 32); host.ok()) nomasq.push_back(*host);
     }
     // Never-masqueraded first: a new peer's traffic must not be NATed once its route exists.
+    const absl::Time started = absl::Now();
     absl::Status st = ReconcileNoMasquerade(nomasq_, nomasq, was_synced);
     auto changes = st.ok() ? ReconcilePeerRoutes(netlink_, peers, was_synced)
                            : absl::StatusOr<PeerRouteChanges>(st);
+    metrics::ObserveReconcile("routing", absl::Now() - started, changes.ok());
     if (!changes.ok()) {
       spdlog::warn("peer routes: {}; retrying in 1s", changes.status().ToString());
       absl::SleepFor(absl::Seconds(1));

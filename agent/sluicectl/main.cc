@@ -9,12 +9,12 @@
 //                                            security identities, their labels and prefixes
 //   sluicectl [--bpffs_root=DIR] [--state_dir=DIR] policy get NAMESPACE/POD
 //                                            a local pod's enforced directions and allows
+//   sluicectl version                        this build's version
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "agent/base/cli.h"
 #include "agent/sluicectl/common.h"
 
 namespace {
@@ -34,14 +34,17 @@ constexpr Command kCommands[] = {
 
 constexpr char kUsage[] =
     "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] "
-    "drops|endpoints|nat|services|identities|policy get NAMESPACE/POD";
+    "drops|endpoints|nat|services|identities|policy get NAMESPACE/POD|version";
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = sluice::cli::ParseCommandLine(argc, argv, "sluicectl", kUsage);
   std::string cmd = args.size() > 1 ? args[1] : "";
+  if (cmd == "version") {
+    std::printf("%s\n", sluice::cli::VersionLine("sluicectl").c_str());
+    return 0;
+  }
   if (cmd == "policy") return sluice::ctl::Policy({args.begin() + 2, args.end()});
   for (const Command& c : kCommands) {
     if (cmd == c.name) return c.run();
