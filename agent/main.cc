@@ -23,6 +23,7 @@
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
 #include "agent/endpoint/endpoint_store.h"
+#include "agent/service/explain.h"
 #include "agent/service/health_check.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/k8s/watches.h"
@@ -158,7 +159,17 @@ int Run() {
   auto endpoints = metrics::AgentEndpoints::Start(
       {.health_address = absl::GetFlag(FLAGS_health_address),
        .metrics_address = absl::GetFlag(FLAGS_metrics_address),
-       .config_json = metrics::RunningConfigJson},
+       .config_json = metrics::RunningConfigJson,
+       .extra_routes = {{"/v1/services",
+                         [&] {
+                           KubernetesState* kube = kube_for_probes.load();
+                           if (kube == nullptr) return metrics::HttpReply{.status = 404};
+                           return metrics::HttpReply{
+                               .content_type = "application/json",
+                               .body = DiagnoseServicesJson(kube->services().List(),
+                                                            kube->endpoint_slices().List(),
+                                                            kube->pods().List())};
+                         }}}},
       readiness);
   if (!endpoints.ok()) return Fail(endpoints.status(), "serve health and metrics");
   if (want_k8s) {
@@ -173,7 +184,10 @@ int Run() {
     kube_for_probes = k8s.get();
   }
   std::optional<metrics::ScopedCollector> watch_metrics;
-  if (k8s) watch_metrics.emplace(metrics::Default(), metrics::AddKubernetesCollector(metrics::Default(), k8s.get()));
+  if (k8s) {
+    watch_metrics.emplace(metrics::Default(),
+                          metrics::AddKubernetesCollector(metrics::Default(), k8s.get()));
+  }
   absl::StatusOr<IpPrefix> cidr =
       ipam_mode == "kubernetes" ? k8s->WaitForPodCidr(absl::Minutes(10))
                                 : IpPrefix::Parse(absl::GetFlag(FLAGS_pod_cidr));
@@ -210,6 +224,7 @@ int Run() {
   LibnlNetlink netlink;
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
+  metrics::CountMapUpdateFailures();
   metrics::ScopedCollector datapath_metrics(
       metrics::Default(),
       metrics::AddDatapathCollector(metrics::Default(), absl::GetFlag(FLAGS_bpffs_root)));

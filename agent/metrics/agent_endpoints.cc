@@ -30,6 +30,7 @@ absl::StatusOr<std::unique_ptr<AgentEndpoints>> AgentEndpoints::Start(
   if (!options.health_address.empty()) {
     std::vector<Route> routes = {HealthzRoute(beats), ReadyzRoute(readiness), config};
     if (shared) routes.push_back(MetricsRoute(registry));
+    for (const Route& r : options.extra_routes) routes.push_back(r);
     auto s = HttpServer::Start(options.health_address, std::move(routes));
     if (!s.ok()) return absl::Status(s.status().code(), absl::StrCat("--health_address: ", s.status().message()));
     e->health_ = std::move(*s);

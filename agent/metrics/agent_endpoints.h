@@ -19,6 +19,8 @@ struct AgentEndpointOptions {
   std::string metrics_address;  // "" = no metrics
   // The running configuration, JSON (`sluicectl config`): version and every flag's value.
   std::function<std::string()> config_json;
+  // More GET routes on the health server (the agent's /v1/services).
+  std::vector<Route> extra_routes;
 };
 
 // {"version": "0.1.0 (git ...)", "flags": {"bpffs_root": "/sys/fs/bpf/sluice", ...}}: every

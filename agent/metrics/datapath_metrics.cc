@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "agent/base/errno.h"
@@ -31,7 +32,34 @@ absl::StatusOr<uint64_t> CountEntries(int fd, uint32_t key_size) {
   return n;
 }
 
+void OnUpdateFailure(int fd, int err) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  std::string name = "unknown";
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) name = MapNameOf(info.name);
+  const char* e = strerrorname_np(err);
+  Default()
+      .GetCounter("sluice_bpf_map_update_errors_total",
+                  "Map writes by the agent the kernel refused (E2BIG: the map is full), per map "
+                  "and errno",
+                  {{"map_name", name}, {"errno", e != nullptr ? e : absl::StrCat(err)}})
+      .Inc();
+}
+
 }  // namespace
+
+std::string MapNameOf(const char* kernel_name) {
+  const size_t n = strnlen(kernel_name, BPF_OBJ_NAME_LEN);
+  for (const char* full : maps::kAllMapNames) {
+    if (strlen(full) == n ? strncmp(full, kernel_name, n) == 0
+                          : (n == BPF_OBJ_NAME_LEN - 1 && strncmp(full, kernel_name, n) == 0)) {
+      return full;
+    }
+  }
+  return std::string(kernel_name, n);
+}
+
+void CountMapUpdateFailures() { maps::update_failure_hook.store(&OnUpdateFailure); }
 
 absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root) {
   std::vector<MapFill> out;

@@ -25,6 +25,13 @@ struct MapFill {
 // Every map of maps/map_list.h pinned under `bpffs_root`; maps not pinned (yet) are left out.
 [[nodiscard]] absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root);
 
+// Counts every failed maps::Map / PerCpuMap update of this process in
+// sluice_bpf_map_update_errors_total{map_name, errno} on Default() (maps::update_failure_hook).
+void CountMapUpdateFailures();
+
+// The full map name for a kernel map name (bpf_map_info.name keeps 15 characters).
+std::string MapNameOf(const char* kernel_name);
+
 // Registers the collector on `registry`; returns its id.
 int AddDatapathCollector(Registry& registry, const std::string& bpffs_root);
 

@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "agent/base/version.h"
 
 namespace sluice::metrics {
 namespace {
@@ -202,7 +203,13 @@ std::string Registry::Expose() const {
 }
 
 Registry& Default() {
-  static Registry* r = new Registry();  // never destroyed: threads may record until exit
+  static Registry* r = [] {
+    auto* r = new Registry();  // never destroyed: threads may record until exit
+    r->GetGauge("sluice_version", "The running build's version, as a label (always 1)",
+                {{"version", SLUICE_VERSION_STRING}})
+        .Set(1);
+    return r;
+  }();
   return *r;
 }
 
