@@ -30,6 +30,7 @@
 #include "agent/metrics/agent_endpoints.h"
 #include "agent/metrics/agent_metrics.h"
 #include "agent/metrics/datapath_metrics.h"
+#include "agent/metrics/drop_window.h"
 #include "agent/routing/peer_route_sync.h"
 #include "agent/kernel/netlink.h"
 #include "agent/routing/node_setup.h"
@@ -156,11 +157,18 @@ int Run() {
   readiness.Require("cni", [&] {
     return cni_installed.reached() ? "" : "endpoint API or CNI configuration not in place yet";
   });
+  metrics::DropWindow recent_drops({.bpffs_root = absl::GetFlag(FLAGS_bpffs_root)});
   auto endpoints = metrics::AgentEndpoints::Start(
       {.health_address = absl::GetFlag(FLAGS_health_address),
        .metrics_address = absl::GetFlag(FLAGS_metrics_address),
        .config_json = metrics::RunningConfigJson,
-       .extra_routes = {{"/v1/services",
+       .extra_routes = {{"/v1/drops",
+                         [&] {
+                           recent_drops.SampleNow();  // up to this moment
+                           return metrics::HttpReply{.content_type = "application/json",
+                                                     .body = recent_drops.Json()};
+                         }},
+                        {"/v1/services",
                          [&] {
                            KubernetesState* kube = kube_for_probes.load();
                            if (kube == nullptr) return metrics::HttpReply{.status = 404};

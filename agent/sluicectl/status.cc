@@ -161,6 +161,14 @@ int Status() {
     }
   }
   if (!out.contains("drops")) out["drops"] = nlohmann::json::object();
+  // What the agent saw dropped lately (it samples sluice_drops every 10 s).
+  nlohmann::json recent;
+  if (up) {
+    if (auto body = AgentGet("/v1/drops"); body.ok()) {
+      recent = nlohmann::json::parse(*body, nullptr, false);
+      if (recent.is_object()) out["recentDrops"] = recent;
+    }
+  }
   if (json) {
     PrintJson(out);
     return 0;
@@ -206,6 +214,17 @@ int Status() {
               static_cast<unsigned long long>(dropped), dropped ? ":" : "");
   for (const auto& [reason, n] : drop_reasons) {
     std::printf("                       %-20s %llu\n", reason.c_str(), static_cast<unsigned long long>(n));
+  }
+  if (recent.is_object() && recent.contains("packets")) {
+    uint64_t n = 0;
+    for (const auto& [reason, v] : recent["packets"].items()) n += v.get<uint64_t>();
+    std::printf("Recent drops:          %llu packets in the last %llds%s\n",
+                static_cast<unsigned long long>(n),
+                static_cast<long long>(recent.value("windowSeconds", 0)), n ? ":" : "");
+    for (const auto& [reason, v] : recent["packets"].items()) {
+      std::printf("                       %-20s %llu\n", reason.c_str(),
+                  static_cast<unsigned long long>(v.get<uint64_t>()));
+    }
   }
   return 0;
 }

@@ -46,6 +46,9 @@ wait_for 10 sh -c "[ \"\$(ip netns exec $NODE curl -s -o /dev/null -w '%{http_co
   || fail "/readyz not 200: $(http http://127.0.0.1:9879/readyz)"
 log "ok: ready in static mode"
 A=$(add_pod a); B=$(add_pod b)
+# One counted drop: pod a sends from an address it was not given (spoofed_source).
+ip -n "$T-a" addr add 10.244.0.250/32 dev eth0
+in_ns a ping -c1 -W1 -I 10.244.0.250 "$NODE_IP" >/dev/null 2>&1 || true
 [ "$(status_of http://127.0.0.1:9962/healthz)" = 404 ] || fail "probes leak onto the metrics address"
 
 scrape=$ROOT/metrics.txt
@@ -59,7 +62,8 @@ metric() { grep -E "^$1 " "$scrape" | awk '{print $2}'; }
 [ -n "$(metric sluice_datapath_conntrack_entries)" ] || fail "no conntrack entries"
 adds=$(metric 'sluice_cni_request_duration_seconds_count\{command="ADD"\}')
 [ "${adds:-0}" -ge 2 ] || fail "CNI ADD count: '$adds'"
-[ -n "$(metric 'sluice_drop_count_total\{reason="spoofed_source"\}')" ] || fail "no drop counter"
+spoofed=$(metric 'sluice_drop_count_total\{reason="spoofed_source"\}')
+[ "${spoofed:-0}" -ge 1 ] || fail "spoofed_source drops: '$spoofed'"
 log "ok: endpoints 2, sluice_ep4 2 entries, $adds ADDs"
 
 # 3. sluicectl against the running agent, then against the maps alone once it is down.
@@ -68,7 +72,8 @@ st=$(sctl status) || fail "sluicectl status: $st"
 echo "$st" >&2
 for want in "Agent:                 up, 0.1.0" "Ready:                 yes" \
             "IPAM:                  2/253 allocated from 10.244.0.0/24" \
-            "Endpoints:             2" "ingress sluice_from_net" "ingress sluice_from_pod"; do
+            "Endpoints:             2" "ingress sluice_from_net" "ingress sluice_from_pod" \
+            "Recent drops:" "spoofed_source"; do
   case $st in *"$want"*) ;; *) fail "status lacks '$want'";; esac
 done
 [ "$(sctl -o json status | jget 'd["endpoints"]')" = 2 ] || fail "status -o json"

@@ -2,6 +2,8 @@
 // per map (arrays left out of pressure), conntrack entries, and the agent's failed map writes
 // counted per map through maps::update_failure_hook.
 #include "agent/metrics/datapath_metrics.h"
+#include "agent/metrics/drop_window.h"
+#include "agent/base/fake_clock.h"
 
 #include <arpa/inet.h>
 
@@ -63,6 +65,27 @@ TEST_F(DatapathMetricsTest, FailedUpdatesAreCountedPerMapAndErrno) {
                               "errno=\"E2BIG\"} 1\n"))
       << text;
   maps::update_failure_hook.store(nullptr);
+}
+
+TEST_F(DatapathMetricsTest, DropWindowCountsOnlyWhatWasDroppedWithinTheLastMinute) {
+  FakeClock clock;
+  auto set_drops = [&](uint64_t packets) {
+    std::vector<sluice_drop_count> per_cpu(dp_->drops().ncpus());
+    per_cpu[0].packets = packets;
+    ASSERT_TRUE(dp_->drops().Update(SLUICE_DROP_POLICY_DENIED, per_cpu).ok());
+  };
+  set_drops(100);  // before the agent started: never "recent"
+  DropWindow w({.bpffs_root = bpffs_->path(), .clock = &clock, .sample_in_background = false});
+  for (int i = 1; i <= 9; ++i) {  // 90 s, 10 more drops every 10 s
+    clock.Advance(absl::Seconds(10));
+    set_drops(100 + 10 * i);
+    w.SampleNow();
+  }
+  DropWindow::Recent r = w.Get();
+  EXPECT_EQ(r.span, absl::Seconds(60));
+  EXPECT_EQ(r.packets["policy_denied"], 60u);
+  EXPECT_FALSE(r.packets.contains("spoofed_source"));
+  EXPECT_THAT(w.Json(), HasSubstr("\"windowSeconds\": 60"));
 }
 
 TEST(MapNameOfTest, RestoresNamesTheKernelCutTo15Characters) {
