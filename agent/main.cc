@@ -5,7 +5,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -120,6 +119,14 @@ std::string SelfDir() {
   return std::filesystem::path(std::string(buf, n)).parent_path();
 }
 
+// Every Service with the reason a port serves nothing (`sluicectl services`).
+metrics::HttpReply ServicesRoute(KubernetesState* kube) {
+  if (kube == nullptr) return {.status = 404, .body = "no Kubernetes\n"};
+  return {.content_type = "application/json",
+          .body = DiagnoseServicesJson(kube->services().List(), kube->endpoint_slices().List(),
+                                       kube->pods().List())};
+}
+
 int Run() {
   if (auto st = cli::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !st.ok()) {
     std::fprintf(stderr, "sluice-agent: %s\n", std::string(st.message()).c_str());
@@ -137,48 +144,15 @@ int Run() {
                         std::getenv("KUBERNETES_SERVICE_HOST") != nullptr;
   std::unique_ptr<KubernetesState> k8s;
   // Probes and metrics are served from here on: alive while waiting, ready once every step is.
-  metrics::Readiness readiness;
-  metrics::Milestone datapath_loaded, cni_installed;
-  std::atomic<KubernetesState*> kube_for_probes{nullptr};
-  readiness.Require("datapath", [&] {
-    return datapath_loaded.reached() ? "" : "programs and maps not loaded yet";
-  });
-  if (want_k8s) {
-    readiness.Require("kubernetes", [&] {
-      KubernetesState* kube = kube_for_probes.load();
-      if (kube == nullptr) return std::string("client not started");
-      std::string unsynced;
-      for (const auto& w : kube->watch_states()) {
-        if (!w.synced) unsynced += (unsynced.empty() ? "" : ", ") + w.kind;
-      }
-      return unsynced.empty() ? "" : "not listed yet: " + unsynced;
-    });
-  }
-  readiness.Require("cni", [&] {
-    return cni_installed.reached() ? "" : "endpoint API or CNI configuration not in place yet";
-  });
+  metrics::AgentReadiness ready(want_k8s);
   metrics::DropWindow recent_drops({.bpffs_root = absl::GetFlag(FLAGS_bpffs_root)});
   auto endpoints = metrics::AgentEndpoints::Start(
       {.health_address = absl::GetFlag(FLAGS_health_address),
        .metrics_address = absl::GetFlag(FLAGS_metrics_address),
        .config_json = metrics::RunningConfigJson,
-       .extra_routes = {{"/v1/drops",
-                         [&] {
-                           recent_drops.SampleNow();  // up to this moment
-                           return metrics::HttpReply{.content_type = "application/json",
-                                                     .body = recent_drops.Json()};
-                         }},
-                        {"/v1/services",
-                         [&] {
-                           KubernetesState* kube = kube_for_probes.load();
-                           if (kube == nullptr) return metrics::HttpReply{.status = 404};
-                           return metrics::HttpReply{
-                               .content_type = "application/json",
-                               .body = DiagnoseServicesJson(kube->services().List(),
-                                                            kube->endpoint_slices().List(),
-                                                            kube->pods().List())};
-                         }}}},
-      readiness);
+       .recent_drops = &recent_drops,
+       .extra_routes = {{"/v1/services", [&ready] { return ServicesRoute(ready.kubernetes()); }}}},
+      ready.readiness());
   if (!endpoints.ok()) return Fail(endpoints.status(), "serve health and metrics");
   if (want_k8s) {
     KubernetesOptions k8s_opts;
@@ -189,7 +163,7 @@ int Run() {
     auto started = KubernetesState::Start(k8s_opts);
     if (!started.ok()) return Fail(started.status(), "kubernetes client");
     k8s = std::move(*started);
-    kube_for_probes = k8s.get();
+    ready.SetKubernetes(k8s.get());
   }
   std::optional<metrics::ScopedCollector> watch_metrics;
   if (k8s) {
@@ -266,7 +240,7 @@ int Run() {
   EndpointService service(netlink, **ipam, **store, endpoint_dp, {.default_mtu = mtu});
   if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
   spdlog::info("restored {} endpoints", (*store)->size());
-  datapath_loaded.Reach();
+  ready.datapath_loaded.Reach();
 
   // NetworkPolicy follows Pods, Namespaces, Nodes and NetworkPolicies; CNI ADD writes a new
   // pod's policy state before it answers (EndpointPolicyHook), so it is in place before serving.
@@ -307,7 +281,7 @@ int Run() {
     cni.socket_path = server_opts.socket_path;
     if (auto st = InstallCni(cni); !st.ok()) return Fail(st, "install CNI");
   }
-  cni_installed.Reach();
+  ready.cni_installed.Reach();
   // Routes to the other nodes' pod CIDRs follow the Node objects.
   std::unique_ptr<PeerRouteSync> peer_routes;
   if (k8s) {

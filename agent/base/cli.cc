@@ -31,9 +31,8 @@ std::vector<const absl::CommandLineFlag*> OwnFlags() {
     if (flag->Filename().find("absl/") != std::string::npos) continue;
     own.push_back(flag);
   }
-  std::sort(own.begin(), own.end(), [](const auto* a, const auto* b) {
-    return a->Name() < b->Name();
-  });
+  std::sort(own.begin(), own.end(),
+            [](const auto* a, const auto* b) { return a->Name() < b->Name(); });
   return own;
 }
 
@@ -92,16 +91,15 @@ std::vector<char*> ParseCommandLine(int argc, char** argv, absl::string_view pro
 
 absl::Status SetLogLevel(absl::string_view level) {
   static constexpr absl::string_view kLevels[] = {"trace", "debug",    "info", "warn",
-                                                 "error", "critical", "off"};
+                                                  "error", "critical", "off"};
   for (size_t i = 0; i < std::size(kLevels); ++i) {
     if (level == kLevels[i]) {
       spdlog::set_level(static_cast<spdlog::level::level_enum>(i));
       return absl::OkStatus();
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("--log_level=", level,
-                   ": want one of trace, debug, info, warn, error, critical, off"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "--log_level=", level, ": want one of trace, debug, info, warn, error, critical, off"));
 }
 
 }  // namespace sluice::cli

@@ -4,9 +4,31 @@
 #include "absl/strings/str_cat.h"
 #include "agent/base/cli.h"
 #include "agent/base/version.h"
+#include "agent/k8s/watches.h"
+#include "agent/metrics/drop_window.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::metrics {
+
+AgentReadiness::AgentReadiness(bool with_kubernetes) {
+  readiness_.Require("datapath", [this] {
+    return datapath_loaded.reached() ? "" : "programs and maps not loaded yet";
+  });
+  if (with_kubernetes) {
+    readiness_.Require("kubernetes", [this] {
+      const agent::KubernetesState* kube = k8s_.load();
+      if (kube == nullptr) return std::string("client not started");
+      std::string unsynced;
+      for (const auto& w : kube->watch_states()) {
+        if (!w.synced) unsynced += (unsynced.empty() ? "" : ", ") + w.kind;
+      }
+      return unsynced.empty() ? "" : "not listed yet: " + unsynced;
+    });
+  }
+  readiness_.Require("cni", [this] {
+    return cni_installed.reached() ? "" : "endpoint API or CNI configuration not in place yet";
+  });
+}
 
 std::string RunningConfigJson() {
   nlohmann::json flags = nlohmann::json::object();
@@ -30,15 +52,26 @@ absl::StatusOr<std::unique_ptr<AgentEndpoints>> AgentEndpoints::Start(
   if (!options.health_address.empty()) {
     std::vector<Route> routes = {HealthzRoute(beats), ReadyzRoute(readiness), config};
     if (shared) routes.push_back(MetricsRoute(registry));
+    if (DropWindow* drops = options.recent_drops) {
+      routes.push_back({"/v1/drops", [drops] {
+                          drops->SampleNow();  // up to this moment
+                          return HttpReply{.content_type = "application/json",
+                                           .body = drops->Json()};
+                        }});
+    }
     for (const Route& r : options.extra_routes) routes.push_back(r);
     auto s = HttpServer::Start(options.health_address, std::move(routes));
-    if (!s.ok()) return absl::Status(s.status().code(), absl::StrCat("--health_address: ", s.status().message()));
+    if (!s.ok())
+      return absl::Status(s.status().code(),
+                          absl::StrCat("--health_address: ", s.status().message()));
     e->health_ = std::move(*s);
     e->shared_ = shared;
   }
   if (!options.metrics_address.empty() && !shared) {
     auto s = HttpServer::Start(options.metrics_address, {MetricsRoute(registry)});
-    if (!s.ok()) return absl::Status(s.status().code(), absl::StrCat("--metrics_address: ", s.status().message()));
+    if (!s.ok())
+      return absl::Status(s.status().code(),
+                          absl::StrCat("--metrics_address: ", s.status().message()));
     e->metrics_ = std::move(*s);
   }
   return e;

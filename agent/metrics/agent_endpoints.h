@@ -3,6 +3,7 @@
 // The same address for both serves all four routes from one listener.
 #pragma once
 
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <string>
@@ -12,13 +13,36 @@
 #include "agent/metrics/http_server.h"
 #include "agent/metrics/registry.h"
 
+namespace sluice::agent {
+class KubernetesState;
+}
+
 namespace sluice::metrics {
+
+class DropWindow;
+
+// The agent's readiness, filled in as start-up proceeds: the datapath loaded, (with Kubernetes)
+// every watch listed, the endpoint API serving and the CNI configuration installed.
+class AgentReadiness {
+ public:
+  explicit AgentReadiness(bool with_kubernetes);
+  Milestone datapath_loaded, cni_installed;
+  void SetKubernetes(agent::KubernetesState* k8s) { k8s_.store(k8s); }
+  agent::KubernetesState* kubernetes() const { return k8s_.load(); }
+  const Readiness& readiness() const { return readiness_; }
+
+ private:
+  Readiness readiness_;
+  std::atomic<agent::KubernetesState*> k8s_{nullptr};
+};
 
 struct AgentEndpointOptions {
   std::string health_address;   // "" = no health server
   std::string metrics_address;  // "" = no metrics
   // The running configuration, JSON (`sluicectl config`): version and every flag's value.
   std::function<std::string()> config_json;
+  // /v1/drops (drops of the last minute) when set.
+  DropWindow* recent_drops = nullptr;
   // More GET routes on the health server (the agent's /v1/services).
   std::vector<Route> extra_routes;
 };

@@ -102,15 +102,15 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
       if (auto totals = loader::ReadDropTotals(*drops); totals.ok()) {
         for (const auto& t : *totals) {
           Labels l = {{"reason", t.name}};
-          out.Counter("sluice_drop_count_total", "Packets dropped by the datapath, per reason",
-                      l, static_cast<double>(t.packets));
+          out.Counter("sluice_drop_count_total", "Packets dropped by the datapath, per reason", l,
+                      static_cast<double>(t.packets));
           out.Counter("sluice_drop_bytes_total", "Bytes dropped by the datapath, per reason", l,
                       static_cast<double>(t.bytes));
         }
       }
     }
-    if (auto pol = maps::PolicyDropMap::Open(
-            maps::PinPath(bpffs_root, maps::name::sluice_pol_drops));
+    if (auto pol =
+            maps::PolicyDropMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_pol_drops));
         pol.ok()) {
       uint64_t packets[2] = {0, 0};
       sluice_policy_drop_key key{}, next{};
@@ -133,8 +133,7 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
     if (!fill.ok()) return;
     for (const MapFill& f : *fill) {
       Labels l = {{"map_name", f.name}};
-      out.Gauge("sluice_bpf_map_capacity", "Maximum entries of each pinned BPF map", l,
-                f.capacity);
+      out.Gauge("sluice_bpf_map_capacity", "Maximum entries of each pinned BPF map", l, f.capacity);
       if (f.is_array) continue;  // full by construction: no pressure to report
       out.Gauge("sluice_bpf_map_entries", "Entries in each pinned BPF map (arrays left out)", l,
                 static_cast<double>(f.entries));

@@ -21,8 +21,7 @@ DropWindow::~DropWindow() {
 }
 
 void DropWindow::SampleNow() {
-  auto drops =
-      maps::DropMap::Open(maps::PinPath(options_.bpffs_root, maps::name::sluice_drops));
+  auto drops = maps::DropMap::Open(maps::PinPath(options_.bpffs_root, maps::name::sluice_drops));
   if (!drops.ok()) return;
   auto totals = loader::ReadDropTotals(*drops);
   if (!totals.ok()) return;

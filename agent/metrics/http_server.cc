@@ -9,14 +9,13 @@
 namespace sluice::metrics {
 
 absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& address,
-                                                         const std::string& flag) {
+                                                          const std::string& flag) {
   size_t colon = address.rfind(':');
   int port = -1;
   if (colon == std::string::npos || colon == 0 ||
       !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(flag.empty() ? "" : flag + "=", address,
-                     ": want HOST:PORT, e.g. 127.0.0.1:9879"));
+    return absl::InvalidArgumentError(absl::StrCat(flag.empty() ? "" : flag + "=", address,
+                                                   ": want HOST:PORT, e.g. 127.0.0.1:9879"));
   }
   std::string host = address.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
@@ -40,12 +39,12 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   // Probes and scrapes are few: two workers, not httplib's one per core.
   s->server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
   for (auto& [path, render] : routes) {
-    s->server_->Get(path, [render = std::move(render)](const httplib::Request&,
-                                                       httplib::Response& res) {
-      HttpReply r = render();
-      res.status = r.status;
-      res.set_content(r.body, r.content_type.c_str());
-    });
+    s->server_->Get(path,
+                    [render = std::move(render)](const httplib::Request&, httplib::Response& res) {
+                      HttpReply r = render();
+                      res.status = r.status;
+                      res.set_content(r.body, r.content_type.c_str());
+                    });
   }
   const auto& [host, port] = *hp;
   if (port == 0) {

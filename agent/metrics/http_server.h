@@ -32,8 +32,8 @@ using Route = std::pair<std::string, std::function<HttpReply()>>;
 class HttpServer {
  public:
   // `address`: HOST:PORT (PORT 0: any free port, see port()). Serves until destroyed.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(
-      const std::string& address, std::vector<Route> routes);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address,
+                                                                         std::vector<Route> routes);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;

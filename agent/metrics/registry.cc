@@ -13,9 +13,12 @@ namespace {
 std::string EscapeHelp(const std::string& h) {
   std::string out;
   for (char c : h) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -44,10 +47,14 @@ void Header(std::string* out, const std::string& name, const std::string& help, 
 std::string EscapeLabelValue(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -84,8 +91,8 @@ Histogram::Snapshot Histogram::snapshot() const {
 }
 
 const std::vector<double>& LatencyBuckets() {
-  static const std::vector<double> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                               0.1,    0.25,  0.5,    1,     2.5,  5,     10, 30};
+  static const std::vector<double> kBuckets = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                                               0.25,   0.5,   1,      2.5,   5,    10,    30};
   return kBuckets;
 }
 
@@ -178,11 +185,10 @@ std::string Registry::Expose() const {
         for (size_t i = 0; i <= s.bounds.size(); ++i) {
           std::pair<std::string, std::string> le{
               "le", i < s.bounds.size() ? FormatValue(s.bounds[i]) : "+Inf"};
-          absl::StrAppend(&t, name, "_bucket", LabelText(labels, &le), " ", s.cumulative[i],
-                          "\n");
+          absl::StrAppend(&t, name, "_bucket", LabelText(labels, &le), " ", s.cumulative[i], "\n");
         }
-        absl::StrAppend(&t, name, "_sum", LabelText(labels, nullptr), " ", FormatValue(s.sum),
-                        "\n", name, "_count", LabelText(labels, nullptr), " ", s.count, "\n");
+        absl::StrAppend(&t, name, "_sum", LabelText(labels, nullptr), " ", FormatValue(s.sum), "\n",
+                        name, "_count", LabelText(labels, nullptr), " ", s.count, "\n");
       }
     }
     for (const auto& [id, c] : collectors_) collectors.push_back(c);

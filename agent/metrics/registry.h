@@ -76,8 +76,8 @@ class ScrapeSink {
     std::string help, type;
     std::vector<std::pair<Labels, double>> samples;
   };
-  void Add(const std::string& name, const std::string& help, const char* type,
-           const Labels& labels, double v);
+  void Add(const std::string& name, const std::string& help, const char* type, const Labels& labels,
+           double v);
   std::map<std::string, Family> families_;
 };
 

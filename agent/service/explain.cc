@@ -28,9 +28,10 @@ std::string SelectorText(const k8s::StringMap& selector) {
 
 }  // namespace
 
-ServiceDiagnosis DiagnoseService(const k8s::Service& service,
-                                 const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices,
-                                 const std::vector<std::shared_ptr<const k8s::Pod>>& pods) {
+ServiceDiagnosis DiagnoseService(
+    const k8s::Service& service,
+    const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices,
+    const std::vector<std::shared_ptr<const k8s::Pod>>& pods) {
   ServiceDiagnosis d;
   d.namespace_ = service.meta.namespace_;
   d.name = service.meta.name;
@@ -60,7 +61,7 @@ ServiceDiagnosis DiagnoseService(const k8s::Service& service,
     pd.name = sp.name;
     pd.port = sp.port;
     pd.protocol = std::string(k8s::ProtocolName(sp.protocol));
-    pd.target_port = sp.target_port.is_name ? sp.target_port.name
+    pd.target_port = sp.target_port.is_name       ? sp.target_port.name
                      : sp.target_port.number != 0 ? absl::StrCat(sp.target_port.number)
                                                   : absl::StrCat(sp.port);
     pd.node_port = sp.node_port;
@@ -77,9 +78,12 @@ ServiceDiagnosis DiagnoseService(const k8s::Service& service,
       }
     }
     for (const auto& [addr, e] : eps) {
-      if (e->ready) ++pd.ready;
-      else if (e->serving && e->terminating) ++pd.terminating;
-      else ++pd.not_ready;
+      if (e->ready)
+        ++pd.ready;
+      else if (e->serving && e->terminating)
+        ++pd.terminating;
+      else
+        ++pd.not_ready;
     }
     if (pd.ready + pd.terminating == 0) {
       int ready_pods = 0;
@@ -99,15 +103,14 @@ ServiceDiagnosis DiagnoseService(const k8s::Service& service,
         pd.why_empty = absl::StrCat("selector ", SelectorText(service.selector),
                                     " matches no pod in namespace ", service.meta.namespace_);
       } else if (sp.target_port.is_name && !port_declared) {
-        pd.why_empty = absl::StrCat("targetPort '", sp.target_port.name,
-                                    "' is no container port (", pd.protocol, ") of the ",
-                                    selected.size(), " pod(s) the selector matches");
+        pd.why_empty =
+            absl::StrCat("targetPort '", sp.target_port.name, "' is no container port (",
+                         pd.protocol, ") of the ", selected.size(), " pod(s) the selector matches");
       } else if (ready_pods == 0) {
-        pd.why_empty = absl::StrCat(selected.size(),
-                                    " pod(s) match the selector, none is ready");
+        pd.why_empty = absl::StrCat(selected.size(), " pod(s) match the selector, none is ready");
       } else {
-        pd.why_empty = absl::StrCat(ready_pods,
-                                    " ready pod(s) match, but the EndpointSlices list none yet");
+        pd.why_empty =
+            absl::StrCat(ready_pods, " ready pod(s) match, but the EndpointSlices list none yet");
       }
     }
     d.ports.push_back(std::move(pd));

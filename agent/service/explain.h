@@ -14,9 +14,9 @@
 namespace sluice::agent {
 
 struct ServicePortDiagnosis {
-  std::string name;      // the ServicePort's name ("" allowed)
+  std::string name;  // the ServicePort's name ("" allowed)
   int32_t port = 0;
-  std::string protocol;  // "TCP", "UDP", "SCTP"
+  std::string protocol;     // "TCP", "UDP", "SCTP"
   std::string target_port;  // "8080" or "http"
   int32_t node_port = 0;
   int ready = 0;
@@ -32,9 +32,10 @@ struct ServiceDiagnosis {
   std::vector<ServicePortDiagnosis> ports;
 };
 
-ServiceDiagnosis DiagnoseService(const k8s::Service& service,
-                                 const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices,
-                                 const std::vector<std::shared_ptr<const k8s::Pod>>& pods);
+ServiceDiagnosis DiagnoseService(
+    const k8s::Service& service,
+    const std::vector<std::shared_ptr<const k8s::EndpointSlice>>& slices,
+    const std::vector<std::shared_ptr<const k8s::Pod>>& pods);
 
 // Every Service of the stores, sorted by namespace/name, as a JSON array.
 std::string DiagnoseServicesJson(

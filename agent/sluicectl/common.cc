@@ -18,6 +18,9 @@ ABSL_FLAG(std::string, state_dir, "/var/lib/sluice",
 ABSL_FLAG(std::string, agent, "127.0.0.1:9879",
           "the agent's --health_address: status, config and Service names come from there");
 ABSL_FLAG(std::string, o, "table", "output format of lists: table or json (-o json)");
+ABSL_FLAG(std::string, pod, "",
+          "NAMESPACE/NAME: only this pod's entries (endpoints, nat, ct list)");
+ABSL_FLAG(std::string, service, "", "NAMESPACE/NAME: only this Service's frontends (services)");
 
 namespace sluice::ctl {
 
@@ -57,16 +60,26 @@ absl::StatusOr<std::string> AgentGet(const std::string& path, int* status) {
   c.set_read_timeout(5, 0);
   auto res = c.Get(path);
   if (!res) {
-    return absl::UnavailableError(
-        absl::StrCat("the agent does not answer on ", address, " (", httplib::to_string(res.error()),
-                     ")"));
+    return absl::UnavailableError(absl::StrCat("the agent does not answer on ", address, " (",
+                                               httplib::to_string(res.error()), ")"));
   }
   if (status != nullptr) *status = res->status;
   if (res->status != 200 && res->status != 503) {
-    return absl::UnavailableError(absl::StrCat("GET ", path, " on ", address, ": HTTP ",
-                                               res->status));
+    return absl::UnavailableError(
+        absl::StrCat("GET ", path, " on ", address, ": HTTP ", res->status));
   }
   return res->body;
+}
+
+bool PodSelected(const std::string& pod_name) {
+  const std::string want = absl::GetFlag(FLAGS_pod);
+  return want.empty() || pod_name == want;
+}
+
+bool ServiceSelected(const std::string& service_port) {
+  const std::string want = absl::GetFlag(FLAGS_service);
+  if (want.empty()) return true;
+  return service_port == want || service_port.rfind(want + ":", 0) == 0;
 }
 
 std::map<std::string, std::string> PodNamesByAddress() {
@@ -81,8 +94,8 @@ std::map<std::string, std::string> PodNamesByAddress() {
     if (j.is_discarded()) continue;
     auto e = agent::EndpointFromJson(j);
     if (e.ok() && !e->ipv4.empty()) {
-      out[e->ipv4] = e->pod_name.empty() ? "(no pod name)"
-                                         : absl::StrCat(e->pod_namespace, "/", e->pod_name);
+      out[e->ipv4] =
+          e->pod_name.empty() ? "(no pod name)" : absl::StrCat(e->pod_namespace, "/", e->pod_name);
     }
   }
   return out;

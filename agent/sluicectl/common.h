@@ -22,12 +22,14 @@ ABSL_DECLARE_FLAG(std::string, bpffs_root);
 ABSL_DECLARE_FLAG(std::string, state_dir);
 ABSL_DECLARE_FLAG(std::string, agent);
 ABSL_DECLARE_FLAG(std::string, o);
+ABSL_DECLARE_FLAG(std::string, pod);
+ABSL_DECLARE_FLAG(std::string, service);
 
 namespace sluice::ctl {
 
-std::string Ip(uint32_t be);         // network-order IPv4 -> "10.0.0.1"
-std::string Mac(const uint8_t* m);   // "aa:bb:cc:dd:ee:ff"
-const char* Proto(uint8_t p);        // "tcp", "udp", "icmp", "?"
+std::string Ip(uint32_t be);        // network-order IPv4 -> "10.0.0.1"
+std::string Mac(const uint8_t* m);  // "aa:bb:cc:dd:ee:ff"
+const char* Proto(uint8_t p);       // "tcp", "udp", "icmp", "?"
 
 // -o json: every list prints one JSON document instead of its table.
 bool JsonOutput();
@@ -48,6 +50,11 @@ M OpenOrDie(const char* name) {
 // the status in *status; an error when the agent does not answer.
 absl::StatusOr<std::string> AgentGet(const std::string& path, int* status = nullptr);
 
+// --pod=NAMESPACE/NAME (endpoints, nat, ct list) and --service=NAMESPACE/NAME
+// (services): empty matches everything.
+bool PodSelected(const std::string& pod_name);
+bool ServiceSelected(const std::string& service_port);  // "default/web:http" matches default/web
+
 // Pod names by address ("10.244.0.5" -> "default/web-1") from the agent's endpoint records
 // under --state_dir, read without opening its store (which tidies the directory).
 std::map<std::string, std::string> PodNamesByAddress();
@@ -58,7 +65,7 @@ int Endpoints();
 int Nat();
 int Services();
 int Identities();
-int Policy(const std::vector<std::string>& args);  // args after "policy"
+int Policy(const std::vector<std::string>& args);     // args after "policy"
 int Conntrack(const std::vector<std::string>& args);  // args after "ct": list | flush
 int Status();
 int Config();

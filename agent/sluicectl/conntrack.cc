@@ -13,8 +13,10 @@ namespace sluice::ctl {
 namespace {
 
 const char* Dir(uint8_t d) {
-  return d == SLUICE_CT_DIR_FORWARD ? "forward" : d == SLUICE_CT_DIR_REPLY ? "reply"
-                                                : d == SLUICE_CT_DIR_POLICY ? "policy" : "?";
+  return d == SLUICE_CT_DIR_FORWARD  ? "forward"
+         : d == SLUICE_CT_DIR_REPLY  ? "reply"
+         : d == SLUICE_CT_DIR_POLICY ? "policy"
+                                     : "?";
 }
 
 uint64_t NowNs() {
@@ -34,7 +36,8 @@ int Conntrack(const std::vector<std::string>& args) {
   auto ct = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4);
   if (sub == "flush") {
     std::vector<sluice_ct4_key> keys;
-    auto st = ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); });
+    auto st =
+        ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); });
     size_t deleted = 0;
     for (const auto& k : keys) deleted += ct.Delete(k).ok() ? 1 : 0;
     std::printf("deleted %zu conntrack entries\n", deleted);
@@ -45,10 +48,18 @@ int Conntrack(const std::vector<std::string>& args) {
   auto pods = PodNamesByAddress();
   nlohmann::json out = nlohmann::json::array();
   if (!json) {
-    std::printf("%-5s %-8s %-22s %-22s %-22s %7s %8s %s\n", "PROTO", "DIR", "SOURCE",
-                "DESTINATION", "BACKEND", "REV_NAT", "IDLE(s)", "FLAGS");
+    std::printf("%-5s %-8s %-22s %-22s %-22s %7s %8s %s\n", "PROTO", "DIR", "SOURCE", "DESTINATION",
+                "BACKEND", "REV_NAT", "IDLE(s)", "FLAGS");
   }
   auto st = ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& v) {
+    // --pod: entries whose source, destination or backend is the pod.
+    if (!absl::GetFlag(FLAGS_pod).empty()) {
+      auto named = [&](uint32_t a) {
+        auto it = pods.find(Ip(a));
+        return it != pods.end() && PodSelected(it->second);
+      };
+      if (!named(k.saddr) && !named(k.daddr) && !named(v.backend_addr)) return;
+    }
     std::string src = Ip(k.saddr) + ":" + std::to_string(ntohs(k.sport));
     std::string dst = Ip(k.daddr) + ":" + std::to_string(ntohs(k.dport));
     std::string be = k.dir == SLUICE_CT_DIR_POLICY
@@ -61,9 +72,15 @@ int Conntrack(const std::vector<std::string>& args) {
     if (!flags.empty()) flags.pop_back();
     if (json) {
       auto src_pod = pods.find(Ip(k.saddr));
-      out.push_back({{"proto", Proto(k.proto)}, {"direction", Dir(k.dir)}, {"source", src},
-                     {"destination", dst}, {"backend", be}, {"backendID", v.backend_id},
-                     {"revNatID", v.rev_nat_id}, {"idleSeconds", idle}, {"flags", flags},
+      out.push_back({{"proto", Proto(k.proto)},
+                     {"direction", Dir(k.dir)},
+                     {"source", src},
+                     {"destination", dst},
+                     {"backend", be},
+                     {"backendID", v.backend_id},
+                     {"revNatID", v.rev_nat_id},
+                     {"idleSeconds", idle},
+                     {"flags", flags},
                      {"sourcePod", src_pod == pods.end() ? "" : src_pod->second}});
       return;
     }

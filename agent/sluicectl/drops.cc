@@ -1,8 +1,8 @@
 // sluicectl drops: per-reason drop counters, summed over CPUs.
 #include <arpa/inet.h>
 
-#include "loader/datapath.h"
 #include "agent/sluicectl/common.h"
+#include "loader/datapath.h"
 
 namespace sluice::ctl {
 
@@ -17,8 +17,8 @@ int Drops() {
   if (json) {
     nlohmann::json out = nlohmann::json::array();
     for (const auto& t : *totals) {
-      out.push_back({{"id", t.reason}, {"reason", t.name}, {"packets", t.packets},
-                     {"bytes", t.bytes}});
+      out.push_back(
+          {{"id", t.reason}, {"reason", t.name}, {"packets", t.packets}, {"bytes", t.bytes}});
     }
     PrintJson(out);
     return 0;

@@ -20,9 +20,14 @@ int Endpoints() {
   }
   auto st = eps.ForEach([&](const sluice_ep4_key& k, const sluice_endpoint& v) {
     const std::string ip = Ip(k.addr);
+    if (!PodSelected(pod_of(ip))) return;
     if (json) {
-      out.push_back({{"address", ip}, {"endpointID", v.endpoint_id}, {"ifindex", v.ifindex},
-                     {"mac", Mac(v.mac)}, {"hostMAC", Mac(v.host_mac)}, {"pod", pod_of(ip)}});
+      out.push_back({{"address", ip},
+                     {"endpointID", v.endpoint_id},
+                     {"ifindex", v.ifindex},
+                     {"mac", Mac(v.mac)},
+                     {"hostMAC", Mac(v.host_mac)},
+                     {"pod", pod_of(ip)}});
       return;
     }
     std::printf("%-16s %-6u %-8u %-18s %-18s %s\n", ip.c_str(), v.endpoint_id, v.ifindex,

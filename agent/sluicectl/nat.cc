@@ -22,9 +22,13 @@ int Nat() {
     std::string as = Ip(v.addr) + ":" + std::to_string(ntohs(v.port));
     auto it = pods.find(Ip(k.saddr));
     std::string name = it == pods.end() ? "-" : it->second;
+    if (!PodSelected(name)) return;
     if (json) {
-      out.push_back({{"proto", Proto(k.proto)}, {"pod", pod}, {"remote", remote},
-                     {"masqueradedAs", as}, {"podName", name}});
+      out.push_back({{"proto", Proto(k.proto)},
+                     {"pod", pod},
+                     {"remote", remote},
+                     {"masqueradedAs", as},
+                     {"podName", name}});
       return;
     }
     std::printf("%-5s %-22s %-22s %-22s %s\n", Proto(k.proto), pod.c_str(), remote.c_str(),

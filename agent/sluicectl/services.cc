@@ -16,16 +16,16 @@ namespace {
 
 std::string SvcFlags(uint16_t f) {
   static const std::pair<uint16_t, const char*> kNames[] = {
-      {SLUICE_SVC_F_NODEPORT, "nodeport"},       {SLUICE_SVC_F_EXTERNAL_IP, "external-ip"},
-      {SLUICE_SVC_F_LOADBALANCER, "loadbalancer"}, {SLUICE_SVC_F_AFFINITY, "affinity"},
-      {SLUICE_SVC_F_ETP_LOCAL, "etp-local"},     {SLUICE_SVC_F_ITP_LOCAL, "itp-local"},
+      {SLUICE_SVC_F_NODEPORT, "nodeport"},           {SLUICE_SVC_F_EXTERNAL_IP, "external-ip"},
+      {SLUICE_SVC_F_LOADBALANCER, "loadbalancer"},   {SLUICE_SVC_F_AFFINITY, "affinity"},
+      {SLUICE_SVC_F_ETP_LOCAL, "etp-local"},         {SLUICE_SVC_F_ITP_LOCAL, "itp-local"},
       {SLUICE_SVC_F_SOURCE_RANGES, "source-ranges"}, {SLUICE_SVC_F_REJECT, "reject"},
   };
   // A frontend that is none of the node-address kinds is a ClusterIP.
-  std::string out = (f & (SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_EXTERNAL_IP |
-                          SLUICE_SVC_F_LOADBALANCER)) != 0
-                        ? ""
-                        : "clusterip";
+  std::string out =
+      (f & (SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_EXTERNAL_IP | SLUICE_SVC_F_LOADBALANCER)) != 0
+          ? ""
+          : "clusterip";
   for (const auto& [bit, name] : kNames) {
     if ((f & bit) == 0) continue;
     if (!out.empty()) out += ",";
@@ -46,7 +46,8 @@ struct ServiceNames {
   std::map<std::pair<uint16_t, std::string>, Named> by_node_port;
   std::string unavailable;  // why there are no names
 
-  const Named* Find(const std::string& addr, uint16_t port, const char* proto, bool node_port) const {
+  const Named* Find(const std::string& addr, uint16_t port, const char* proto,
+                    bool node_port) const {
     if (node_port) {
       auto it = by_node_port.find({port, proto});
       return it == by_node_port.end() ? nullptr : &it->second;
@@ -124,8 +125,11 @@ int Services() {
     }
     const sluice_lb4_service& m = master->second;
     if (port == 0 && proto == 0) {
+      if (!absl::GetFlag(FLAGS_service).empty()) continue;  // belongs to no one Service
       if (json) {
-        out.push_back({{"frontend", where}, {"proto", "any"}, {"flags", "reject"},
+        out.push_back({{"frontend", where},
+                       {"proto", "any"},
+                       {"flags", "reject"},
                        {"note", "no such port on this ClusterIP"}});
       } else {
         std::printf("%-22s %-5s %-8s %-34s %8s %6s\n", where.c_str(), "any", "-",
@@ -135,6 +139,9 @@ int Services() {
     }
     const Named* named = names.Find(ip, port, Proto(proto), (m.flags & SLUICE_SVC_F_NODEPORT) != 0);
     const std::string service = named == nullptr ? "-" : named->service;
+    if (!absl::GetFlag(FLAGS_service).empty() && (named == nullptr || !ServiceSelected(service))) {
+      continue;
+    }
     // Only a frontend that cannot serve gets the store's reason.
     const std::string why = named != nullptr && m.count == 0 ? named->why_empty : "";
     nlohmann::json backends = nlohmann::json::array();
@@ -156,18 +163,26 @@ int Services() {
         if (b->flags & SLUICE_BE_F_TERMINATING) what += " terminating";
       }
       if (json) {
-        backends.push_back({{"slot", slot}, {"backendID", v.backend_id}, {"backend", what},
-                            {"pod", pod}, {"stale", slot > m.count}});
+        backends.push_back({{"slot", slot},
+                            {"backendID", v.backend_id},
+                            {"backend", what},
+                            {"pod", pod},
+                            {"stale", slot > m.count}});
         continue;
       }
       std::printf("  %s slot %-4u backend %-6u %s%s\n", slot > m.count ? "stale" : "     ", slot,
                   v.backend_id, what.c_str(), pod.empty() ? "" : ("  " + pod).c_str());
     }
     if (json) {
-      out.push_back({{"frontend", where}, {"proto", Proto(proto)},
+      out.push_back({{"frontend", where},
+                     {"proto", Proto(proto)},
                      {"scope", scope == SLUICE_LB_SCOPE_INTERNAL ? "internal" : "external"},
-                     {"flags", SvcFlags(m.flags)}, {"revNatID", m.rev_nat_id}, {"count", m.count},
-                     {"service", service}, {"whyEmpty", why}, {"backends", backends}});
+                     {"flags", SvcFlags(m.flags)},
+                     {"revNatID", m.rev_nat_id},
+                     {"count", m.count},
+                     {"service", service},
+                     {"whyEmpty", why},
+                     {"backends", backends}});
     }
   }
   if (json) PrintJson(out);

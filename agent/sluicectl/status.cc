@@ -98,9 +98,9 @@ int Status() {
   std::string kpr = "unknown (agent down)";
   if (cfg.is_object() && cfg.contains("flags")) {
     const auto& f = cfg["flags"];
-    const bool no_k8s = f.value("kubeconfig", "").empty() &&
-                        f.value("k8s_service_host", "").empty() &&
-                        f.value("ipam_mode", "") != "kubernetes" && !f.value("pod_cidr", "").empty();
+    const bool no_k8s =
+        f.value("kubeconfig", "").empty() && f.value("k8s_service_host", "").empty() &&
+        f.value("ipam_mode", "") != "kubernetes" && !f.value("pod_cidr", "").empty();
     kpr = no_k8s ? "false (static mode: no Kubernetes, so no Services)"
           : f.value("kube_proxy_replacement", "") == "true"
               ? "true (ClusterIP, NodePort, ExternalIP, LoadBalancer, socket LB " +
@@ -140,7 +140,9 @@ int Status() {
   out["services"] = {{"frontends", frontends}, {"backends", backends}};
   out["maps"] = nlohmann::json::array();
   for (const auto& f : *fill) {
-    out["maps"].push_back({{"name", f.name}, {"entries", f.entries}, {"capacity", f.capacity},
+    out["maps"].push_back({{"name", f.name},
+                           {"entries", f.entries},
+                           {"capacity", f.capacity},
                            {"array", f.is_array}});
   }
   out["programs"] = nlohmann::json::object();
@@ -200,7 +202,8 @@ int Status() {
   std::printf("Endpoints:             %llu\n",
               static_cast<unsigned long long>(by_name["sluice_ep4"].entries));
   std::printf("Services:              %llu frontends, %llu backends\n",
-              static_cast<unsigned long long>(frontends), static_cast<unsigned long long>(backends));
+              static_cast<unsigned long long>(frontends),
+              static_cast<unsigned long long>(backends));
   std::printf("Maps:                  %-18s %9s %9s %6s\n", "NAME", "ENTRIES", "CAPACITY", "FILL");
   for (const auto& f : *fill) {
     if (f.is_array) continue;
@@ -208,12 +211,15 @@ int Status() {
                 static_cast<unsigned long long>(f.entries), f.capacity,
                 f.capacity ? 100.0 * f.entries / f.capacity : 0.0);
   }
-  std::printf("Programs:              %s\n", progs.empty() ? "none attached in this network namespace" : "");
-  for (const auto& [dev, p] : progs) std::printf("                       %-16s %s\n", dev.c_str(), p.c_str());
+  std::printf("Programs:              %s\n",
+              progs.empty() ? "none attached in this network namespace" : "");
+  for (const auto& [dev, p] : progs)
+    std::printf("                       %-16s %s\n", dev.c_str(), p.c_str());
   std::printf("Drops:                 %llu packets since the datapath was loaded%s\n",
               static_cast<unsigned long long>(dropped), dropped ? ":" : "");
   for (const auto& [reason, n] : drop_reasons) {
-    std::printf("                       %-20s %llu\n", reason.c_str(), static_cast<unsigned long long>(n));
+    std::printf("                       %-20s %llu\n", reason.c_str(),
+                static_cast<unsigned long long>(n));
   }
   if (recent.is_object() && recent.contains("packets")) {
     uint64_t n = 0;

@@ -81,6 +81,8 @@ sctl config | grep -qx -- "--metrics_address=127.0.0.1:9962" || fail "config lac
 sctl version | grep -q "^sluice-agent 0.1.0" || fail "version lacks the agent's"
 [ "$(sctl -o json endpoints | jget 'sorted(e["pod"] for e in d)')" = "['default/a', 'default/b']" ] \
   || fail "endpoints -o json: $(sctl -o json endpoints)"
+[ "$(sctl -o json --pod=default/b endpoints | jget '[e["pod"] for e in d]')" = "['default/b']" ] \
+  || fail "endpoints --pod: $(sctl --pod=default/b endpoints)"
 for c in drops nat services identities "ct list"; do
   sctl -o json $c | jget 'type(d).__name__' | grep -qx list || fail "$c -o json is no list"
 done

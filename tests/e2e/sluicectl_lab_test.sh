@@ -76,7 +76,9 @@ d = json.load(sys.stdin)
 print(sorted(f.get("service", "") for f in d if f.get("service", "").startswith("default/")))')" = \
   "['default/badport', 'default/kubernetes:https', 'default/noselector', 'default/slow', 'default/typo', 'default/web:http']" ] ||
   fail "services -o json: $(ctl -o json services)"
-log "ok: services named, -o json"
+only=$(ctl --service=default/typo services | awk 'NR > 1 && $1 !~ /^(why|slot)/ {print $NF}' | sort -u)
+[ "$only" = "default/typo" ] || fail "services --service=default/typo: $(ctl --service=default/typo services)"
+log "ok: services named, -o json, --service"
 
 scrape=$(ip netns exec "$NODE_NS" curl -sf -m 3 http://127.0.0.1:9962/metrics) || fail "no /metrics"
 echo "$scrape" | "$CHECK" >/dev/null || fail "scrape does not parse"

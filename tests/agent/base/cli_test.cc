@@ -90,12 +90,14 @@ TEST(BinariesTest, AgentRefusesAnUnknownLogLevel) {
 }
 
 TEST(BinariesTest, AgentErrorsNameFlagsAsTheyAreSpelled) {
-  Ran r = RunBinary(kAgent, "--pod_cidr=10.99.0.0/24 --health_address= --nat_port_range=9-1", "env -u KUBERNETES_SERVICE_HOST");
+  Ran r = RunBinary(kAgent, "--pod_cidr=10.99.0.0/24 --health_address= --nat_port_range=9-1",
+                    "env -u KUBERNETES_SERVICE_HOST");
   EXPECT_NE(r.code, 0) << r.out;
   EXPECT_THAT(r.out, HasSubstr("--nat_port_range")) << r.out;
   EXPECT_THAT(r.out, Not(HasSubstr("--nat-port-range"))) << r.out;
-  Ran m = RunBinary(kAgent, "--pod_cidr=10.99.0.0/24 --health_address= --non_masquerade_cidrs=nonsense",
-              "env -u KUBERNETES_SERVICE_HOST");
+  Ran m =
+      RunBinary(kAgent, "--pod_cidr=10.99.0.0/24 --health_address= --non_masquerade_cidrs=nonsense",
+                "env -u KUBERNETES_SERVICE_HOST");
   EXPECT_NE(m.code, 0) << m.out;
   EXPECT_THAT(m.out, HasSubstr("--non_masquerade_cidrs")) << m.out;
 }

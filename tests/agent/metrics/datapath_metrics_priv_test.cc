@@ -1,16 +1,15 @@
 // The scrape-time collector over real pinned maps: drops summed over CPUs, entries and capacity
 // per map (arrays left out of pressure), conntrack entries, and the agent's failed map writes
 // counted per map through maps::update_failure_hook.
-#include "agent/metrics/datapath_metrics.h"
-#include "agent/metrics/drop_window.h"
-#include "agent/base/fake_clock.h"
-
 #include <arpa/inet.h>
 
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "agent/base/fake_clock.h"
+#include "agent/metrics/datapath_metrics.h"
+#include "agent/metrics/drop_window.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "support/fixture.h"

@@ -154,8 +154,8 @@ TEST(AgentEndpointsTest, AnAddressInUseIsAnErrorNamingTheFlag) {
   auto first = HttpServer::Start("127.0.0.1:0", {});
   ASSERT_TRUE(first.ok());
   Readiness readiness;
-  auto e = AgentEndpoints::Start(
-      {.health_address = absl::StrCat("127.0.0.1:", (*first)->port())}, readiness);
+  auto e = AgentEndpoints::Start({.health_address = absl::StrCat("127.0.0.1:", (*first)->port())},
+                                 readiness);
   ASSERT_FALSE(e.ok());
   EXPECT_THAT(std::string(e.status().message()), HasSubstr("--health_address"));
 }

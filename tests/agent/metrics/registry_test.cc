@@ -119,7 +119,8 @@ TEST(RegistryTest, AgentMetricsExpositionParses) {
   h({{"command", "bogus\"label"}});
   std::string text = r.Expose();
   EXPECT_THAT(text, HasSubstr("sluice_reconcile_errors_total{subsystem=\"services\"} 1\n"));
-  EXPECT_THAT(text, HasSubstr("sluice_reconcile_duration_seconds_count{subsystem=\"services\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("sluice_reconcile_duration_seconds_count{subsystem=\"services\"} 2\n"));
   EXPECT_THAT(text, HasSubstr("sluice_cni_request_errors_total{command=\"ADD\"} 0\n"));
   EXPECT_THAT(text, HasSubstr("sluice_cni_request_errors_total{command=\"DEL\"} 1\n"));
   EXPECT_THAT(text, HasSubstr("sluice_cni_request_errors_total{command=\"unknown\"} 1\n"));

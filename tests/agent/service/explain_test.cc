@@ -9,10 +9,10 @@
 namespace sluice::agent {
 namespace {
 
-using ::testing::HasSubstr;
 using k8s::EndpointSlice;
 using k8s::Pod;
 using k8s::Service;
+using ::testing::HasSubstr;
 
 Service Svc(k8s::StringMap selector, k8s::IntOrString target) {
   Service s;
