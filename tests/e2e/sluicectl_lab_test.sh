@@ -2,12 +2,14 @@
 # sluicectl and the metrics of an agent that watches Kubernetes, in a one-node sluice-lab: four
 # Services that all look like `clusterip,reject` in the maps (a selector matching no pod, a named
 # targetPort no pod declares, no selector, no ready pod) each say why under `sluicectl services`;
-# a serving one is named with its backend pod; the agent's scrape (reconcile latency per
+# a serving one is named with its backend pod; `ct list --pod` shows a balanced flow and `ct flush`
+# empties the map; the agent's scrape (reconcile latency per
 # subsystem, watch events per resource) parses with the reference parser.
 set -euo pipefail
 NAME=ops$$
 source "$(dirname "$0")/lablib.sh"
 CHECK=$(cd "$(dirname "$0")/.." && pwd)/support/prom_check.py
+jget() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 
 # The lab's agents take extra flags from SLUICE_LAB_AGENT_ARGS (agent/lab/lab.cc).
 export SLUICE_LAB_AGENT_ARGS="--metrics_address=127.0.0.1:9962"
@@ -79,6 +81,15 @@ print(sorted(f.get("service", "") for f in d if f.get("service", "").startswith(
 only=$(ctl --service=default/typo services | awk 'NR > 1 && $1 !~ /^(why|slot)/ {print $NF}' | sort -u)
 [ "$only" = "default/typo" ] || fail "services --service=default/typo: $(ctl --service=default/typo services)"
 log "ok: services named, -o json, --service"
+
+# A balanced flow leaves conntrack entries; ct list shows them by pod, ct flush empties the map.
+WEB_IP=$(K get svc web -o jsonpath='{.spec.clusterIP}')
+[ "$(lab probe --from default/web-1 --to "$WEB_IP:80")" = CONNECTED ] || fail "web-1 -> web"
+n=$(ctl -o json --pod=default/web-1 ct list | jget 'len(d)')
+[ "$n" -ge 2 ] || fail "ct list --pod: $(ctl ct list)"
+ctl ct flush | grep -q "^deleted [1-9]" || fail "ct flush deleted nothing"
+[ "$(ctl -o json ct list | jget 'len(d)')" = 0 ] || fail "ct list after flush: $(ctl ct list)"
+log "ok: ct list --pod ($n entries), ct flush"
 
 scrape=$(ip netns exec "$NODE_NS" curl -sf -m 3 http://127.0.0.1:9962/metrics) || fail "no /metrics"
 echo "$scrape" | "$CHECK" >/dev/null || fail "scrape does not parse"
