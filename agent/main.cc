@@ -7,9 +7,11 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,16 +21,22 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "agent/base/config_dir.h"
+#include "agent/base/cli.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
 #include "agent/endpoint/endpoint_store.h"
+#include "agent/service/explain.h"
 #include "agent/service/health_check.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/k8s/watches.h"
 #include "agent/monitor/monitor.h"
 #include "agent/monitor/names.h"
 #include "agent/monitor/observe_server.h"
+#include "agent/metrics/agent_endpoints.h"
+#include "agent/metrics/agent_metrics.h"
+#include "agent/metrics/datapath_metrics.h"
+#include "agent/metrics/drop_window.h"
 #include "agent/routing/peer_route_sync.h"
 #include "agent/kernel/netlink.h"
 #include "agent/kernel/netns.h"
@@ -102,7 +110,7 @@ ABSL_FLAG(bool, socket_lb, true,
 ABSL_FLAG(std::string, cgroup_root, "",
           "cgroup v2 directory the socket-LB programs attach to (default: the cgroup2 mount in "
           "/proc/mounts, else one mounted at /run/sluice/cgroupv2)");
-ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error, critical, off");
 ABSL_FLAG(bool, uninstall, false,
           "remove 05-sluice.conflist and the plugin binary (restoring configurations that "
           "--cni_exclusive moved aside), then exit; the datapath stays");
@@ -127,6 +135,12 @@ ABSL_FLAG(uint32_t, monitor_burst, 10000, "flow monitor: events a CPU may emit b
 ABSL_FLAG(uint32_t, monitor_sample, 1,
           "flow monitor: emit 1 in N events other than drops (1: every event)");
 ABSL_FLAG(uint32_t, monitor_history, 4096, "flow monitor: flows kept for `observe --last`");
+ABSL_FLAG(std::string, health_address, "127.0.0.1:9879",
+          "HOST:PORT serving GET /healthz (liveness), /readyz (readiness: watches synced, "
+          "datapath loaded, CNI installed) and /config (the running configuration); empty: off");
+ABSL_FLAG(std::string, metrics_address, "",
+          "HOST:PORT serving GET /metrics (Prometheus text format), e.g. 0.0.0.0:9962; empty: "
+          "off. Keep it off the pod network");
 
 namespace sluice::agent {
 namespace {
@@ -196,8 +210,19 @@ int Uninstall() {
   return 0;
 }
 
+// Every Service with the reason a port serves nothing (`sluicectl services`).
+metrics::HttpReply ServicesRoute(KubernetesState* kube) {
+  if (kube == nullptr) return {.status = 404, .body = "no Kubernetes\n"};
+  return {.content_type = "application/json",
+          .body = DiagnoseServicesJson(kube->services().List(), kube->endpoint_slices().List(),
+                                       kube->pods().List())};
+}
+
 int Run() {
-  spdlog::set_level(spdlog::level::from_str(absl::GetFlag(FLAGS_log_level)));
+  if (auto st = cli::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !st.ok()) {
+    std::fprintf(stderr, "sluice-agent: %s\n", std::string(st.message()).c_str());
+    return 2;
+  }
 
   // Kubernetes: used whenever the agent can reach an apiserver; required for ipam_mode=kubernetes.
   std::string ipam_mode = absl::GetFlag(FLAGS_ipam_mode);
@@ -209,6 +234,17 @@ int Run() {
                         !absl::GetFlag(FLAGS_k8s_service_host).empty() ||
                         std::getenv("KUBERNETES_SERVICE_HOST") != nullptr;
   std::unique_ptr<KubernetesState> k8s;
+  // Probes and metrics are served from here on: alive while waiting, ready once every step is.
+  metrics::AgentReadiness ready(want_k8s);
+  metrics::DropWindow recent_drops({.bpffs_root = absl::GetFlag(FLAGS_bpffs_root)});
+  auto endpoints = metrics::AgentEndpoints::Start(
+      {.health_address = absl::GetFlag(FLAGS_health_address),
+       .metrics_address = absl::GetFlag(FLAGS_metrics_address),
+       .config_json = metrics::RunningConfigJson,
+       .recent_drops = &recent_drops,
+       .extra_routes = {{"/v1/services", [&ready] { return ServicesRoute(ready.kubernetes()); }}}},
+      ready.readiness());
+  if (!endpoints.ok()) return Fail(endpoints.status(), "serve health and metrics");
   if (want_k8s) {
     KubernetesOptions k8s_opts;
     k8s_opts.config.kubeconfig = absl::GetFlag(FLAGS_kubeconfig);
@@ -218,6 +254,12 @@ int Run() {
     auto started = KubernetesState::Start(k8s_opts);
     if (!started.ok()) return Fail(started.status(), "kubernetes client");
     k8s = std::move(*started);
+    ready.SetKubernetes(k8s.get());
+  }
+  std::optional<metrics::ScopedCollector> watch_metrics;
+  if (k8s) {
+    watch_metrics.emplace(metrics::Default(),
+                          metrics::AddKubernetesCollector(metrics::Default(), k8s.get()));
   }
   absl::StatusOr<IpPrefix> cidr =
       ipam_mode == "kubernetes" ? k8s->WaitForPodCidr(absl::Minutes(10))
@@ -230,7 +272,7 @@ int Run() {
   node_opts.masquerade = absl::GetFlag(FLAGS_masquerade);
   for (const auto& c : absl::GetFlag(FLAGS_non_masquerade_cidrs)) {
     auto p = IpPrefix::Parse(c);
-    if (!p.ok()) return Fail(p.status(), "--non-masquerade-cidrs");
+    if (!p.ok()) return Fail(p.status(), "--non_masquerade_cidrs");
     node_opts.non_masquerade_cidrs.push_back(*p);
   }
   if (!absl::GetFlag(FLAGS_service_cidr).empty()) {
@@ -253,7 +295,7 @@ int Run() {
   if (auto st = ParsePortRange(absl::GetFlag(FLAGS_nat_port_range), &node_opts.nat_port_min,
                                &node_opts.nat_port_max);
       !st.ok()) {
-    return Fail(st, "--nat-port-range");
+    return Fail(st, "--nat_port_range");
   }
 
   // Signals are taken synchronously by the main thread once serving.
@@ -273,10 +315,17 @@ int Run() {
   LibnlNetlink netlink;
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
+  metrics::CountMapUpdateFailures();
+  metrics::ScopedCollector datapath_metrics(
+      metrics::Default(),
+      metrics::AddDatapathCollector(metrics::Default(), absl::GetFlag(FLAGS_bpffs_root)));
   auto ipam = Ipam::Open(absl::GetFlag(FLAGS_state_dir), *cidr);
   if (!ipam.ok()) return Fail(ipam.status(), "open IPAM");
   auto store = EndpointStore::Open(absl::GetFlag(FLAGS_state_dir));
   if (!store.ok()) return Fail(store.status(), "open endpoint store");
+  metrics::ScopedCollector endpoint_metrics(
+      metrics::Default(), metrics::AddEndpointCountCollector(
+                              metrics::Default(), [s = store->get()] { return s->size(); }));
   auto node = SetUpNode(netlink, **dp, node_opts, (*ipam)->gateway(), /*prune_nomasq=*/!k8s);
   if (!node.ok()) return Fail(node.status(), "set up node");
   // Host-network clients reach Services through their sockets; links pinned in the bpffs keep
@@ -301,6 +350,7 @@ int Run() {
   EndpointService service(netlink, **ipam, **store, endpoint_dp, {.default_mtu = mtu});
   if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
   spdlog::info("restored {} endpoints", (*store)->size());
+  ready.datapath_loaded.Reach();
 
   // NetworkPolicy follows Pods, Namespaces, Nodes and NetworkPolicies; CNI ADD writes a new
   // pod's policy state before it answers (EndpointPolicyHook), so it is in place before serving.
@@ -326,7 +376,8 @@ int Run() {
   api::EndpointApiServerOptions server_opts;
   server_opts.socket_path = absl::GetFlag(FLAGS_socket);
   api::EndpointApiServer server(server_opts);
-  if (auto st = server.Start([&](const nlohmann::json& req) { return service.Handle(req); });
+  if (auto st = server.Start(metrics::InstrumentEndpointApi(
+          [&](const nlohmann::json& req) { return service.Handle(req); }));
       !st.ok()) {
     return Fail(st, "start endpoint API");
   }
@@ -433,6 +484,7 @@ int Run() {
     }
     if (auto st = InstallCni(cni); !st.ok()) return Fail(st.status(), "install CNI");
   }
+  ready.cni_installed.Reach();
   spdlog::info("sluice-agent ready: serving {}", server_opts.socket_path);
 
   int sig = 0;
@@ -447,10 +499,10 @@ int Run() {
 }  // namespace sluice::agent
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  sluice::cli::ParseCommandLine(
+      argc, argv, "sluice-agent",
       "sluice-agent [--kubeconfig=FILE --node_name=NAME | --pod_cidr=CIDR] [flags]: Sluice's node "
       "agent");
-  absl::ParseCommandLine(argc, argv);
   if (std::string dir = absl::GetFlag(FLAGS_config_dir); !dir.empty()) {
     auto applied = sluice::agent::ApplyConfigDir(dir, sluice::agent::FlagsOnCommandLine(argc, argv));
     if (!applied.ok()) return sluice::agent::Fail(applied.status(), "--config_dir");

@@ -15,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "agent/base/version.h"
 #include "agent/endpoint/api_protocol.h"
 #include "cni/agent_client.h"
 #include "cni/endpoint_protocol.h"
@@ -263,4 +264,35 @@ int RunGuarded() {
 }  // namespace
 }  // namespace sluice::cni
 
-int main() { return sluice::cni::RunGuarded(); }
+namespace {
+
+// A CNI plugin's contract is its environment and stdin, not flags. Run by hand with --help or
+// --version it says so instead of answering as a plugin.
+constexpr char kHelp[] =
+    "sluice-cni: Sluice's CNI 1.1.0 plugin. It takes no flags: a container runtime runs it with\n"
+    "CNI_COMMAND (ADD, DEL, CHECK, GC, STATUS, VERSION), CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME,\n"
+    "CNI_ARGS and CNI_PATH in the environment and the network configuration on stdin; it forwards\n"
+    "the request to sluice-agent's endpoint socket (the conflist's \"socket\", default\n"
+    "/run/sluice/sluice.sock) and prints the result or a CNI error object on stdout.\n"
+    "sluice-agent installs it as <cni_bin_dir>/sluice with 05-sluice.conflist.\n"
+    "  sluice-cni --version   prints the build's version\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc > 1 && getenv("CNI_COMMAND") == nullptr) {
+    std::string_view a = argv[1];
+    if (a == "--help" || a == "-h" || a == "help") {
+      fputs(kHelp, stdout);
+      return 0;
+    }
+    if (a == "--version" || a == "version") {
+      printf("sluice-cni %s\n", SLUICE_VERSION_STRING);
+      return 0;
+    }
+    fprintf(stderr, "sluice-cni: unknown argument %s (a CNI plugin takes no flags; see --help)\n",
+            argv[1]);
+    return 2;
+  }
+  return sluice::cni::RunGuarded();
+}

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <functional>
@@ -67,6 +68,17 @@ inline absl::StatusOr<MapFd> OpenPinned(const std::string& path, size_t key_size
   return map;
 }
 
+// Failed writes are map pressure the agent sees first-hand: when set (the agent sets it; tools
+// leave it null) this is called on the failure path of every Update with the map's fd and errno.
+using UpdateFailureHook = void (*)(int map_fd, int err);
+inline std::atomic<UpdateFailureHook> update_failure_hook{nullptr};
+
+inline absl::Status UpdateFailed(int fd, const char* what) {
+  const int err = errno;
+  if (UpdateFailureHook hook = update_failure_hook.load(std::memory_order_relaxed)) hook(fd, err);
+  return ErrnoStatus(err, what);
+}
+
 // A hash, LRU or array map with one value per key.
 template <typename Key, typename Value>
 class Map {
@@ -96,7 +108,7 @@ class Map {
   [[nodiscard]] absl::Status Update(const Key& key, const Value& value,
                                     uint64_t flags = BPF_ANY) {
     if (bpf_map_update_elem(fd_.get(), &key, &value, flags) != 0)
-      return ErrnoStatus(errno, "map update");
+      return UpdateFailed(fd_.get(), "map update");
     return absl::OkStatus();
   }
   // Writes keys[i] -> values[i] for i < n with BPF_MAP_UPDATE_BATCH: one syscall for many
@@ -181,7 +193,7 @@ class PerCpuMap {
     if (values.size() != static_cast<size_t>(ncpus_))
       return absl::InvalidArgumentError("per-CPU update needs one value per possible CPU");
     if (bpf_map_update_elem(fd_.get(), &key, values.data(), BPF_ANY) != 0)
-      return ErrnoStatus(errno, "percpu map update");
+      return UpdateFailed(fd_.get(), "percpu map update");
     return absl::OkStatus();
   }
 

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "agent/metrics/agent_metrics.h"
+#include "agent/metrics/health.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::controller {
@@ -53,7 +55,12 @@ uint64_t Controller::reconciled() const {
 
 void Controller::Run() {
   DirtyKeys* k = keys_.get();
+  // The loop wakes at least every kIdleWait: a beat older than kLoopWedgedAfter means a
+  // reconcile that does not return, and /healthz says so.
+  std::unique_ptr<metrics::Heartbeat> beat = metrics::DefaultHeartbeats().Register(
+      "controller " + options_.name, metrics::kLoopWedgedAfter);
   while (true) {
+    beat->Beat();
     // The gate and the feature's key list have locks of their own: asked outside k->mu_.
     const bool synced_before = options_.synced();
     bool full = false;
@@ -90,7 +97,9 @@ void Controller::Run() {
       batch.full = full;
       gen = k->seen_;
     }
+    const absl::Time started = absl::Now();
     absl::Status st = reconcile_(batch);
+    metrics::ObserveReconcile(options_.name, absl::Now() - started, st.ok());
     absl::MutexLock l(&k->mu_);
     k->reconciled_ += batch.keys.size();
     if (!st.ok()) {

@@ -31,6 +31,18 @@ absl::StatusOr<std::unique_ptr<KubernetesState>> KubernetesState::Start(
   return k;
 }
 
+std::vector<KubernetesState::WatchState> KubernetesState::watch_states() const {
+  // The reflectors were added in this order (Start).
+  const bool synced[] = {services_.HasSynced(),   slices_.HasSynced(), pods_.HasSynced(),
+                         namespaces_.HasSynced(), nodes_.HasSynced(),  policies_.HasSynced()};
+  std::vector<WatchState> out;
+  for (size_t i = 0; i < reflectors_.size(); ++i) {
+    out.push_back({std::string(reflectors_[i]->kind()), i < std::size(synced) && synced[i],
+                   reflectors_[i]->counters()});
+  }
+  return out;
+}
+
 KubernetesState::~KubernetesState() {
   for (auto& r : reflectors_) r->Stop();
 }

@@ -47,6 +47,15 @@ class KubernetesState {
   k8s::Store<k8s::Namespace>& namespaces() { return namespaces_; }
   k8s::Store<k8s::NetworkPolicy>& network_policies() { return policies_; }
   const std::string& node_name() const { return node_name_; }
+
+  // Per watched kind, for metrics and readiness: the store's name, whether its first list is
+  // complete, and its reflector's counters.
+  struct WatchState {
+    std::string kind;
+    bool synced = false;
+    k8s::ReflectorCounters counters;
+  };
+  std::vector<WatchState> watch_states() const;
   const k8s::ClientConfig& client_config() const { return http_->config(); }
 
  private:

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "agent/base/cli.h"
 #include "agent/lab/apiserver.h"
 #include "agent/lab/lab.h"
 #include "agent/lab/netexec.h"
@@ -30,6 +31,7 @@ namespace {
 constexpr char kUsage[] = R"(sluice-lab: a Kubernetes cluster on this machine (network namespaces, real sluice-agents)
 
 usage:
+  sluice-lab --version | --help
   sluice-lab up [--nodes N] [--name NAME]    create a lab (2 nodes, name "lab" by default);
                                              prints the kubeconfig path once every agent is ready
   sluice-lab down [--name NAME]              stop it and remove everything it made
@@ -281,6 +283,10 @@ int Main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
+  if (cmd == "--version" || cmd == "version") {
+    std::cout << cli::VersionLine("sluice-lab") << "\n";
+    return 0;
+  }
   std::vector<std::string> rest(argv + 2, argv + argc);
   auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose"});
   if (!args.ok()) return UsageError(std::string(args.status().message()));

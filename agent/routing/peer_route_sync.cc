@@ -3,6 +3,8 @@
 #include <optional>
 #include <utility>
 
+#include "agent/metrics/agent_metrics.h"
+#include "agent/metrics/health.h"
 #include "agent/routing/node_setup.h"
 #include "spdlog/spdlog.h"
 
@@ -53,7 +55,10 @@ void PeerRouteSync::Run() {
   // held back by the wait (the maps must follow a node within a second even while, say, a
   // route to an unreachable peer keeps failing).
   std::optional<absl::Time> retry_at;
+  std::unique_ptr<metrics::Heartbeat> beat =
+      metrics::DefaultHeartbeats().Register("peer routes", metrics::kLoopWedgedAfter);
   while (true) {
+    beat->Beat();
     {
       absl::MutexLock l(&mu_);
       // Wake on a Node change, on stop, or to notice the first full sync of every kind.
@@ -81,6 +86,7 @@ void PeerRouteSync::Run() {
     }
     // Never-masqueraded first: a new peer's traffic must not be NATed once the datapath sends
     // it there (its tunnel entry or route).
+    const absl::Time started = absl::Now();
     absl::Status st = ReconcileNoMasquerade(nomasq_, nomasq, was_synced);
     if (st.ok()) st = ReconcileTunnelMap(tunnel_, peers, was_synced).status();
     // Without direct routes, Sluice's routes of an earlier configuration go (once synced).
@@ -89,6 +95,7 @@ void PeerRouteSync::Run() {
                                was_synced)
                .status();
     }
+    metrics::ObserveReconcile("routing", absl::Now() - started, st.ok());
     if (!st.ok()) {
       spdlog::warn("peers: {}; retrying in 1s", st.ToString());
       retry_at = absl::Now() + absl::Seconds(1);

@@ -1,25 +1,39 @@
-// What every sluicectl subcommand shares: the --bpffs_root flag, opening pinned maps, and how
-// addresses, MACs and protocols are printed.
+// What every sluicectl subcommand shares: the --bpffs_root, --state_dir, --agent and -o flags,
+// opening pinned maps, asking the running agent (its health server), naming pods from the
+// agent's endpoint records, and how addresses, MACs and protocols are printed.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
 #include "maps/sluice_maps.h"
+#include "nlohmann/json.hpp"
 
 ABSL_DECLARE_FLAG(std::string, bpffs_root);
+ABSL_DECLARE_FLAG(std::string, state_dir);
+ABSL_DECLARE_FLAG(std::string, agent);
+ABSL_DECLARE_FLAG(std::string, o);
+ABSL_DECLARE_FLAG(std::string, pod);
+ABSL_DECLARE_FLAG(std::string, service);
 
 namespace sluice::ctl {
 
-std::string Ip(uint32_t be);         // network-order IPv4 -> "10.0.0.1"
-std::string Mac(const uint8_t* m);   // "aa:bb:cc:dd:ee:ff"
-const char* Proto(uint8_t p);        // "tcp", "udp", "icmp", "?"
+std::string Ip(uint32_t be);        // network-order IPv4 -> "10.0.0.1"
+std::string Mac(const uint8_t* m);  // "aa:bb:cc:dd:ee:ff"
+const char* Proto(uint8_t p);       // "tcp", "udp", "icmp", "?"
+
+// -o json: every list prints one JSON document instead of its table.
+bool JsonOutput();
+void PrintJson(const nlohmann::json& j);
 
 // Opens the pinned map `name` under --bpffs_root, or exits 1 with the reason.
 template <typename M>
@@ -32,13 +46,30 @@ M OpenOrDie(const char* name) {
   return std::move(*m);
 }
 
+// GET `path` from the agent's health server (--agent): the body of a 200 or 503 reply, with
+// the status in *status; an error when the agent does not answer.
+absl::StatusOr<std::string> AgentGet(const std::string& path, int* status = nullptr);
+
+// --pod=NAMESPACE/NAME (endpoints, nat, ct list) and --service=NAMESPACE/NAME
+// (services): empty matches everything.
+bool PodSelected(const std::string& pod_name);
+bool ServiceSelected(const std::string& service_port);  // "default/web:http" matches default/web
+
+// Pod names by address ("10.244.0.5" -> "default/web-1") from the agent's endpoint records
+// under --state_dir, read without opening its store (which tidies the directory).
+std::map<std::string, std::string> PodNamesByAddress();
+
 // The subcommands; each returns the process exit code.
 int Drops();
 int Endpoints();
 int Nat();
 int Services();
 int Identities();
-int Policy(const std::vector<std::string>& args);  // args after "policy"
-int Observe(const std::vector<std::string>& args);  // args after "observe" (its own options)
+int Policy(const std::vector<std::string>& args);     // args after "policy"
+int Observe(const std::vector<std::string>& args);    // args after "observe" (its own options)
+int Conntrack(const std::vector<std::string>& args);  // args after "ct": list | flush
+int Status();
+int Config();
+int Version();
 
 }  // namespace sluice::ctl

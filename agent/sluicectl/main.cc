@@ -1,22 +1,27 @@
-// sluicectl: look at a node's Sluice datapath through its pinned maps. Read-only; works while
-// the agent is down. One file per subcommand in this folder.
+// sluicectl: look at a node's Sluice datapath through its pinned maps (read-only but for
+// `ct flush`; works while the agent is down), and at the running agent through its health
+// server (--agent). One file per subcommand in this folder. Every list takes -o json.
 //
-//   sluicectl [--bpffs_root=DIR] drops       per-reason drop counters, summed over CPUs
-//   sluicectl [--bpffs_root=DIR] endpoints   the local endpoints the datapath delivers to
-//   sluicectl [--bpffs_root=DIR] nat         masqueraded flows (pod tuple -> node address:port)
-//   sluicectl [--bpffs_root=DIR] services    Service frontends, their flags and backend slots
-//   sluicectl [--bpffs_root=DIR] [--state_dir=DIR] identities
-//                                            security identities, their labels and prefixes
-//   sluicectl [--bpffs_root=DIR] [--state_dir=DIR] policy get NAMESPACE/POD
-//                                            a local pod's enforced directions and allows
+//   sluicectl status                 the node on one screen: agent, readiness, IPAM, endpoints,
+//                                    Services, map fill levels, programs per interface, drops
+//   sluicectl drops                  per-reason drop counters, summed over CPUs
+//   sluicectl endpoints              the local endpoints the datapath delivers to, by pod
+//   sluicectl nat                    masqueraded flows (pod tuple -> node address:port)
+//   sluicectl services               Service frontends, flags, backend slots; names and why a
+//                                    frontend serves nothing come from the agent
+//   sluicectl ct list|flush          conntrack entries of balanced and policy-tracked flows
+//   sluicectl identities             security identities, their labels and prefixes
+//   sluicectl policy get NAMESPACE/POD
+//                                    a local pod's enforced directions and allows
 //   sluicectl observe [--last N] [--follow] [filters] [-o table|json]
-//                                            flows from the agent's flow monitor (observe.cc)
+//                                    flows from the agent's flow monitor (observe.cc)
+//   sluicectl config                 the running agent's configuration (every flag's value)
+//   sluicectl version                this build's version and the running agent's
 #include <cstdio>
 #include <string>
 #include <vector>
 
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
+#include "agent/base/cli.h"
 #include "agent/sluicectl/common.h"
 
 namespace {
@@ -27,33 +32,50 @@ struct Command {
 };
 
 constexpr Command kCommands[] = {
-    {"drops", sluice::ctl::Drops},
-    {"endpoints", sluice::ctl::Endpoints},
-    {"nat", sluice::ctl::Nat},
-    {"services", sluice::ctl::Services},
-    {"identities", sluice::ctl::Identities},
+    {"status", sluice::ctl::Status},       {"drops", sluice::ctl::Drops},
+    {"endpoints", sluice::ctl::Endpoints}, {"nat", sluice::ctl::Nat},
+    {"services", sluice::ctl::Services},   {"identities", sluice::ctl::Identities},
+    {"config", sluice::ctl::Config},       {"version", sluice::ctl::Version},
 };
 
 constexpr char kUsage[] =
-    "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] "
-    "drops|endpoints|nat|services|identities|policy get NAMESPACE/POD|observe [options]";
+    "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] [--agent=HOST:PORT] [-o json] COMMAND\n"
+    "commands: status | drops | endpoints | nat | services | ct list|flush | identities |\n"
+    "          policy get NAMESPACE/POD | observe [options] |\n"
+    "          config | version";
 
 }  // namespace
 
+namespace sluice::ctl {
+
+int Version() {
+  std::printf("%s\n", cli::VersionLine("sluicectl").c_str());
+  auto config = AgentGet("/config");
+  if (!config.ok()) {
+    std::printf("sluice-agent: %s\n", std::string(config.status().message()).c_str());
+    return 0;
+  }
+  auto j = nlohmann::json::parse(*config, nullptr, false);
+  std::printf("sluice-agent %s\n", j.is_object() ? j.value("version", "?").c_str() : "?");
+  return 0;
+}
+
+}  // namespace sluice::ctl
+
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(kUsage);
   // `observe` takes hubble's option spellings (--drop-reason, -o), which are no absl flags: what
   // follows the word is its own.
   for (int i = 1; i < argc; ++i) {
     if (argv[i][0] == '-') continue;
     if (std::string(argv[i]) != "observe") break;
     std::vector<std::string> rest(argv + i + 1, argv + argc);
-    absl::ParseCommandLine(i, argv);
+    sluice::cli::ParseCommandLine(i, argv, "sluicectl", kUsage);
     return sluice::ctl::Observe(rest);
   }
-  std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  std::vector<char*> args = sluice::cli::ParseCommandLine(argc, argv, "sluicectl", kUsage);
   std::string cmd = args.size() > 1 ? args[1] : "";
   if (cmd == "policy") return sluice::ctl::Policy({args.begin() + 2, args.end()});
+  if (cmd == "ct") return sluice::ctl::Conntrack({args.begin() + 2, args.end()});
   for (const Command& c : kCommands) {
     if (cmd == c.name) return c.run();
   }

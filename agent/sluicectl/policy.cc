@@ -17,9 +17,6 @@
 #include "agent/policy/reconciler.h"
 #include "agent/sluicectl/common.h"
 
-ABSL_FLAG(std::string, state_dir, "/var/lib/sluice",
-          "the agent's state directory (identities.json, endpoint records)");
-
 namespace sluice::ctl {
 namespace {
 
@@ -71,6 +68,15 @@ int Identities() {
     return 1;
   }
   for (const auto& [id, p] : prefixes) names.try_emplace(id, "(unknown)");
+  if (JsonOutput()) {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [id, labels] : names) {
+      if (id == SLUICE_IDENTITY_ANY) continue;
+      out.push_back({{"identity", id}, {"labels", labels}, {"prefixes", prefixes[id]}});
+    }
+    PrintJson(out);
+    return 0;
+  }
   std::printf("%-9s %-8s %s\n", "IDENTITY", "PREFIXES", "LABELS");
   for (const auto& [id, labels] : names) {
     if (id == SLUICE_IDENTITY_ANY) continue;

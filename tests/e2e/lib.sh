@@ -71,7 +71,7 @@ setup_node() {
 start_agent() {
   ip netns exec "$NODE" "$AGENT" --pod_cidr=$POD_CIDR --native_device=eth0 \
     --bpffs_root="$ROOT/bpf" --state_dir="$ROOT/state" --socket="$ROOT/sluice.sock" \
-    --cni_conf_dir="$ROOT/net.d" --cni_bin_dir="$ROOT/bin" --cni_plugin="$CNI" \
+    --cni_conf_dir="$ROOT/net.d" --cni_bin_dir="$ROOT/bin" --cni_plugin="$CNI" ${AGENT_ARGS:-} \
     >>"$ROOT/log/agent.log" 2>&1 &
   AGENT_PID=$!
   wait_for 30 test -f "$ROOT/net.d/05-sluice.conflist" || { cat "$ROOT/log/agent.log"; fail "agent not ready"; }

@@ -41,8 +41,7 @@ const agentFlags = new Set(
   [...spawnSync(args.agent, ['--helpfull'], { encoding: 'utf8' }).stdout.matchAll(/^\s+--(\w+) /gm)].map((m) => m[1]));
 // Keys for flags that land with other branches of issue 12's work (ops: health and metrics;
 // overlay: routing). Remove each here once its flag is in the agent.
-const PENDING_FLAGS = new Set(['health_address', 'metrics_address', 'routing_mode', 'tunnel_port',
-  'auto_direct_node_routes', 'ipv4_native_routing_cidr']);
+const PENDING_FLAGS = new Set([]);
 
 const valuesDir = mkdtempSync(`${tmpdir()}/sluice-helm-`);
 process.on('exit', () => rmSync(valuesDir, { recursive: true, force: true }));

@@ -1,0 +1,153 @@
+#include "agent/metrics/datapath_metrics.h"
+
+#include <bpf/bpf.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "agent/base/errno.h"
+#include "loader/datapath.h"
+#include "maps/sluice_maps.h"
+
+namespace sluice::metrics {
+namespace {
+
+bool IsArray(uint32_t type) {
+  return type == BPF_MAP_TYPE_ARRAY || type == BPF_MAP_TYPE_PERCPU_ARRAY;
+}
+
+// Keys counted with get_next_key: one syscall per entry, no values copied.
+absl::StatusOr<uint64_t> CountEntries(int fd, uint32_t key_size) {
+  std::vector<uint8_t> cur(key_size), next(key_size);
+  uint64_t n = 0;
+  void* prev = nullptr;
+  while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
+    ++n;
+    cur.swap(next);
+    prev = cur.data();
+  }
+  if (errno != ENOENT) return ErrnoStatus(errno, "map iterate");
+  return n;
+}
+
+void OnUpdateFailure(int fd, int err) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  std::string name = "unknown";
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) == 0) name = MapNameOf(info.name);
+  const char* e = strerrorname_np(err);
+  Default()
+      .GetCounter("sluice_bpf_map_update_errors_total",
+                  "Map writes by the agent the kernel refused (E2BIG: the map is full), per map "
+                  "and errno",
+                  {{"map_name", name}, {"errno", e != nullptr ? e : absl::StrCat(err)}})
+      .Inc();
+}
+
+}  // namespace
+
+std::string MapNameOf(const char* kernel_name) {
+  const size_t n = strnlen(kernel_name, BPF_OBJ_NAME_LEN);
+  for (const char* full : maps::kAllMapNames) {
+    if (strlen(full) == n ? strncmp(full, kernel_name, n) == 0
+                          : (n == BPF_OBJ_NAME_LEN - 1 && strncmp(full, kernel_name, n) == 0)) {
+      return full;
+    }
+  }
+  return std::string(kernel_name, n);
+}
+
+void CountMapUpdateFailures() { maps::update_failure_hook.store(&OnUpdateFailure); }
+
+absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root) {
+  std::vector<MapFill> out;
+  for (const char* name : maps::kAllMapNames) {
+    std::string path = maps::PinPath(bpffs_root, name);
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0) {
+      if (errno == ENOENT) continue;
+      return ErrnoStatus(errno, absl::StrCat("open pinned map ", path));
+    }
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    MapFill f{.name = name};
+    absl::Status st;
+    if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) {
+      st = ErrnoStatus(errno, absl::StrCat("map info of ", path));
+    } else {
+      f.type = info.type;
+      f.capacity = info.max_entries;
+      f.is_array = IsArray(info.type);
+      if (f.is_array) {
+        f.entries = info.max_entries;
+      } else if (auto n = CountEntries(fd, info.key_size); n.ok()) {
+        f.entries = *n;
+      } else {
+        st = n.status();
+      }
+    }
+    ::close(fd);
+    if (!st.ok()) return st;
+    out.push_back(f);
+  }
+  return out;
+}
+
+int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
+  return registry.AddCollector([bpffs_root](ScrapeSink& out) {
+    if (auto drops = maps::DropMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_drops));
+        drops.ok()) {
+      if (auto totals = loader::ReadDropTotals(*drops); totals.ok()) {
+        for (const auto& t : *totals) {
+          Labels l = {{"reason", t.name}};
+          out.Counter("sluice_drop_count_total", "Packets dropped by the datapath, per reason", l,
+                      static_cast<double>(t.packets));
+          out.Counter("sluice_drop_bytes_total", "Bytes dropped by the datapath, per reason", l,
+                      static_cast<double>(t.bytes));
+        }
+      }
+    }
+    if (auto pol =
+            maps::PolicyDropMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_pol_drops));
+        pol.ok()) {
+      uint64_t packets[2] = {0, 0};
+      sluice_policy_drop_key key{}, next{};
+      const void* prev = nullptr;
+      while (bpf_map_get_next_key(pol->fd(), prev, &next) == 0) {
+        if (auto v = pol->Lookup(next); v.ok() && next.direction < 2) {
+          for (const auto& c : *v) packets[next.direction] += c.packets;
+        }
+        key = next;
+        prev = &key;
+      }
+      out.Counter("sluice_policy_drop_count_total",
+                  "Packets NetworkPolicy denied, per direction of the endpoint that denied them "
+                  "(endpoints evicted from sluice_pol_drops are no longer counted)",
+                  {{"direction", "ingress"}}, static_cast<double>(packets[SLUICE_POLICY_INGRESS]));
+      out.Counter("sluice_policy_drop_count_total", "", {{"direction", "egress"}},
+                  static_cast<double>(packets[SLUICE_POLICY_EGRESS]));
+    }
+    auto fill = ReadMapFill(bpffs_root);
+    if (!fill.ok()) return;
+    for (const MapFill& f : *fill) {
+      Labels l = {{"map_name", f.name}};
+      out.Gauge("sluice_bpf_map_capacity", "Maximum entries of each pinned BPF map", l, f.capacity);
+      if (f.is_array) continue;  // full by construction: no pressure to report
+      out.Gauge("sluice_bpf_map_entries", "Entries in each pinned BPF map (arrays left out)", l,
+                static_cast<double>(f.entries));
+      out.Gauge("sluice_bpf_map_pressure",
+                "Fill level of each pinned BPF map, entries / capacity (0..1)", l,
+                f.capacity == 0 ? 0 : static_cast<double>(f.entries) / f.capacity);
+      if (f.name == maps::name::sluice_ct4) {
+        out.Gauge("sluice_datapath_conntrack_entries",
+                  "Conntrack entries (sluice_ct4: one per direction of each balanced or "
+                  "policy-tracked flow)",
+                  {}, static_cast<double>(f.entries));
+      }
+    }
+  });
+}
+
+}  // namespace sluice::metrics

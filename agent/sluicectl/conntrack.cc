@@ -1,0 +1,95 @@
+// sluicectl ct list | flush: the conntrack of balanced and policy-tracked flows (sluice_ct4).
+// flush deletes every entry: established balanced flows are balanced again on their next
+// packet (a TCP flow mid-stream may then reach another backend), so it is for debugging.
+#include <arpa/inet.h>
+#include <time.h>
+
+#include <string>
+#include <vector>
+
+#include "agent/sluicectl/common.h"
+
+namespace sluice::ctl {
+namespace {
+
+const char* Dir(uint8_t d) {
+  return d == SLUICE_CT_DIR_FORWARD  ? "forward"
+         : d == SLUICE_CT_DIR_REPLY  ? "reply"
+         : d == SLUICE_CT_DIR_POLICY ? "policy"
+                                     : "?";
+}
+
+uint64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns's clock
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
+
+}  // namespace
+
+int Conntrack(const std::vector<std::string>& args) {
+  const std::string sub = args.empty() ? "list" : args[0];
+  if (sub != "list" && sub != "flush") {
+    std::fprintf(stderr, "usage: sluicectl ct list|flush\n");
+    return 2;
+  }
+  auto ct = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4);
+  if (sub == "flush") {
+    std::vector<sluice_ct4_key> keys;
+    auto st =
+        ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); });
+    size_t deleted = 0;
+    for (const auto& k : keys) deleted += ct.Delete(k).ok() ? 1 : 0;
+    std::printf("deleted %zu conntrack entries\n", deleted);
+    return st.ok() ? 0 : 1;
+  }
+  const bool json = JsonOutput();
+  const uint64_t now = NowNs();
+  auto pods = PodNamesByAddress();
+  nlohmann::json out = nlohmann::json::array();
+  if (!json) {
+    std::printf("%-5s %-8s %-22s %-22s %-22s %7s %8s %s\n", "PROTO", "DIR", "SOURCE", "DESTINATION",
+                "BACKEND", "REV_NAT", "IDLE(s)", "FLAGS");
+  }
+  auto st = ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& v) {
+    // --pod: entries whose source, destination or backend is the pod.
+    if (!absl::GetFlag(FLAGS_pod).empty()) {
+      auto named = [&](uint32_t a) {
+        auto it = pods.find(Ip(a));
+        return it != pods.end() && PodSelected(it->second);
+      };
+      if (!named(k.saddr) && !named(k.daddr) && !named(v.backend_addr)) return;
+    }
+    std::string src = Ip(k.saddr) + ":" + std::to_string(ntohs(k.sport));
+    std::string dst = Ip(k.daddr) + ":" + std::to_string(ntohs(k.dport));
+    std::string be = k.dir == SLUICE_CT_DIR_POLICY
+                         ? "-"
+                         : Ip(v.backend_addr) + ":" + std::to_string(ntohs(v.backend_port));
+    double idle = now > v.last_seen_ns ? (now - v.last_seen_ns) / 1e9 : 0;
+    std::string flags;
+    if (v.flags & SLUICE_CT_F_HAIRPIN) flags += "hairpin ";
+    if (v.flags & SLUICE_CT_F_CLOSING) flags += "closing ";
+    if (!flags.empty()) flags.pop_back();
+    if (json) {
+      auto src_pod = pods.find(Ip(k.saddr));
+      out.push_back({{"proto", Proto(k.proto)},
+                     {"direction", Dir(k.dir)},
+                     {"source", src},
+                     {"destination", dst},
+                     {"backend", be},
+                     {"backendID", v.backend_id},
+                     {"revNatID", v.rev_nat_id},
+                     {"idleSeconds", idle},
+                     {"flags", flags},
+                     {"sourcePod", src_pod == pods.end() ? "" : src_pod->second}});
+      return;
+    }
+    std::printf("%-5s %-8s %-22s %-22s %-22s %7u %8.1f %s\n", Proto(k.proto), Dir(k.dir),
+                src.c_str(), dst.c_str(), be.c_str(), v.rev_nat_id, idle,
+                flags.empty() ? "-" : flags.c_str());
+  });
+  if (json) PrintJson(out);
+  return st.ok() ? 0 : 1;
+}
+
+}  // namespace sluice::ctl

@@ -1,0 +1,256 @@
+// sluicectl status: the node on one screen, as `cilium status` gives it. The agent's part
+// (up, version, readiness, watches, configuration) comes from its health server; everything
+// else is read straight from the pinned maps, the state directory and the kernel, so the
+// screen still says what the datapath does while the agent is down.
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
+#include <net/if.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "agent/metrics/datapath_metrics.h"
+#include "agent/sluicectl/common.h"
+#include "loader/datapath.h"
+#include "loader/tc.h"
+
+namespace sluice::ctl {
+namespace {
+
+std::string ProgName(uint32_t id) {
+  int fd = bpf_prog_get_fd_by_id(id);
+  if (fd < 0) return absl::StrCat("prog ", id);
+  bpf_prog_info info{};
+  uint32_t len = sizeof(info);
+  std::string name = bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.name : "?";
+  ::close(fd);
+  return name;
+}
+
+// Interfaces of this network namespace with a Sluice TC program, and which.
+std::vector<std::pair<std::string, std::string>> AttachedPrograms() {
+  std::vector<std::pair<std::string, std::string>> out;
+  // An interface without clsact is simply not ours: keep libbpf from printing about it.
+  libbpf_print_fn_t old = libbpf_set_print(nullptr);
+  struct if_nameindex* all = if_nameindex();
+  if (all == nullptr) return out;
+  for (struct if_nameindex* i = all; i->if_index != 0; ++i) {
+    std::string progs;
+    for (auto dir : {loader::TcDirection::kIngress, loader::TcDirection::kEgress}) {
+      auto id = loader::AttachedTcProgram(static_cast<int>(i->if_index), dir);
+      if (!id.ok() || *id == 0) continue;
+      absl::StrAppend(&progs, progs.empty() ? "" : ", ",
+                      dir == loader::TcDirection::kIngress ? "ingress " : "egress ", ProgName(*id));
+    }
+    if (!progs.empty()) out.emplace_back(i->if_name, progs);
+  }
+  if_freenameindex(all);
+  libbpf_set_print(old);
+  return out;
+}
+
+struct Ipam {
+  std::string cidr;
+  uint64_t used = 0, total = 0;
+};
+
+Ipam ReadIpam() {
+  Ipam ipam;
+  auto node = maps::NodeConfigMap::Open(
+      maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_node));
+  if (!node.ok()) return ipam;
+  auto cfg = node->Lookup(0);
+  if (!cfg.ok() || cfg->pod_cidr4_len == 0) return ipam;
+  ipam.cidr = absl::StrCat(Ip(cfg->pod_cidr4), "/", cfg->pod_cidr4_len);
+  // The CIDR minus network, broadcast and gateway, as the agent's IPAM counts it.
+  const uint64_t size = 1ull << (32 - cfg->pod_cidr4_len);
+  ipam.total = size > 3 ? size - 3 : 0;
+  std::string dir = absl::StrCat(absl::GetFlag(FLAGS_state_dir), "/ipam/", Ip(cfg->pod_cidr4), "_",
+                                 cfg->pod_cidr4_len);
+  std::error_code ec;
+  for (const auto& f : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string n = f.path().filename();
+    if (f.is_regular_file() && n.find('.') != std::string::npos && n != "last_reserved") {
+      ++ipam.used;  // one file per address, named by it
+    }
+  }
+  return ipam;
+}
+
+}  // namespace
+
+int Status() {
+  const bool json = JsonOutput();
+  nlohmann::json out;
+  // The agent.
+  int ready_status = 0;
+  auto ready = AgentGet("/readyz", &ready_status);
+  auto config = AgentGet("/config");
+  nlohmann::json cfg;
+  if (config.ok()) cfg = nlohmann::json::parse(*config, nullptr, false);
+  const bool up = ready.ok();
+  std::string kpr = "unknown (agent down)";
+  if (cfg.is_object() && cfg.contains("flags")) {
+    const auto& f = cfg["flags"];
+    const bool no_k8s =
+        f.value("kubeconfig", "").empty() && f.value("k8s_service_host", "").empty() &&
+        f.value("ipam_mode", "") != "kubernetes" && !f.value("pod_cidr", "").empty();
+    kpr = no_k8s ? "false (static mode: no Kubernetes, so no Services)"
+          : f.value("kube_proxy_replacement", "") == "true"
+              ? "true (ClusterIP, NodePort, ExternalIP, LoadBalancer, socket LB " +
+                    f.value("socket_lb", "?") + ")"
+              : "false (--kube_proxy_replacement=false)";
+  }
+  out["agent"] = {{"up", up},
+                  {"address", absl::GetFlag(FLAGS_agent)},
+                  {"version", cfg.is_object() ? cfg.value("version", "") : ""},
+                  {"ready", up && ready_status == 200},
+                  {"readiness", up ? *ready : std::string(ready.status().message())}};
+  out["kubeProxyReplacement"] = kpr;
+  // The maps.
+  auto fill = metrics::ReadMapFill(absl::GetFlag(FLAGS_bpffs_root));
+  if (!fill.ok()) {
+    std::fprintf(stderr, "sluicectl: %s\n", std::string(fill.status().message()).c_str());
+    return 1;
+  }
+  std::map<std::string, metrics::MapFill> by_name;
+  for (const auto& f : *fill) by_name[f.name] = f;
+  if (by_name.empty()) {
+    std::fprintf(stderr, "sluicectl: no Sluice map is pinned under %s (datapath not loaded?)\n",
+                 absl::GetFlag(FLAGS_bpffs_root).c_str());
+    return 1;
+  }
+  uint64_t frontends = 0, backends = by_name["sluice_lb4_be"].entries;
+  if (auto svc = maps::Lb4ServiceMap::Open(
+          maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_lb4_svc));
+      svc.ok()) {
+    (void)svc->ForEach([&](const sluice_lb4_key& k, const sluice_lb4_service&) {
+      frontends += k.backend_slot == 0 && !(k.dport == 0 && k.proto == 0);
+    });
+  }
+  Ipam ipam = ReadIpam();
+  out["ipam"] = {{"podCIDR", ipam.cidr}, {"used", ipam.used}, {"total", ipam.total}};
+  out["endpoints"] = by_name["sluice_ep4"].entries;
+  out["services"] = {{"frontends", frontends}, {"backends", backends}};
+  out["maps"] = nlohmann::json::array();
+  for (const auto& f : *fill) {
+    out["maps"].push_back({{"name", f.name},
+                           {"entries", f.entries},
+                           {"capacity", f.capacity},
+                           {"array", f.is_array}});
+  }
+  out["programs"] = nlohmann::json::object();
+  auto progs = AttachedPrograms();
+  for (const auto& [dev, p] : progs) out["programs"][dev] = p;
+  uint64_t dropped = 0;
+  std::vector<std::pair<std::string, uint64_t>> drop_reasons;
+  if (auto drops = maps::DropMap::Open(
+          maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_drops));
+      drops.ok()) {
+    if (auto totals = loader::ReadDropTotals(*drops); totals.ok()) {
+      for (const auto& t : *totals) {
+        if (t.packets == 0) continue;
+        dropped += t.packets;
+        drop_reasons.emplace_back(t.name, t.packets);
+        out["drops"][t.name] = t.packets;
+      }
+    }
+  }
+  if (!out.contains("drops")) out["drops"] = nlohmann::json::object();
+  // What the agent saw dropped lately (it samples sluice_drops every 10 s).
+  nlohmann::json recent;
+  if (up) {
+    if (auto body = AgentGet("/v1/drops"); body.ok()) {
+      recent = nlohmann::json::parse(*body, nullptr, false);
+      if (recent.is_object()) out["recentDrops"] = recent;
+    }
+  }
+  if (json) {
+    PrintJson(out);
+    return 0;
+  }
+
+  if (up) {
+    std::printf("Agent:                 up, %s, on %s\n",
+                out["agent"]["version"].get<std::string>().c_str(),
+                absl::GetFlag(FLAGS_agent).c_str());
+  } else {
+    std::printf("Agent:                 down: %s\n", ready.status().message().data());
+    std::printf("                       (the rest is read from the pinned maps and %s)\n",
+                absl::GetFlag(FLAGS_state_dir).c_str());
+  }
+  if (up) {
+    std::printf("Ready:                 %s\n", ready_status == 200 ? "yes" : "no");
+    for (absl::string_view line : absl::StrSplit(*ready, '\n', absl::SkipEmpty())) {
+      std::printf("                       %s\n", std::string(line).c_str());
+    }
+  }
+  std::printf("KubeProxyReplacement:  %s\n", kpr.c_str());
+  if (!ipam.cidr.empty()) {
+    std::printf("IPAM:                  %llu/%llu allocated from %s\n",
+                static_cast<unsigned long long>(ipam.used),
+                static_cast<unsigned long long>(ipam.total), ipam.cidr.c_str());
+  } else {
+    std::printf("IPAM:                  no pod CIDR in sluice_node yet\n");
+  }
+  std::printf("Endpoints:             %llu\n",
+              static_cast<unsigned long long>(by_name["sluice_ep4"].entries));
+  std::printf("Services:              %llu frontends, %llu backends\n",
+              static_cast<unsigned long long>(frontends),
+              static_cast<unsigned long long>(backends));
+  std::printf("Maps:                  %-18s %9s %9s %6s\n", "NAME", "ENTRIES", "CAPACITY", "FILL");
+  for (const auto& f : *fill) {
+    if (f.is_array) continue;
+    std::printf("                       %-18s %9llu %9u %5.1f%%\n", f.name.c_str(),
+                static_cast<unsigned long long>(f.entries), f.capacity,
+                f.capacity ? 100.0 * f.entries / f.capacity : 0.0);
+  }
+  std::printf("Programs:              %s\n",
+              progs.empty() ? "none attached in this network namespace" : "");
+  for (const auto& [dev, p] : progs)
+    std::printf("                       %-16s %s\n", dev.c_str(), p.c_str());
+  std::printf("Drops:                 %llu packets since the datapath was loaded%s\n",
+              static_cast<unsigned long long>(dropped), dropped ? ":" : "");
+  for (const auto& [reason, n] : drop_reasons) {
+    std::printf("                       %-20s %llu\n", reason.c_str(),
+                static_cast<unsigned long long>(n));
+  }
+  if (recent.is_object() && recent.contains("packets")) {
+    uint64_t n = 0;
+    for (const auto& [reason, v] : recent["packets"].items()) n += v.get<uint64_t>();
+    std::printf("Recent drops:          %llu packets in the last %llds%s\n",
+                static_cast<unsigned long long>(n),
+                static_cast<long long>(recent.value("windowSeconds", 0)), n ? ":" : "");
+    for (const auto& [reason, v] : recent["packets"].items()) {
+      std::printf("                       %-20s %llu\n", reason.c_str(),
+                  static_cast<unsigned long long>(v.get<uint64_t>()));
+    }
+  }
+  return 0;
+}
+
+int Config() {
+  auto body = AgentGet("/config");
+  if (!body.ok()) {
+    std::fprintf(stderr, "sluicectl: %s\n", std::string(body.status().message()).c_str());
+    return 1;
+  }
+  auto j = nlohmann::json::parse(*body, nullptr, false);
+  if (JsonOutput() || !j.is_object()) {
+    std::printf("%s\n", body->c_str());
+    return j.is_object() ? 0 : 1;
+  }
+  std::printf("version %s\n", j.value("version", "?").c_str());
+  for (const auto& [name, value] : j["flags"].items()) {
+    std::printf("--%s=%s\n", name.c_str(), value.get<std::string>().c_str());
+  }
+  return 0;
+}
+
+}  // namespace sluice::ctl

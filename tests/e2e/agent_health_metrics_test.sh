@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The agent as its DaemonSet probes and Prometheus see it, on a real node namespace: /healthz
+# answers while /readyz says 503 and names the watches an unreachable apiserver keeps unlisted;
+# a static-mode agent is ready, and its /metrics scrape (after two CNI ADDs) parses with the
+# reference parser and counts the endpoints, the CNI requests, the endpoint map's entries and
+# every drop reason. sluicectl reads the running agent's configuration and status.
+source "$(dirname "$0")/lib.sh"
+trap teardown EXIT
+CHECK=$(cd "$(dirname "$0")/.." && pwd)/support/prom_check.py
+
+# http NS URL: prints "<status> <body>" of a GET inside the node namespace.
+http() { ip netns exec "$NODE" curl -s -m 3 -w '\n%{http_code}' "$1" | tac | tr '\n' ' '; }
+status_of() { http "$1" | awk '{print $1}'; }
+
+setup_node
+
+# 1. An apiserver that never answers: alive, not ready, and the reason names the watches.
+cat >"$ROOT/kubeconfig" <<KC
+apiVersion: v1
+kind: Config
+clusters:
+- name: dead
+  cluster: {server: "https://127.0.0.1:1", certificate-authority: /etc/ssl/certs/ca-certificates.crt}
+users:
+- name: u
+  user: {token: none}
+contexts:
+- name: dead
+  context: {cluster: dead, user: u}
+current-context: dead
+KC
+AGENT_ARGS="--kubeconfig=$ROOT/kubeconfig" start_agent
+wait_for 10 sh -c "[ \"\$(ip netns exec $NODE curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9879/healthz)\" = 200 ]" \
+  || fail "/healthz not 200: $(http http://127.0.0.1:9879/healthz)"
+ready=$(http http://127.0.0.1:9879/readyz)
+log "readyz with a dead apiserver: $ready"
+case $ready in 503*) ;; *) fail "/readyz should be 503: $ready";; esac
+for want in "ok datapath" "ok cni" "fail kubernetes: not listed yet: Service"; do
+  case $ready in *"$want"*) ;; *) fail "/readyz lacks '$want': $ready";; esac
+done
+stop_agent
+
+# 2. Static mode (no Kubernetes): ready; metrics on their own address.
+AGENT_ARGS="--metrics_address=127.0.0.1:9962" start_agent
+wait_for 10 sh -c "[ \"\$(ip netns exec $NODE curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9879/readyz)\" = 200 ]" \
+  || fail "/readyz not 200: $(http http://127.0.0.1:9879/readyz)"
+log "ok: ready in static mode"
+A=$(add_pod a); B=$(add_pod b)
+# One counted drop: pod a sends from an address it was not given (spoofed_source).
+ip -n "$T-a" addr add 10.244.0.250/32 dev eth0
+in_ns a ping -c1 -W1 -I 10.244.0.250 "$NODE_IP" >/dev/null 2>&1 || true
+[ "$(status_of http://127.0.0.1:9962/healthz)" = 404 ] || fail "probes leak onto the metrics address"
+
+scrape=$ROOT/metrics.txt
+ip netns exec "$NODE" curl -sf -m 3 http://127.0.0.1:9962/metrics >"$scrape" || fail "no /metrics"
+"$CHECK" <"$scrape" >"$ROOT/families.txt" || { cat "$scrape"; fail "scrape does not parse"; }
+log "scrape parsed: $(wc -l <"$ROOT/families.txt") families"
+metric() { grep -E "^$1 " "$scrape" | awk '{print $2}'; }
+[ "$(metric sluice_endpoints)" = 2 ] || fail "sluice_endpoints: $(metric sluice_endpoints)"
+[ "$(metric 'sluice_bpf_map_entries\{map_name="sluice_ep4"\}')" = 2 ] || fail "sluice_ep4 entries"
+[ -n "$(metric 'sluice_bpf_map_capacity\{map_name="sluice_ct4"\}')" ] || fail "no ct4 capacity"
+[ -n "$(metric sluice_datapath_conntrack_entries)" ] || fail "no conntrack entries"
+adds=$(metric 'sluice_cni_request_duration_seconds_count\{command="ADD"\}')
+[ "${adds:-0}" -ge 2 ] || fail "CNI ADD count: '$adds'"
+spoofed=$(metric 'sluice_drop_count_total\{reason="spoofed_source"\}')
+[ "${spoofed:-0}" -ge 1 ] || fail "spoofed_source drops: '$spoofed'"
+log "ok: endpoints 2, sluice_ep4 2 entries, $adds ADDs"
+
+# 3. sluicectl against the running agent, then against the maps alone once it is down.
+sctl() { ip netns exec "$NODE" "$SLUICECTL" --bpffs_root="$ROOT/bpf" --state_dir="$ROOT/state" "$@"; }
+st=$(sctl status) || fail "sluicectl status: $st"
+echo "$st" >&2
+for want in "Agent:                 up, 0.1.0" "Ready:                 yes" \
+            "IPAM:                  2/253 allocated from 10.244.0.0/24" \
+            "Endpoints:             2" "ingress sluice_from_net" "ingress sluice_from_pod" \
+            "Recent drops:" "spoofed_source"; do
+  case $st in *"$want"*) ;; *) fail "status lacks '$want'";; esac
+done
+[ "$(sctl -o json status | jget 'd["endpoints"]')" = 2 ] || fail "status -o json"
+sctl config | grep -qx -- "--metrics_address=127.0.0.1:9962" || fail "config lacks the flag"
+sctl version | grep -q "^sluice-agent 0.1.0" || fail "version lacks the agent's"
+[ "$(sctl -o json endpoints | jget 'sorted(e["pod"] for e in d)')" = "['default/a', 'default/b']" ] \
+  || fail "endpoints -o json: $(sctl -o json endpoints)"
+[ "$(sctl -o json --pod=default/b endpoints | jget '[e["pod"] for e in d]')" = "['default/b']" ] \
+  || fail "endpoints --pod: $(sctl --pod=default/b endpoints)"
+for c in drops nat services identities "ct list"; do
+  sctl -o json $c | jget 'type(d).__name__' | grep -qx list || fail "$c -o json is no list"
+done
+stop_agent
+st=$(sctl status) || fail "sluicectl status with the agent down: $st"
+for want in "Agent:                 down" "Endpoints:             2" "ingress sluice_from_pod"; do
+  case $st in *"$want"*) ;; *) fail "status (agent down) lacks '$want': $st";; esac
+done
+log "ok: sluicectl status, config, version, -o json; status with the agent down"

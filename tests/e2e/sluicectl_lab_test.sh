@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# sluicectl and the metrics of an agent that watches Kubernetes, in a one-node sluice-lab: four
+# Services that all look like `clusterip,reject` in the maps (a selector matching no pod, a named
+# targetPort no pod declares, no selector, no ready pod) each say why under `sluicectl services`;
+# a serving one is named with its backend pod; `ct list --pod` shows a balanced flow and `ct flush`
+# empties the map; the agent's scrape (reconcile latency per
+# subsystem, watch events per resource) parses with the reference parser.
+set -euo pipefail
+NAME=ops$$
+source "$(dirname "$0")/lablib.sh"
+CHECK=$(cd "$(dirname "$0")/.." && pwd)/support/prom_check.py
+jget() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+
+# The lab's agents take extra flags from SLUICE_LAB_AGENT_ARGS (agent/lab/lab.cc).
+export SLUICE_LAB_AGENT_ARGS="--metrics_address=127.0.0.1:9962"
+KUBECONFIG_PATH=$("$LAB" up --nodes 1 --name "$NAME") || fail "up"
+unset SLUICE_LAB_AGENT_ARGS
+log "lab $NAME up"
+NODE_NS=$NAME-node1
+ctl() { ip netns exec "$NODE_NS" "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" --state_dir="$DIR/node1/state" "$@"; }
+
+K apply --validate=false -f - >/dev/null <<'YAML'
+apiVersion: v1
+kind: Pod
+metadata: {name: web-1, labels: {app: web}}
+spec: {containers: [{name: c, image: x, ports: [{name: http, containerPort: 8080}]}]}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: slow-1, labels: {app: slow}, annotations: {lab.sluice.dev/ready: "false"}}
+spec: {containers: [{name: c, image: x, ports: [{containerPort: 8080}]}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec: {selector: {app: web}, ports: [{name: http, port: 80, targetPort: http}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: typo}
+spec: {selector: {app: wbe}, ports: [{port: 80, targetPort: 8080}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: badport}
+spec: {selector: {app: web}, ports: [{port: 80, targetPort: htpp}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: noselector}
+spec: {ports: [{port: 80}]}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: slow}
+spec: {selector: {app: slow}, ports: [{port: 80, targetPort: 8080}]}
+YAML
+K wait --for=condition=Ready pod/web-1 --timeout=60s >/dev/null || fail "web-1 not ready"
+
+# The reasons come from the agent's store once it has seen the pods and slices.
+want_why() {  # want_why SERVICE REASON
+  ctl services | grep -A1 " default/$1\$" | grep -qF "why: $2"
+}
+wait_for 20 want_why slow "1 pod(s) match the selector, none is ready" ||
+  fail "slow: $(ctl services)"
+want_why typo "selector app=wbe matches no pod in namespace default" || fail "typo: $(ctl services)"
+want_why badport "targetPort 'htpp' is no container port (TCP) of the 1 pod(s) the selector matches" ||
+  fail "badport: $(ctl services)"
+want_why noselector "no selector, and no EndpointSlice was made for it by hand" ||
+  fail "noselector: $(ctl services)"
+log "ok: the four empty Services say why"
+wait_for 20 sh -c "ip netns exec $NODE_NS $SLUICECTL --bpffs_root=$DIR/node1/bpf \
+  --state_dir=$DIR/node1/state services | grep -A1 ' default/web:http\$' | grep -q 'default/web-1'" ||
+  fail "web is not named with its backend pod: $(ctl services)"
+[ "$(ctl -o json services | /usr/bin/python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+print(sorted(f.get("service", "") for f in d if f.get("service", "").startswith("default/")))')" = \
+  "['default/badport', 'default/kubernetes:https', 'default/noselector', 'default/slow', 'default/typo', 'default/web:http']" ] ||
+  fail "services -o json: $(ctl -o json services)"
+only=$(ctl --service=default/typo services | awk 'NR > 1 && $1 !~ /^(why|slot)/ {print $NF}' | sort -u)
+[ "$only" = "default/typo" ] || fail "services --service=default/typo: $(ctl --service=default/typo services)"
+log "ok: services named, -o json, --service"
+
+# A balanced flow leaves conntrack entries; ct list shows them by pod, ct flush empties the map.
+WEB_IP=$(K get svc web -o jsonpath='{.spec.clusterIP}')
+[ "$(lab probe --from default/web-1 --to "$WEB_IP:80")" = CONNECTED ] || fail "web-1 -> web"
+n=$(ctl -o json --pod=default/web-1 ct list | jget 'len(d)')
+[ "$n" -ge 2 ] || fail "ct list --pod: $(ctl ct list)"
+ctl ct flush | grep -q "^deleted [1-9]" || fail "ct flush deleted nothing"
+[ "$(ctl -o json ct list | jget 'len(d)')" = 0 ] || fail "ct list after flush: $(ctl ct list)"
+log "ok: ct list --pod ($n entries), ct flush"
+
+scrape=$(ip netns exec "$NODE_NS" curl -sf -m 3 http://127.0.0.1:9962/metrics) || fail "no /metrics"
+echo "$scrape" | "$CHECK" >/dev/null || fail "scrape does not parse"
+for want in 'sluice_reconcile_duration_seconds_count{subsystem="services"}' \
+            'sluice_reconcile_duration_seconds_count{subsystem="policy"}' \
+            'sluice_reconcile_duration_seconds_count{subsystem="routing"}' \
+            'sluice_k8s_watch_synced{resource="Service"} 1' \
+            'sluice_k8s_watch_events_total{resource="Pod"}'; do
+  echo "$scrape" | grep -qF "$want" || fail "scrape lacks $want"
+done
+events=$(echo "$scrape" | sed -n 's/^sluice_k8s_watch_events_total{resource="Service"} //p')
+[ "${events:-0}" -ge 1 ] || fail "no Service watch event counted: '$events'"
+log "ok: scrape parses; reconcile latency per subsystem, watch events per resource"
