@@ -43,8 +43,8 @@ struct HttpRequest {
   absl::Duration timeout = absl::ZeroDuration();       // whole request; zero = none (watches)
   absl::Duration idle_timeout = absl::ZeroDuration();  // abort after this long with no bytes
   bool accept_gzip = false;
-  std::string method = "GET";  // GET, POST, PUT, PATCH, DELETE
-  std::string body;            // sent when not empty
+  std::string method = "GET";                     // GET, POST, PUT, PATCH, DELETE
+  std::string body;                               // sent when not empty
   std::string content_type = "application/json";  // of `body`
 };
 

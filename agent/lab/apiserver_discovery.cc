@@ -50,7 +50,7 @@ json ApiGroup(const std::string& name) {
 
 const std::vector<std::string>& Groups() {
   static const std::vector<std::string> kGroups = {"discovery.k8s.io", "networking.k8s.io",
-                                                     "coordination.k8s.io"};
+                                                   "coordination.k8s.io"};
   return kGroups;
 }
 

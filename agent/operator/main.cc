@@ -6,10 +6,10 @@
 
 #include <climits>
 #include <cstdio>
-#include <map>
-#include <string_view>
 #include <cstdlib>
+#include <map>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -26,8 +26,9 @@
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, kubeconfig, "", "kubeconfig to reach the apiserver (default: in-cluster)");
-ABSL_FLAG(std::string, k8s_service_host, "",
-          "apiserver address, overriding the kubeconfig / in-cluster one (with --k8s_service_port)");
+ABSL_FLAG(
+    std::string, k8s_service_host, "",
+    "apiserver address, overriding the kubeconfig / in-cluster one (with --k8s_service_port)");
 ABSL_FLAG(std::string, k8s_service_port, "", "apiserver port, with --k8s_service_host");
 ABSL_FLAG(std::string, cluster_pool_ipv4_pod_cidr_list, "10.0.0.0/8",
           "comma-separated IPv4 CIDRs the per-node pod CIDRs are carved out of");
@@ -69,7 +70,8 @@ bool PrintHelpIfAsked(int argc, char** argv) {
   std::printf("%s\n\n", std::string(absl::ProgramUsageMessage()).c_str());
   std::map<std::string, const absl::CommandLineFlag*> ours;
   for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename().find("operator/main.cc") != std::string::npos) ours[std::string(flag->Name())] = flag;
+    if (flag->Filename().find("operator/main.cc") != std::string::npos)
+      ours[std::string(flag->Name())] = flag;
   }
   for (const auto& [name, flag] : ours) {
     std::printf("  --%s (%s); default: %s\n", name.c_str(), flag->Help().c_str(),

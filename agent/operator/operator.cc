@@ -1,6 +1,7 @@
 #include "agent/operator/operator.h"
 
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -60,8 +61,7 @@ absl::StatusOr<std::map<std::string, NodeRecord>> ListNodes(k8s::HttpClient* htt
 Operator::Operator(k8s::HttpClient* http, OperatorOptions options)
     : http_(http),
       options_(std::move(options)),
-      lease_client_(
-          NewKubernetesLeaseClient(http, options_.lease_namespace, options_.lease_name)),
+      lease_client_(NewKubernetesLeaseClient(http, options_.lease_namespace, options_.lease_name)),
       elector_(lease_client_.get(), options_.election) {}
 
 Operator::~Operator() { Stop(release_.load()); }
@@ -72,6 +72,7 @@ void Operator::Start() {
 
 void Operator::Stop(bool release) {
   release_ = release && options_.release_on_stop;
+  std::lock_guard<std::mutex> lock(stop_mu_);  // Stop may race with itself (signal, exit path)
   if (!stop_.HasBeenNotified()) stop_.Notify();
   if (election_thread_.joinable()) election_thread_.join();
 }
@@ -103,12 +104,11 @@ void Operator::ElectionLoop() {
 }
 
 void Operator::StartLeading() {
-  spdlog::info("sluice-operator: leading; allocating node CIDRs from {} (/{})",
-               absl::StrJoin(options_.pool.pools, ",",
-                             [](std::string* out, const IpPrefix& p) {
-                               out->append(p.ToString());
-                             }),
-               options_.pool.mask_size);
+  spdlog::info(
+      "sluice-operator: leading; allocating node CIDRs from {} (/{})",
+      absl::StrJoin(options_.pool.pools, ",",
+                    [](std::string* out, const IpPrefix& p) { out->append(p.ToString()); }),
+      options_.pool.mask_size);
   leading_ = true;
   // The watch only says when to run a round; the round itself lists afresh.
   nodes_ = std::make_unique<k8s::Store<k8s::Node>>();
@@ -195,9 +195,10 @@ void Operator::AllocateRound() {
   counters_.free_cidrs = a.free_after;
   if (a.exhausted != last_exhausted_) {
     if (!a.exhausted.empty()) {
-      spdlog::error("sluice-operator: the cluster pool is exhausted: {} node(s) without a pod "
-                    "CIDR: {}",
-                    a.exhausted.size(), absl::StrJoin(a.exhausted, ", "));
+      spdlog::error(
+          "sluice-operator: the cluster pool is exhausted: {} node(s) without a pod "
+          "CIDR: {}",
+          a.exhausted.size(), absl::StrJoin(a.exhausted, ", "));
     }
     last_exhausted_ = a.exhausted;
   }

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -39,13 +40,13 @@ struct OperatorOptions {
 };
 
 struct OperatorCounters {
-  uint64_t rounds = 0;            // allocation rounds run
-  uint64_t patched = 0;           // Nodes given a pod CIDR
-  uint64_t patch_conflicts = 0;   // 409: the Node changed since the LIST; redone next round
-  uint64_t patch_errors = 0;      // other failures (and failed LISTs)
-  uint64_t exhausted_nodes = 0;   // Nodes the last round left without a CIDR: the pool is full
-  uint64_t foreign_nodes = 0;     // Nodes whose spec.podCIDR the pool does not account for
-  uint64_t free_cidrs = 0;        // node CIDRs still free after the last round
+  uint64_t rounds = 0;           // allocation rounds run
+  uint64_t patched = 0;          // Nodes given a pod CIDR
+  uint64_t patch_conflicts = 0;  // 409: the Node changed since the LIST; redone next round
+  uint64_t patch_errors = 0;     // other failures (and failed LISTs)
+  uint64_t exhausted_nodes = 0;  // Nodes the last round left without a CIDR: the pool is full
+  uint64_t foreign_nodes = 0;    // Nodes whose spec.podCIDR the pool does not account for
+  uint64_t free_cidrs = 0;       // node CIDRs still free after the last round
 };
 
 class Operator {
@@ -56,7 +57,8 @@ class Operator {
   Operator& operator=(const Operator&) = delete;
 
   void Start();
-  // Stops electing and allocating; with release_on_stop and the Lease held, releases it.
+  // Stops electing and allocating (thread-safe; returns once stopped); with release_on_stop and
+  // the Lease held, releases it.
   // `release` false: leave the Lease to expire (what a crash looks like to the others).
   void Stop(bool release = true);
   // Blocks until the election ends: kLost (renewal failed: the binary exits non-zero) or, after
@@ -78,6 +80,7 @@ class Operator {
   const OperatorOptions options_;
   std::unique_ptr<LeaseClient> lease_client_;
   LeaderElector elector_;
+  std::mutex stop_mu_;
   absl::Notification stop_;
   std::atomic<bool> release_{true};
   std::atomic<bool> leading_{false};

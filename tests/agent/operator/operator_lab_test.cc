@@ -3,8 +3,6 @@
 // a distinct CIDR, the leader crashes (does not release) and the other takes over within the lease
 // duration keeping every allocation, a full pool is a counted status, a deleted Node's CIDR goes
 // to the next Node; and a leader cut off from the apiserver steps down.
-#include "agent/operator/operator.h"
-
 #include <map>
 #include <memory>
 #include <set>
@@ -13,6 +11,7 @@
 #include "agent/k8s/http_client.h"
 #include "agent/lab/apiserver.h"
 #include "agent/lab/object_store.h"
+#include "agent/operator/operator.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/eventually.h"
