@@ -127,7 +127,11 @@ TEST_F(OperatorLabTest, OneLeadsFailoverKeepsAllocationsExhaustionIsCountedDelet
   leader.Stop(/*release=*/false);
   ASSERT_TRUE(Eventually([&] { return follower.leading(); }, kLease + absl::Seconds(3)));
   const absl::Duration takeover = absl::Now() - crashed;
-  EXPECT_LE(takeover, kLease + kRetry + absl::Milliseconds(500)) << takeover;
+  // Not before the Lease expired (the follower waits out the crashed leader's last renewal, which
+  // it may have seen up to a retry period before the crash), and within the lease duration of
+  // the last renewal plus the follower's tick (and slack for HTTP on a loaded machine).
+  EXPECT_GE(takeover, kLease - 2 * kRetry) << takeover;
+  EXPECT_LE(takeover, kLease + 2 * kRetry + absl::Milliseconds(800)) << takeover;
   EXPECT_EQ(LeaseHolder(), a_led ? "op-b" : "op-a");
   EXPECT_TRUE(Eventually([&] { return follower.counters().rounds > 0; }));
   EXPECT_EQ(PodCidrs(), before);  // nothing reallocated
@@ -164,7 +168,7 @@ TEST_F(OperatorLabTest, LeaderThatCannotRenewStepsDownWithinTheRenewDeadline) {
   const absl::Time cut = absl::Now();
   EXPECT_EQ(op.Wait(), State::kLost);
   const absl::Duration took = absl::Now() - cut;
-  EXPECT_GE(took, kRenewDeadline - kRetry) << took;
+  EXPECT_GE(took, kRenewDeadline - 2 * kRetry) << took;
   EXPECT_LE(took, kRenewDeadline + absl::Seconds(2)) << took;
   EXPECT_FALSE(op.leading());
   ASSERT_TRUE(server_->ComeBack().ok());
