@@ -163,6 +163,13 @@ HttpResult HttpClient::GetOnce(const HttpRequest& req, const BodyFn& on_body, Ca
   curl_easy_setopt(easy, CURLOPT_TCP_KEEPIDLE, 30L);
   curl_easy_setopt(easy, CURLOPT_TCP_KEEPINTVL, 10L);
   if (req.accept_gzip) curl_easy_setopt(easy, CURLOPT_ACCEPT_ENCODING, "gzip");
+  if (req.method != "GET") {
+    curl_easy_setopt(easy, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+  if (!req.body.empty()) {
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDSIZE_LARGE, curl_off_t(req.body.size()));
+    curl_easy_setopt(easy, CURLOPT_POSTFIELDS, req.body.data());
+  }
 
   // TLS: always verified; only the configured CA is trusted when one is given.
   curl_easy_setopt(easy, CURLOPT_SSL_VERIFYPEER, 1L);
@@ -193,6 +200,12 @@ HttpResult HttpClient::GetOnce(const HttpRequest& req, const BodyFn& on_body, Ca
   if (!token.empty()) {
     auth = absl::StrCat("Authorization: Bearer ", token);
     headers = curl_slist_append(headers, auth.c_str());
+  }
+  std::string content_type;
+  if (!req.body.empty()) {
+    content_type = absl::StrCat("Content-Type: ", req.content_type);
+    headers = curl_slist_append(headers, content_type.c_str());
+    headers = curl_slist_append(headers, "Expect:");  // no 100-continue round trip
   }
   curl_easy_setopt(easy, CURLOPT_HTTPHEADER, headers);
 

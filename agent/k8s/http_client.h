@@ -1,4 +1,5 @@
-// HTTPS GETs against the apiserver with libcurl: one easy handle (on its own multi handle, so it
+// HTTPS requests against the apiserver with libcurl (GETs for list/watch; PATCH, POST and PUT
+// with a JSON body for the operator's writes): one easy handle (on its own multi handle, so it
 // can be woken) per request, TLS verification always on, bearer token or client certificate,
 // bodies streamed to a callback as they arrive, cancellable from another thread at once.
 #pragma once
@@ -42,6 +43,9 @@ struct HttpRequest {
   absl::Duration timeout = absl::ZeroDuration();       // whole request; zero = none (watches)
   absl::Duration idle_timeout = absl::ZeroDuration();  // abort after this long with no bytes
   bool accept_gzip = false;
+  std::string method = "GET";                     // GET, POST, PUT, PATCH, DELETE
+  std::string body;                               // sent when not empty
+  std::string content_type = "application/json";  // of `body`
 };
 
 struct HttpResult {
@@ -78,6 +82,11 @@ class HttpClient {
   // once (before any body bytes were delivered). Thread-safe: concurrent calls use separate
   // handles.
   HttpResult Get(const HttpRequest& req, const BodyFn& on_body, Canceller* cancel = nullptr);
+  // The same for any method: req.method with req.body (a write's answer is a 2xx body; 409
+  // Conflict and the like come back as status + error_body).
+  HttpResult Send(const HttpRequest& req, const BodyFn& on_body, Canceller* cancel = nullptr) {
+    return Get(req, on_body, cancel);
+  }
 
   const ClientConfig& config() const { return config_; }
   TokenSource* tokens() { return tokens_.get(); }

@@ -36,6 +36,7 @@ const std::vector<ResourceType>& BuiltinResources() {
        true,
        {"netpol"},
        false},
+      {"coordination.k8s.io", "v1", "leases", "lease", "Lease", true, {}, false},
   };
   return kResources;
 }

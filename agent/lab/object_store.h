@@ -39,7 +39,7 @@ struct ResourceType {
 };
 
 // namespaces, nodes, pods, services (v1), endpointslices (discovery.k8s.io/v1),
-// networkpolicies (networking.k8s.io/v1).
+// networkpolicies (networking.k8s.io/v1), leases (coordination.k8s.io/v1).
 const std::vector<ResourceType>& BuiltinResources();
 const ResourceType* FindResource(std::string_view group, std::string_view version,
                                  std::string_view plural);

@@ -3,7 +3,7 @@
 // clusterPoolIPv4MaskSize. The API is the only state: a Node's spec.podCIDR, once set, is its
 // allocation (kept across operator restarts and failover, never changed); a deleted Node's CIDR
 // is free again because no Node holds it. The operator around it (leader election through a
-// coordination.k8s.io Lease, the PATCH of spec.podCIDR) is not built yet.
+// coordination.k8s.io Lease, the PATCH of spec.podCIDR) is operator.h.
 #pragma once
 
 #include <map>

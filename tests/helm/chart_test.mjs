@@ -3,7 +3,7 @@
 // offline); what each case must produce asserted; refused values refused with their message,
 // by values.schema.json and, with the schema skipped, by the chart's own checks.
 //
-// node tests/helm/chart_test.mjs --render BIN --chart DIR --agent BIN --source DIR
+// node tests/helm/chart_test.mjs --render BIN --chart DIR --agent BIN --operator BIN --source DIR
 import { spawnSync } from 'node:child_process';
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -11,7 +11,7 @@ import assert from 'node:assert/strict';
 
 const args = Object.fromEntries(
   process.argv.slice(2).reduce((acc, a, i, all) => (i % 2 ? acc : [...acc, [a.replace(/^--/, ''), all[i + 1]]]), []));
-for (const k of ['render', 'chart', 'agent', 'source']) {
+for (const k of ['render', 'chart', 'agent', 'operator', 'source']) {
   if (!args[k]) throw new Error(`--${k} is required`);
 }
 
@@ -42,6 +42,13 @@ const agentFlags = new Set(
 // Keys for flags that land with other branches of issue 12's work (ops: health and metrics;
 // overlay: routing). Remove each here once its flag is in the agent.
 const PENDING_FLAGS = new Set([]);
+
+// The flags sluice-operator has (its --help lists them and exits 0): every arg the chart passes
+// it must be one.
+const operatorHelp = spawnSync(args.operator, ['--help'], { encoding: 'utf8' });
+assert.equal(operatorHelp.status, 0, 'sluice-operator --help exits 0');
+const operatorFlags = new Set([...operatorHelp.stdout.matchAll(/^\s+--(\w+) /gm)].map((m) => m[1]));
+assert.ok(operatorFlags.has('leader_election_namespace'), 'sluice-operator --help lists its flags');
 
 const valuesDir = mkdtempSync(`${tmpdir()}/sluice-helm-`);
 process.on('exit', () => rmSync(valuesDir, { recursive: true, force: true }));
@@ -183,6 +190,10 @@ const cases = [
     assert.ok(c.args.includes('--cluster_pool_ipv4_pod_cidr_list=10.11.0.0/16'));
     assert.ok(c.args.includes('--cluster_pool_ipv4_mask_size=24'));
     assert.ok(c.args.includes('--k8s_service_host=192.168.10.121'));
+    assert.ok(c.args.includes('--leader_election_namespace=kube-system'));
+    for (const a of c.args) {
+      assert.ok(operatorFlags.has(a.replace(/^--(\w+)=.*$/, '$1')), `sluice-operator has no flag for ${a}`);
+    }
     assert.equal(op.spec.template.spec.serviceAccountName, one(r, 'ServiceAccount', 'sluice-operator').metadata.name);
     const oprole = one(r, 'ClusterRole', 'sluice-operator');
     assert.deepEqual(oprole.rules[0], { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] });

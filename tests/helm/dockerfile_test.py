@@ -110,7 +110,10 @@ if entry:
 chart_paths = set()
 for root, _, files in os.walk(os.path.join(source, "helm", "sluice", "templates")):
     for f in files:
-        chart_paths.update(re.findall(r"/usr/local/bin/[\w-]+", open(os.path.join(root, f)).read()))
+        text = open(os.path.join(root, f)).read()
+        chart_paths.update(re.findall(r"/usr/local/bin/[\w-]+", text))
+        # A bare command (command: [sluice-operator]) is found on PATH: /usr/local/bin.
+        chart_paths.update(f"/usr/local/bin/{c}" for c in re.findall(r"command: \[([\w-]+)[\],]", text))
 check("the chart names image paths", len(chart_paths) > 0)
 for p in sorted(chart_paths):
     check(f"the chart's {p} is in the image", p in destinations)

@@ -68,8 +68,11 @@ TEST_F(ApiServerTest, DiscoveryDescribesTheServedResources) {
   EXPECT_TRUE(pods);
   auto groups = api_->Get("/apis");
   ASSERT_EQ(groups.status, 200);
-  EXPECT_EQ(groups.body["groups"].size(), 2u);
+  EXPECT_EQ(groups.body["groups"].size(), 3u);  // discovery, networking, coordination
   EXPECT_EQ(api_->Get("/apis/discovery.k8s.io/v1").body["resources"][0]["kind"], "EndpointSlice");
+  json leases = api_->Get("/apis/coordination.k8s.io/v1").body["resources"][0];
+  EXPECT_EQ(leases["kind"], "Lease");
+  EXPECT_EQ(leases["namespaced"], true);
   EXPECT_EQ(api_->Get("/openapi/v2").status, 404);
 }
 
