@@ -68,12 +68,18 @@ setup_node() {
   # The internet knows only the node's address: an unmasqueraded pod reply has no way back.
 }
 
-start_agent() {
+# launch_agent: starts the agent in the node namespace (AGENT_PID) without waiting for it.
+launch_agent() {
   ip netns exec "$NODE" "$AGENT" --pod_cidr=$POD_CIDR --native_device=eth0 \
     --bpffs_root="$ROOT/bpf" --state_dir="$ROOT/state" --socket="$ROOT/sluice.sock" \
     --cni_conf_dir="$ROOT/net.d" --cni_bin_dir="$ROOT/bin" --cni_plugin="$CNI" ${AGENT_ARGS:-} \
     >>"$ROOT/log/agent.log" 2>&1 &
   AGENT_PID=$!
+}
+
+# start_agent: launch_agent, then wait until it has installed its conflist and answers STATUS.
+start_agent() {
+  launch_agent
   wait_for 30 test -f "$ROOT/net.d/05-sluice.conflist" || { cat "$ROOT/log/agent.log"; fail "agent not ready"; }
   wait_for 10 cni_status || fail "agent does not answer STATUS"
 }

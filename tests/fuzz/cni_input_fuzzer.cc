@@ -129,6 +129,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   SetEnvironment(env);
   SetStdin(stdin_bytes);
-  (void)sluice_cni_main();
+  // As a runtime runs the plugin: no arguments, everything in the environment and stdin.
+  char name[] = "sluice-cni";
+  char* argv[] = {name, nullptr};
+  (void)sluice_cni_main(1, argv);
   return 0;
 }

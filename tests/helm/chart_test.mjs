@@ -37,11 +37,8 @@ async function validate(obj) {
 
 // The flags the agent binary has: every ConfigMap key must be one (the agent refuses others).
 const agentFlags = new Set(
-  // --helpfull exits 1 after printing.
-  [...spawnSync(args.agent, ['--helpfull'], { encoding: 'utf8' }).stdout.matchAll(/^\s+--(\w+) /gm)].map((m) => m[1]));
-// Keys for flags that land with other branches of issue 12's work (ops: health and metrics;
-// overlay: routing). Remove each here once its flag is in the agent.
-const PENDING_FLAGS = new Set([]);
+  // --helpfull lists the agent's own flags, one `  --name=default` line each.
+  [...spawnSync(args.agent, ['--helpfull'], { encoding: 'utf8' }).stdout.matchAll(/^\s+--(\w+)[= ]/gm)].map((m) => m[1]));
 
 // The flags sluice-operator has (its --help lists them and exits 0): every arg the chart passes
 // it must be one.
@@ -126,7 +123,7 @@ function checkDaemonSet(r) {
 
 function checkConfigKeys(r) {
   for (const key of Object.keys(config(r))) {
-    assert.ok(agentFlags.has(key) || PENDING_FLAGS.has(key), `ConfigMap key ${key} is an agent flag`);
+    assert.ok(agentFlags.has(key), `ConfigMap key ${key} is an agent flag`);
     assert.equal(typeof config(r)[key], 'string');
   }
 }
@@ -139,7 +136,7 @@ function agentAcceptsConfig(r) {
   const dir = `${valuesDir}/agent-${scratch++}`;
   mkdirSync(`${dir}/config`, { recursive: true });
   for (const [key, value] of Object.entries(config(r))) {
-    if (!PENDING_FLAGS.has(key)) writeFileSync(`${dir}/config/${key}`, value);
+    writeFileSync(`${dir}/config/${key}`, value);
   }
   const run = spawnSync(args.agent, [`--config_dir=${dir}/config`, '--uninstall',
     `--cni_conf_dir=${dir}/net.d`, `--cni_bin_dir=${dir}/bin`], { encoding: 'utf8' });
