@@ -418,6 +418,7 @@ int Run() {
   std::unique_ptr<monitor::FlowNames> flow_names;
   std::unique_ptr<monitor::FlowMonitor> flow_monitor;
   std::unique_ptr<monitor::ObserveServer> observe_server;
+  std::optional<metrics::ScopedCollector> monitor_metrics;  // reads flow_monitor: declared after it
   if (absl::GetFlag(FLAGS_monitor)) {
     monitor::NameSources names;
     if (k8s) {
@@ -452,6 +453,14 @@ int Run() {
                                                (*dp)->monitor_cpu(), flow_names.get(), mon);
     if (!started.ok()) return Fail(started.status(), "start the flow monitor");
     flow_monitor = std::move(*started);
+    monitor_metrics.emplace(
+        metrics::Default(),
+        metrics::Default().AddCollector([m = flow_monitor.get()](metrics::ScrapeSink& out) {
+          out.Counter("sluice_flow_events_lost_total",
+                      "Flow monitor events lost: not emitted by the datapath (rate limit, full "
+                      "ring buffer) or dropped for an observer that fell behind",
+                      {}, static_cast<double>(m->EventsLost()));
+        }));
     monitor::ObserveServerOptions observe_opts;
     observe_opts.socket_path = absl::GetFlag(FLAGS_observe_socket);
     observe_server = std::make_unique<monitor::ObserveServer>(*flow_monitor, observe_opts);

@@ -83,8 +83,8 @@ class FlowMonitor {
   std::unique_ptr<Observer> Observe(const FlowFilter& filter, size_t last, bool follow,
                                     std::vector<Flow>* history) ABSL_LOCKS_EXCLUDED(mu_);
 
-  // sluice_monitor_events_lost_total: events the datapath could not emit (rate limit, full ring
-  // buffer) plus flows observers lost by falling behind.
+  // sluice_flow_events_lost_total (agent/main.cc exports it): events the datapath could not
+  // emit (rate limit, full ring buffer) plus flows observers lost by falling behind.
   uint64_t EventsLost() const ABSL_LOCKS_EXCLUDED(mu_);
   MonitorCounters DatapathCounters() const;
   int observers() const ABSL_LOCKS_EXCLUDED(mu_);

@@ -62,6 +62,8 @@ ip netns exec "$NODE" curl -sf -m 3 http://127.0.0.1:9962/metrics >"$scrape" || 
 log "scrape parsed: $(wc -l <"$ROOT/families.txt") families"
 metric() { grep -E "^$1 " "$scrape" | awk '{print $2}'; }
 [ "$(metric sluice_endpoints)" = 2 ] || fail "sluice_endpoints: $(metric sluice_endpoints)"
+# The flow monitor runs (--monitor is on by default) and nobody observed: nothing lost.
+[ "$(metric sluice_flow_events_lost_total)" = 0 ] || fail "sluice_flow_events_lost_total: $(metric sluice_flow_events_lost_total)"
 [ "$(metric 'sluice_bpf_map_entries\{map_name="sluice_ep4"\}')" = 2 ] || fail "sluice_ep4 entries"
 [ -n "$(metric 'sluice_bpf_map_capacity\{map_name="sluice_ct4"\}')" ] || fail "no ct4 capacity"
 [ -n "$(metric sluice_datapath_conntrack_entries)" ] || fail "no conntrack entries"
