@@ -59,6 +59,9 @@ bool ServiceSelected(const std::string& service_port);  // "default/web:http" ma
 // under --state_dir, read without opening its store (which tidies the directory).
 std::map<std::string, std::string> PodNamesByAddress();
 
+// Identity number -> its labels ("k8s:app=web,..."), reserved ones included (policy.cc).
+std::map<uint32_t, std::string> IdentityNames();
+
 // The subcommands; each returns the process exit code.
 int Drops();
 int Endpoints();
@@ -68,6 +71,7 @@ int Identities();
 int Policy(const std::vector<std::string>& args);     // args after "policy"
 int Observe(const std::vector<std::string>& args);    // args after "observe" (its own options)
 int Conntrack(const std::vector<std::string>& args);  // args after "ct": list | flush
+int Trace(const std::vector<std::string>& args);      // args after "trace" (its own options)
 int Status();
 int Config();
 int Version();

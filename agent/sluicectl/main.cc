@@ -15,6 +15,9 @@
 //                                    a local pod's enforced directions and allows
 //   sluicectl observe [--last N] [--follow] [filters] [-o table|json]
 //                                    flows from the agent's flow monitor (observe.cc)
+//   sluicectl trace --from POD --to ADDR:PORT [--proto tcp|udp] [--flags S] [-o json]
+//                                    one packet through the live program and maps, each
+//                                    decision printed, its state taken back (trace.cc)
 //   sluicectl config                 the running agent's configuration (every flag's value)
 //   sluicectl version                this build's version and the running agent's
 #include <cstdio>
@@ -41,7 +44,7 @@ constexpr Command kCommands[] = {
 constexpr char kUsage[] =
     "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] [--agent=HOST:PORT] [-o json] COMMAND\n"
     "commands: status | drops | endpoints | nat | services | ct list|flush | identities |\n"
-    "          policy get NAMESPACE/POD | observe [options] |\n"
+    "          policy get NAMESPACE/POD | observe [options] | trace [options] |\n"
     "          config | version";
 
 }  // namespace
@@ -63,14 +66,15 @@ int Version() {
 }  // namespace sluice::ctl
 
 int main(int argc, char** argv) {
-  // `observe` takes hubble's option spellings (--drop-reason, -o), which are no absl flags: what
-  // follows the word is its own.
+  // `observe` takes hubble's option spellings (--drop-reason, -o) and `trace` its own (--from,
+  // --to), which are no absl flags: what follows the word is its own.
   for (int i = 1; i < argc; ++i) {
     if (argv[i][0] == '-') continue;
-    if (std::string(argv[i]) != "observe") break;
+    const std::string word = argv[i];
+    if (word != "observe" && word != "trace") break;
     std::vector<std::string> rest(argv + i + 1, argv + argc);
     sluice::cli::ParseCommandLine(i, argv, "sluicectl", kUsage);
-    return sluice::ctl::Observe(rest);
+    return word == "observe" ? sluice::ctl::Observe(rest) : sluice::ctl::Trace(rest);
   }
   std::vector<char*> args = sluice::cli::ParseCommandLine(argc, argv, "sluicectl", kUsage);
   std::string cmd = args.size() > 1 ? args[1] : "";

@@ -18,7 +18,6 @@
 #include "agent/sluicectl/common.h"
 
 namespace sluice::ctl {
-namespace {
 
 using agent::IdentityRecord;
 
@@ -37,6 +36,8 @@ std::map<uint32_t, std::string> IdentityNames() {
   for (const IdentityRecord& r : *records) out[r.id] = absl::StrJoin(r.labels, ",");
   return out;
 }
+
+namespace {
 
 std::string Named(const std::map<uint32_t, std::string>& names, uint32_t id) {
   auto it = names.find(id);

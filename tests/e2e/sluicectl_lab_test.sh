@@ -27,6 +27,11 @@ spec: {containers: [{name: c, image: x, ports: [{name: http, containerPort: 8080
 ---
 apiVersion: v1
 kind: Pod
+metadata: {name: client, labels: {role: client}}
+spec: {containers: [{name: c, image: x}]}
+---
+apiVersion: v1
+kind: Pod
 metadata: {name: slow-1, labels: {app: slow}, annotations: {lab.sluice.dev/ready: "false"}}
 spec: {containers: [{name: c, image: x, ports: [{containerPort: 8080}]}]}
 ---
@@ -55,7 +60,8 @@ kind: Service
 metadata: {name: slow}
 spec: {selector: {app: slow}, ports: [{port: 80, targetPort: 8080}]}
 YAML
-K wait --for=condition=Ready pod/web-1 --timeout=60s >/dev/null || fail "web-1 not ready"
+K wait --for=condition=Ready pod/web-1 pod/client --timeout=60s >/dev/null ||
+  fail "web-1 or client not ready"
 
 # The reasons come from the agent's store once it has seen the pods and slices.
 want_why() {  # want_why SERVICE REASON
@@ -90,6 +96,54 @@ n=$(ctl -o json --pod=default/web-1 ct list | jget 'len(d)')
 ctl ct flush | grep -q "^deleted [1-9]" || fail "ct flush deleted nothing"
 [ "$(ctl -o json ct list | jget 'len(d)')" = 0 ] || fail "ct list after flush: $(ctl ct list)"
 log "ok: ct list --pod ($n entries), ct flush"
+
+# sluicectl trace: one packet through the live program, each decision named, its state taken
+# back; what it says agrees with a real connection.
+WEB_POD=$(K get pod web-1 -o jsonpath='{.status.podIP}')
+SLOW_IP=$(K get svc slow -o jsonpath='{.spec.clusterIP}')
+client_ct() { ctl -o json --pod=default/client ct list | jget 'len(d)'; }
+tr=$(ctl trace -o json --from default/client --to "$WEB_IP:80") || fail "trace to web: $tr"
+[ "$(echo "$tr" | jget 'd["outcome"]')" = delivered ] || fail "trace to web: $tr"
+[ "$(echo "$tr" | jget '[s.get("service") for s in d["steps"] if s["stage"] == "service"][0]')" = \
+  default/web:http ] || fail "trace names no Service: $tr"
+[ "$(echo "$tr" | jget '[s["pod"] for s in d["steps"] if s["stage"] == "dnat"][0]')" = \
+  default/web-1 ] || fail "trace names no backend pod: $tr"
+[ "$(echo "$tr" | jget 'd["output"]["destination"]')" = "$WEB_POD" ] || fail "trace output: $tr"
+[ "$(echo "$tr" | jget 'd["undone"]["conntrack"] >= 1')" = True ] || fail "trace undid nothing: $tr"
+[ "$(client_ct)" = 0 ] || fail "trace left conntrack entries: $(ctl ct list)"
+ctl trace --from default/client --to "$WEB_IP:80" | grep -q "^  delivery .*default/web-1" ||
+  fail "trace table: $(ctl trace --from default/client --to "$WEB_IP:80")"
+tr=$(ctl trace -o json --from default/client --to "$WEB_POD:8080" --proto udp)
+[ "$(echo "$tr" | jget 'd["outcome"], d["steps"][0]["result"]')" = \
+  "('delivered', 'no Service frontend: not translated')" ] || fail "trace udp to pod: $tr"
+tr=$(ctl trace -o json --from default/client --to "$SLOW_IP:80")
+[ "$(echo "$tr" | jget 'd["outcome"], d["output"]["tcpFlags"]')" = "('rejected', 'AR')" ] ||
+  fail "trace to a Service without ready endpoints: $tr"
+ctl trace --from default/nobody --to "$WEB_IP:80" 2>/dev/null && fail "trace from an unknown pod"
+rc=0; ctl trace --from default/client --to "$WEB_IP" 2>/dev/null || rc=$?
+[ "$rc" = 2 ] || fail "trace without a port: exit $rc, want 2 (usage)"
+K apply --validate=false -f - >/dev/null <<'YAML'
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata: {name: web-deny}
+spec: {podSelector: {matchLabels: {app: web}}, policyTypes: [Ingress]}
+YAML
+denied() {
+  ctl trace -o json --from default/client --to "$WEB_POD:8080" |
+    jget 'd["outcome"], d["dropReason"]' | grep -qx "('dropped', 'policy_denied')"
+}
+wait_for 20 denied || fail "trace under deny: $(ctl trace --from default/client --to "$WEB_POD:8080")"
+ctl trace --from default/client --to "$WEB_POD:8080" | grep -q "policy-ingress  denied: " ||
+  fail "trace names no denying policy point: $(ctl trace --from default/client --to "$WEB_POD:8080")"
+[ "$(lab probe --from default/client --to "$WEB_POD:8080")" != CONNECTED ] ||
+  fail "the trace says denied, a real connection went through"
+K delete networkpolicy web-deny >/dev/null
+reaches_web() { [ "$(lab probe --from default/client --to "$WEB_POD:8080")" = CONNECTED ]; }
+wait_for 20 reaches_web ||
+  fail "client -> web-1 after the policy went"
+[ "$(ctl trace -o json --from default/client --to "$WEB_POD:8080" | jget 'd["outcome"]')" = \
+  delivered ] || fail "trace after the policy went"
+log "ok: trace (Service + backend, UDP to a pod, reject, policy deny agrees with a connection)"
 
 scrape=$(ip netns exec "$NODE_NS" curl -sf -m 3 http://127.0.0.1:9962/metrics) || fail "no /metrics"
 echo "$scrape" | "$CHECK" >/dev/null || fail "scrape does not parse"
