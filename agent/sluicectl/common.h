@@ -59,6 +59,9 @@ bool ServiceSelected(const std::string& service_port);  // "default/web:http" ma
 // under --state_dir, read without opening its store (which tidies the directory).
 std::map<std::string, std::string> PodNamesByAddress();
 
+// A loaded program's name by id ("sluice_from_pod"), or "prog ID" (status.cc).
+std::string ProgName(uint32_t id);
+
 // Identity number -> its labels ("k8s:app=web,..."), reserved ones included (policy.cc).
 std::map<uint32_t, std::string> IdentityNames();
 

@@ -21,7 +21,6 @@
 #include "loader/tc.h"
 
 namespace sluice::ctl {
-namespace {
 
 std::string ProgName(uint32_t id) {
   int fd = bpf_prog_get_fd_by_id(id);
@@ -32,6 +31,8 @@ std::string ProgName(uint32_t id) {
   ::close(fd);
   return name;
 }
+
+namespace {
 
 // Interfaces of this network namespace with a Sluice TC program, and which.
 std::vector<std::pair<std::string, std::string>> AttachedPrograms() {

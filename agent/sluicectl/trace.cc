@@ -12,18 +12,22 @@
 // and affinity entries of its own tuple are deleted afterwards (its source port is one no tracked
 // flow uses, so they are all its own). Counters are not taken back: a traced drop is counted in
 // sluice_drops / sluice_pol_drops like a real one, and a flow monitor listener sees it.
-// The trace covers the source node's program, with the ingress policy of a destination on the
-// same node; a destination on another node is judged there by its own program (docs/debugging.md).
+// A packet the program sends to another node is judged there by that node's receiving program
+// (sluice_from_overlay on the tunnel device, sluice_from_net natively): the trace prints the
+// packet as it left, and `sluicectl trace --arrive HEX` on that node runs the second hop the
+// same way (docs/debugging.md).
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
 #include <linux/pkt_cls.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <cstring>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -43,11 +47,17 @@ namespace {
 constexpr char kUsage[] =
     "usage: sluicectl trace --from NAMESPACE/POD|ADDR --to ADDR:PORT [--proto tcp|udp]\n"
     "                       [--flags S|SA|A|F|R|P...] [--sport N] [--size N] [-o table|json]\n"
+    "       sluicectl trace --arrive HEX [--dev NAME] [-o table|json]\n"
     "Runs one packet from a local pod through this node's live program and maps and prints\n"
-    "each decision; its conntrack, NAT and affinity entries are removed afterwards.\n";
+    "each decision; its conntrack, NAT and affinity entries are removed afterwards. --arrive\n"
+    "runs a packet another node's trace sent here (its outputHex) through this node's\n"
+    "receiving program (the tunnel device's, or --dev's ingress).\n";
 
 struct Options {
   std::string from;
+  std::vector<uint8_t> arrive;  // --arrive: a frame to run through the receiving program
+  std::string dev;              // --arrive's device (default: the tunnel device, else the one
+                                // with sluice_from_net)
   uint32_t daddr = 0;  // network order
   uint16_t dport = 0;
   uint8_t proto = IPPROTO_TCP;
@@ -115,6 +125,19 @@ int ParseOptions(const std::vector<std::string>& args, Options* o) {
     }
     if (name == "--from") {
       o->from = value;
+    } else if (name == "--arrive") {
+      if (value.size() % 2 != 0 || value.size() < 2 * 34 || value.size() > 2 * 2048) {
+        return UsageError("--arrive: want the hex of one Ethernet frame (34-2048 bytes)");
+      }
+      for (size_t k = 0; k < value.size(); k += 2) {
+        int byte = 0;
+        if (!absl::SimpleHexAtoi(value.substr(k, 2), &byte)) {
+          return UsageError("--arrive: not hex");
+        }
+        o->arrive.push_back(static_cast<uint8_t>(byte));
+      }
+    } else if (name == "--dev") {
+      o->dev = value;
     } else if (name == "--to") {
       std::vector<std::string> parts = absl::StrSplit(value, ':');
       uint32_t port = 0;
@@ -154,6 +177,10 @@ int ParseOptions(const std::vector<std::string>& args, Options* o) {
     } else {
       return UsageError(absl::StrCat("unknown option ", name));
     }
+  }
+  if (!o->arrive.empty()) {
+    if (!o->from.empty() || have_to) return UsageError("--arrive takes no --from or --to");
+    return 0;
   }
   if (o->from.empty()) return UsageError("--from is required");
   if (!have_to) return UsageError("--to is required");
@@ -402,245 +429,392 @@ std::vector<uint64_t> DropsOnCpu(const maps::DropMap& drops, int cpu) {
   return out;
 }
 
+std::string Hex(const uint8_t* p, size_t n) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; ++i) {
+    out += kDigits[p[i] >> 4];
+    out += kDigits[p[i] & 0xf];
+  }
+  return out;
+}
+
+// The live maps a run reads and writes.
+struct LiveMaps {
+  maps::EndpointMap eps = OpenOrDie<maps::EndpointMap>(maps::name::sluice_ep4);
+  maps::Ct4Map ct = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4);
+  maps::NatMap snat = OpenOrDie<maps::NatMap>(maps::name::sluice_snat4);
+  maps::NatMap rnat = OpenOrDie<maps::NatMap>(maps::name::sluice_rnat4);
+  maps::Lb4AffinityMap aff = OpenOrDie<maps::Lb4AffinityMap>(maps::name::sluice_lb4_aff);
+  maps::DropMap drops = OpenOrDie<maps::DropMap>(maps::name::sluice_drops);
+};
+
+// One run of one program on one frame, and what it left.
+struct Hop {
+  uint32_t prog_id = 0;
+  uint32_t ifindex = 0;
+  std::vector<uint8_t> in, out;
+  int verdict = 0;
+  std::string drop_reason;
+  bool pinned = false;
+  size_t undone_ct = 0, undone_nat = 0, undone_aff = 0;
+};
+
+// Runs prog_id on `in` as received on ifindex, then deletes the state the run wrote for the
+// tuple (saddr, sport) — which must have none before (a free port).
+absl::StatusOr<Hop> RunHop(LiveMaps& m, uint32_t prog_id, uint32_t ifindex,
+                           std::vector<uint8_t> in, uint32_t saddr, uint16_t sport) {
+  Hop h;
+  h.prog_id = prog_id;
+  h.ifindex = ifindex;
+  h.in = std::move(in);
+  h.out.resize(h.in.size() + 256);
+  auto before = Collect(m.ct, m.snat, m.rnat, m.aff, saddr, htons(sport));
+  if (!before.ok()) return before.status();
+  if (!before->ct.empty() || !before->snat.empty() || !before->rnat.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        Ip(saddr), ":", sport, " is in use by a tracked flow here; pick another --sport"));
+  }
+  const int prog_fd = bpf_prog_get_fd_by_id(prog_id);
+  if (prog_fd < 0) return absl::NotFoundError(absl::StrCat("program ", prog_id, ": ",
+                                                           std::strerror(errno)));
+  __sk_buff ctx{};
+  ctx.ifindex = ifindex;
+  // Pin to one CPU so that the drop counter of this CPU tells the run's drop reason.
+  const int cpu = sched_getcpu();
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(cpu, &set);
+  h.pinned = cpu >= 0 && sched_setaffinity(0, sizeof(set), &set) == 0;
+  std::vector<uint64_t> drops_before = DropsOnCpu(m.drops, cpu);
+  LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = h.in.data(), .data_out = h.out.data(),
+              .data_size_in = static_cast<__u32>(h.in.size()),
+              .data_size_out = static_cast<__u32>(h.out.size()), .ctx_in = &ctx,
+              .ctx_size_in = sizeof(ctx), .repeat = 1);
+  const int rc = bpf_prog_test_run_opts(prog_fd, &run);
+  const int run_errno = errno;
+  std::vector<uint64_t> drops_after = DropsOnCpu(m.drops, cpu);
+  ::close(prog_fd);
+
+  // Take back what the run wrote for the trace's tuple.
+  auto after = Collect(m.ct, m.snat, m.rnat, m.aff, saddr, htons(sport));
+  if (after.ok()) {
+    for (const auto& k : after->ct) h.undone_ct += m.ct.Delete(k).ok() ? 1 : 0;
+    for (const auto& k : after->snat) h.undone_nat += m.snat.Delete(k).ok() ? 1 : 0;
+    for (const auto& k : after->rnat) h.undone_nat += m.rnat.Delete(k).ok() ? 1 : 0;
+    for (const auto& [client, rev] : after->affinity) {
+      if (before->affinity.count({client, rev})) continue;  // the pod's own, older
+      h.undone_aff += m.aff.Delete(sluice_lb4_affinity_key{client, rev}).ok() ? 1 : 0;
+    }
+  }
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("BPF_PROG_TEST_RUN: ", std::strerror(run_errno)));
+  }
+  h.out.resize(run.data_size_out);
+  h.verdict = static_cast<int>(run.retval);
+  for (uint32_t r = 0; r < SLUICE_DROP_MAX; ++r) {
+    if (drops_after[r] > drops_before[r]) h.drop_reason = DropName(r);
+  }
+  return h;
+}
+
+// What a hop decided, as steps. `source` is the sending endpoint for the first hop (its egress
+// policy point applies), or null for a packet arriving from another node.
+struct Judged {
+  std::vector<Step> steps;
+  std::string outcome;
+  std::string next_node;  // the node the packet went to, when it left through tunnel or FIB
+};
+
+Judged Judge(LiveMaps& m, const Hop& h, const sluice_endpoint* source,
+             std::map<std::string, std::string>& pods,
+             const std::map<uint32_t, std::string>& identities) {
+  Judged j;
+  const Parsed sent = Parse(h.in.data(), h.in.size());
+  const Parsed left = Parse(h.out.data(), h.out.size());
+  // Service frontends: the master entry of the destination, the pods' scope first.
+  bool service_hit = false;
+  for (uint8_t scope : {uint8_t{SLUICE_LB_SCOPE_INTERNAL}, uint8_t{SLUICE_LB_SCOPE_EXTERNAL}}) {
+    sluice_lb4_key k{};
+    k.addr = sent.daddr;
+    k.dport = htons(sent.dport);
+    k.proto = sent.proto;
+    k.scope = scope;
+    auto master = OpenOrDie<maps::Lb4ServiceMap>(maps::name::sluice_lb4_svc).Lookup(k);
+    if (!master.ok()) continue;
+    ServiceNames names = LoadServiceNames();
+    const Named* n = names.Find(Ip(sent.daddr), sent.dport, Proto(sent.proto),
+                                (master->flags & SLUICE_SVC_F_NODEPORT) != 0);
+    Step s{"service", "", {}};
+    s.result = absl::StrCat("frontend ", Ip(sent.daddr), ":", sent.dport, "/", Proto(sent.proto),
+                            " (", SvcFlags(master->flags), ", ", master->count,
+                            " backend slot(s))", n ? " of Service " + n->service : "");
+    if (n && !n->why_empty.empty()) absl::StrAppend(&s.result, "; serves nothing: ", n->why_empty);
+    s.detail = {{"frontend", absl::StrCat(Ip(sent.daddr), ":", sent.dport)},
+                {"flags", SvcFlags(master->flags)},
+                {"backendSlots", master->count},
+                {"service", n ? n->service : ""}};
+    j.steps.push_back(s);
+    service_hit = true;
+    break;
+  }
+  if (!service_hit) j.steps.push_back({"service", "no Service frontend: not translated", {}});
+
+  // What the program did to the packet. A reject turns it around, to its own source.
+  const bool rejected = source != nullptr && left.ok && left.daddr == sent.saddr &&
+                        (left.proto == IPPROTO_ICMP ||
+                         (left.proto == IPPROTO_TCP && (left.tcp_flags & 0x04) != 0));
+  if (left.ok && !rejected && (left.daddr != sent.daddr || left.dport != sent.dport)) {
+    j.steps.push_back({"dnat",
+                       absl::StrCat("backend ", PodOrAddr(pods, left.daddr), ":", left.dport),
+                       {{"backend", absl::StrCat(Ip(left.daddr), ":", left.dport)},
+                        {"pod", pods.count(Ip(left.daddr)) ? pods[Ip(left.daddr)] : ""}}});
+  }
+  if (left.ok && !rejected && (left.saddr != sent.saddr || left.sport != sent.sport)) {
+    j.steps.push_back({"snat", absl::StrCat("source ", Ip(left.saddr), ":", left.sport), {}});
+  }
+
+  // Policy, on the real addresses: the source's egress, a local destination's ingress.
+  const Parsed& real = left.ok && !rejected ? left : sent;
+  if (!rejected && source != nullptr) {
+    j.steps.push_back(PolicyStep(source->endpoint_id, SLUICE_POLICY_EGRESS, real.daddr,
+                                 real.proto, real.dport, identities));
+  }
+  auto dst = m.eps.Lookup(sluice_ep4_key{real.daddr});
+  if (!rejected && dst.ok()) {
+    j.steps.push_back(PolicyStep(dst->endpoint_id, SLUICE_POLICY_INGRESS, real.saddr,
+                                 real.proto, real.dport, identities));
+  }
+
+  // The verdict, the drop reason and where the packet went.
+  if (h.verdict == TC_ACT_SHOT) {
+    j.outcome = "dropped";
+    j.steps.push_back(
+        {"verdict",
+         absl::StrCat("dropped: ", h.drop_reason.empty() ? "(reason not seen)" : h.drop_reason),
+         {{"dropReason", h.drop_reason}}});
+  } else if (rejected) {
+    j.outcome = "rejected";
+    j.steps.push_back({"verdict",
+                       absl::StrCat("rejected: the Service has no usable endpoint; the pod gets ",
+                                    left.proto == IPPROTO_TCP ? "a TCP RST" : "ICMP unreachable"),
+                       {}});
+  } else if (h.verdict == TC_ACT_REDIRECT && dst.ok()) {
+    j.outcome = "delivered";
+    j.steps.push_back({"delivery",
+                       absl::StrCat("to local pod ", PodOrAddr(pods, real.daddr),
+                                    " via host veth #", dst->ifindex, " (bpf_redirect_peer)"),
+                       {{"ifindex", dst->ifindex}}});
+  } else if (h.verdict == TC_ACT_REDIRECT) {
+    auto tunnel = OpenOrDie<maps::Tunnel4Map>(maps::name::sluice_tunnel4);
+    auto node = OpenOrDie<maps::NodeConfigMap>(maps::name::sluice_node).Lookup(0);
+    auto t = tunnel.Lookup(sluice_lpm4_key{32, real.daddr});
+    const bool tunnelled = node.ok() && node->tunnel_ifindex != 0;
+    j.outcome = "forwarded";
+    if (t.ok()) j.next_node = Ip(t->node_ip4);
+    j.steps.push_back(
+        {"delivery",
+         t.ok() ? absl::StrCat("to node ", Ip(t->node_ip4),
+                               tunnelled ? " through the VXLAN tunnel (sluice_vxlan)"
+                                         : " by the FIB (native routing)")
+                : "routed by the FIB (bpf_redirect_neigh)",
+         {{"node", j.next_node}, {"tunnel", t.ok() && tunnelled}}});
+  } else if (h.verdict == TC_ACT_OK) {
+    j.outcome = "to-stack";
+    j.steps.push_back({"delivery", "passed to the node's stack (the node itself, or routed out)",
+                       {}});
+  } else {
+    j.outcome = absl::StrCat("tc-verdict-", h.verdict);
+  }
+  return j;
+}
+
+nlohmann::json HopJson(const Hop& h, const Judged& j) {
+  nlohmann::json out = {
+      {"program", ProgName(h.prog_id)},
+      {"programID", h.prog_id},
+      {"ifindex", h.ifindex},
+      {"packet", PacketJson(Parse(h.in.data(), h.in.size()))},
+      {"steps", nlohmann::json::array()},
+      {"outcome", j.outcome},
+      {"tcVerdict", h.verdict},
+      {"dropReason", h.drop_reason},
+      {"output", PacketJson(Parse(h.out.data(), h.out.size()))},
+      {"outputHex", Hex(h.out.data(), h.out.size())},
+      {"undone", {{"conntrack", h.undone_ct}, {"nat", h.undone_nat}, {"affinity", h.undone_aff}}},
+      {"pinnedCPU", h.pinned},
+  };
+  if (!j.next_node.empty()) out["nextNode"] = j.next_node;
+  for (const auto& s : j.steps) {
+    nlohmann::json d = s.detail;
+    d["stage"] = s.stage;
+    d["result"] = s.result;
+    out["steps"].push_back(d);
+  }
+  return out;
+}
+
+void PrintHop(const std::string& title, const Hop& h, const Judged& j) {
+  std::printf("trace  %s, %s (program %u) on #%u\n", title.c_str(), ProgName(h.prog_id).c_str(),
+              h.prog_id, h.ifindex);
+  for (const auto& s : j.steps) std::printf("  %-15s %s\n", s.stage.c_str(), s.result.c_str());
+  std::printf("  %-15s %s\n", "packet out", Describe(Parse(h.out.data(), h.out.size())).c_str());
+  std::printf("  %-15s %zu conntrack, %zu NAT, %zu affinity entries of the trace removed\n",
+              "undone", h.undone_ct, h.undone_nat, h.undone_aff);
+  if (!h.pinned) std::printf("  (could not pin to one CPU: the drop reason may be another's)\n");
+  if (!j.next_node.empty()) {
+    std::printf("  %-15s on node %s: sluicectl trace --arrive %s\n", "next hop",
+                j.next_node.c_str(), Hex(h.out.data(), h.out.size()).c_str());
+  }
+}
+
+// The device whose ingress receives other nodes' packets: --dev, else the tunnel device, else
+// the interface running sluice_from_net.
+absl::StatusOr<std::pair<uint32_t, uint32_t>> ReceivingProgram(const std::string& dev) {
+  std::vector<uint32_t> candidates;
+  if (!dev.empty()) {
+    uint32_t idx = if_nametoindex(dev.c_str());
+    if (idx == 0) return absl::NotFoundError(absl::StrCat("no device ", dev));
+    candidates.push_back(idx);
+  } else {
+    auto node = OpenOrDie<maps::NodeConfigMap>(maps::name::sluice_node).Lookup(0);
+    if (node.ok() && node->tunnel_ifindex != 0) candidates.push_back(node->tunnel_ifindex);
+  }
+  libbpf_print_fn_t old = libbpf_set_print(nullptr);
+  if (candidates.empty()) {
+    struct if_nameindex* all = if_nameindex();
+    for (struct if_nameindex* i = all; all && i->if_index != 0; ++i) {
+      auto id = loader::AttachedTcProgram(static_cast<int>(i->if_index),
+                                          loader::TcDirection::kIngress);
+      if (id.ok() && ProgName(*id) == "sluice_from_net") candidates.push_back(i->if_index);
+    }
+    if (all) if_freenameindex(all);
+  }
+  for (uint32_t idx : candidates) {
+    auto id = loader::AttachedTcProgram(static_cast<int>(idx), loader::TcDirection::kIngress);
+    if (id.ok()) {
+      libbpf_set_print(old);
+      return std::pair{*id, idx};
+    }
+  }
+  libbpf_set_print(old);
+  return absl::NotFoundError("no Sluice program receives other nodes' packets here (--dev?)");
+}
+
+int Fail(const absl::Status& st) {
+  std::fprintf(stderr, "sluicectl trace: %s\n", std::string(st.message()).c_str());
+  return 1;
+}
+
 }  // namespace
 
 int Trace(const std::vector<std::string>& args) {
   Options o;
   if (int rc = ParseOptions(args, &o); rc != 0) return rc < 0 ? 0 : rc;
+  LiveMaps m;
+  auto pods = PodNamesByAddress();
+  const std::map<uint32_t, std::string> identities = IdentityNames();
+
+  if (!o.arrive.empty()) {
+    // The second hop: a frame another node's trace sent here.
+    const Parsed p = Parse(o.arrive.data(), o.arrive.size());
+    if (!p.ok) return Fail(absl::InvalidArgumentError("--arrive: no IPv4 frame"));
+    auto prog = ReceivingProgram(o.dev);
+    if (!prog.ok()) return Fail(prog.status());
+    auto hop = RunHop(m, prog->first, prog->second, o.arrive, p.saddr, p.sport);
+    if (!hop.ok()) return Fail(hop.status());
+    Judged j = Judge(m, *hop, nullptr, pods, identities);
+    // Passed to the stack for a local pod (native routing): the stack routes it out of the pod's
+    // host veth, whose egress program (sluice_to_pod) is the pod's ingress policy point.
+    const Parsed left = Parse(hop->out.data(), hop->out.size());
+    auto dst = m.eps.Lookup(sluice_ep4_key{left.daddr});
+    std::optional<Hop> veth;
+    std::optional<Judged> veth_judged;
+    if (j.outcome == "to-stack" && left.ok && dst.ok()) {
+      auto to_pod = loader::AttachedTcProgram(static_cast<int>(dst->ifindex),
+                                              loader::TcDirection::kEgress);
+      if (!to_pod.ok()) return Fail(to_pod.status());
+      std::vector<uint8_t> frame = hop->out;  // as the stack sends it: host veth -> pod
+      std::memcpy(&frame[0], dst->mac, 6);
+      std::memcpy(&frame[6], dst->host_mac, 6);
+      auto h = RunHop(m, *to_pod, dst->ifindex, std::move(frame), left.saddr, left.sport);
+      if (!h.ok()) return Fail(h.status());
+      veth = std::move(*h);
+      Judged v;
+      if (veth->verdict == TC_ACT_SHOT) {
+        v.outcome = "dropped";
+        v.steps.push_back({"verdict",
+                           absl::StrCat("dropped: ", veth->drop_reason.empty()
+                                                         ? "(reason not seen)"
+                                                         : veth->drop_reason),
+                           {{"dropReason", veth->drop_reason}}});
+      } else {
+        v.outcome = "delivered";
+        v.steps.push_back({"delivery",
+                           absl::StrCat("to local pod ", PodOrAddr(pods, left.daddr),
+                                        " out of host veth #", dst->ifindex, " (by the stack)"),
+                           {{"ifindex", dst->ifindex}}});
+      }
+      veth_judged = std::move(v);
+    }
+    if (o.json) {
+      nlohmann::json out = HopJson(*hop, j);
+      if (veth) {
+        out["stackDelivery"] = HopJson(*veth, *veth_judged);
+        out["outcome"] = veth_judged->outcome;
+        out["dropReason"] = veth->drop_reason;
+      }
+      PrintJson(out);
+    } else {
+      PrintHop(absl::StrCat(Describe(p), " arriving"), *hop, j);
+      if (veth) PrintHop("then out of the pod's host veth", *veth, *veth_judged);
+    }
+    return 0;
+  }
 
   // The source: a local endpoint, by pod name or address.
-  auto pods = PodNamesByAddress();
   uint32_t saddr = 0;
   if (!ParseAddr(o.from, &saddr)) {
     for (const auto& [addr, name] : pods) {
       if (name == o.from) ParseAddr(addr, &saddr);
     }
     if (saddr == 0) {
-      std::fprintf(stderr, "sluicectl trace: %s is no pod of this node's endpoints\n",
-                   o.from.c_str());
-      return 1;
+      return Fail(absl::NotFoundError(
+          absl::StrCat(o.from, " is no pod of this node's endpoints")));
     }
   }
-  auto eps = OpenOrDie<maps::EndpointMap>(maps::name::sluice_ep4);
-  auto src = eps.Lookup(sluice_ep4_key{saddr});
+  auto src = m.eps.Lookup(sluice_ep4_key{saddr});
   if (!src.ok()) {
-    std::fprintf(stderr, "sluicectl trace: %s is no local endpoint (not in sluice_ep4)\n",
-                 Ip(saddr).c_str());
-    return 1;
+    return Fail(absl::NotFoundError(
+        absl::StrCat(Ip(saddr), " is no local endpoint (not in sluice_ep4)")));
   }
   auto prog_id = loader::AttachedTcProgram(static_cast<int>(src->ifindex),
                                            loader::TcDirection::kIngress);
   if (!prog_id.ok()) {
-    std::fprintf(stderr, "sluicectl trace: no Sluice program on the pod's host veth #%u: %s\n",
-                 src->ifindex, std::string(prog_id.status().message()).c_str());
-    return 1;
+    return Fail(absl::NotFoundError(absl::StrCat("no Sluice program on the pod's host veth #",
+                                                 src->ifindex, ": ",
+                                                 prog_id.status().message())));
   }
-  const int prog_fd = bpf_prog_get_fd_by_id(*prog_id);
-  if (prog_fd < 0) {
-    std::fprintf(stderr, "sluicectl trace: program %u: %s\n", *prog_id, std::strerror(errno));
-    return 1;
-  }
-
-  auto ct = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4);
-  auto snat = OpenOrDie<maps::NatMap>(maps::name::sluice_snat4);
-  auto rnat = OpenOrDie<maps::NatMap>(maps::name::sluice_rnat4);
-  auto aff = OpenOrDie<maps::Lb4AffinityMap>(maps::name::sluice_lb4_aff);
-  auto drops = OpenOrDie<maps::DropMap>(maps::name::sluice_drops);
-
   uint16_t sport = o.sport;
   if (sport == 0) {
-    auto p = FreePort(ct, snat, rnat, aff, saddr);
-    if (!p.ok()) {
-      std::fprintf(stderr, "sluicectl trace: %s\n", std::string(p.status().message()).c_str());
-      return 1;
-    }
-    sport = *p;
+    auto port = FreePort(m.ct, m.snat, m.rnat, m.aff, saddr);
+    if (!port.ok()) return Fail(port.status());
+    sport = *port;
   }
-  auto before = Collect(ct, snat, rnat, aff, saddr, htons(sport));
-  if (!before.ok()) {
-    std::fprintf(stderr, "sluicectl trace: %s\n", std::string(before.status().message()).c_str());
-    return 1;
-  }
-  if (!before->ct.empty() || !before->snat.empty() || !before->rnat.empty()) {
-    std::fprintf(stderr,
-                 "sluicectl trace: %s:%u is in use by a tracked flow; pick another --sport\n",
-                 Ip(saddr).c_str(), sport);
-    return 1;
-  }
-
-  std::vector<uint8_t> in = BuildPacket(*src, saddr, sport, o);
-  std::vector<uint8_t> out(in.size() + 256);
-  __sk_buff ctx{};
-  ctx.ifindex = src->ifindex;
-
-  // Pin to one CPU so that the drop counter of this CPU tells the run's drop reason.
-  const int cpu = sched_getcpu();
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  CPU_SET(cpu, &set);
-  const bool pinned = cpu >= 0 && sched_setaffinity(0, sizeof(set), &set) == 0;
-  std::vector<uint64_t> drops_before = DropsOnCpu(drops, cpu);
-  LIBBPF_OPTS(bpf_test_run_opts, run, .data_in = in.data(),
-              .data_out = out.data(), .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(out.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = 1);
-  int rc = bpf_prog_test_run_opts(prog_fd, &run);
-  const int run_errno = errno;
-  std::vector<uint64_t> drops_after = DropsOnCpu(drops, cpu);
-  ::close(prog_fd);
-
-  // Take back what the run wrote for the trace's tuple.
-  size_t undone_ct = 0, undone_nat = 0, undone_aff = 0;
-  auto after = Collect(ct, snat, rnat, aff, saddr, htons(sport));
-  if (after.ok()) {
-    for (const auto& k : after->ct) undone_ct += ct.Delete(k).ok() ? 1 : 0;
-    for (const auto& k : after->snat) undone_nat += snat.Delete(k).ok() ? 1 : 0;
-    for (const auto& k : after->rnat) undone_nat += rnat.Delete(k).ok() ? 1 : 0;
-    for (const auto& [client, rev] : after->affinity) {
-      if (before->affinity.count({client, rev})) continue;  // the pod's own, older
-      undone_aff += aff.Delete(sluice_lb4_affinity_key{client, rev}).ok() ? 1 : 0;
-    }
-  }
-  if (rc != 0) {
-    std::fprintf(stderr, "sluicectl trace: BPF_PROG_TEST_RUN: %s\n", std::strerror(run_errno));
-    return 1;
-  }
-
-  const Parsed sent = Parse(in.data(), in.size());
-  const Parsed left = Parse(out.data(), run.data_size_out);
-  const std::map<uint32_t, std::string> identities = IdentityNames();
-  std::vector<Step> steps;
-
-  // Service frontends: the master entry of the destination, the pods' scope first.
-  ServiceNames names;
-  bool service_hit = false;
-  for (uint8_t scope : {uint8_t{SLUICE_LB_SCOPE_INTERNAL}, uint8_t{SLUICE_LB_SCOPE_EXTERNAL}}) {
-    sluice_lb4_key k{};
-    k.addr = o.daddr;
-    k.dport = htons(o.dport);
-    k.proto = o.proto;
-    k.scope = scope;
-    auto m = OpenOrDie<maps::Lb4ServiceMap>(maps::name::sluice_lb4_svc).Lookup(k);
-    if (!m.ok()) continue;
-    names = LoadServiceNames();
-    const Named* n = names.Find(Ip(o.daddr), o.dport, Proto(o.proto),
-                                (m->flags & SLUICE_SVC_F_NODEPORT) != 0);
-    Step s{"service", "", {}};
-    s.result = absl::StrCat("frontend ", Ip(o.daddr), ":", o.dport, "/", Proto(o.proto), " (",
-                            SvcFlags(m->flags), ", ", m->count, " backend slot(s))",
-                            n ? " of Service " + n->service : "");
-    if (n && !n->why_empty.empty()) absl::StrAppend(&s.result, "; serves nothing: ", n->why_empty);
-    s.detail = {{"frontend", absl::StrCat(Ip(o.daddr), ":", o.dport)},
-                {"flags", SvcFlags(m->flags)},
-                {"backendSlots", m->count},
-                {"service", n ? n->service : ""}};
-    steps.push_back(s);
-    service_hit = true;
-    break;
-  }
-  if (!service_hit) steps.push_back({"service", "no Service frontend: not translated", {}});
-
-  // What the program did to the packet.
-  const bool rejected = left.ok && left.daddr == saddr && rc == 0;
-  if (left.ok && !rejected && (left.daddr != sent.daddr || left.dport != sent.dport)) {
-    steps.push_back({"dnat",
-                     absl::StrCat("backend ", PodOrAddr(pods, left.daddr), ":", left.dport),
-                     {{"backend", absl::StrCat(Ip(left.daddr), ":", left.dport)},
-                      {"pod", pods.count(Ip(left.daddr)) ? pods[Ip(left.daddr)] : ""}}});
-  }
-  if (left.ok && !rejected && (left.saddr != sent.saddr || left.sport != sent.sport)) {
-    steps.push_back({"snat", absl::StrCat("source ", Ip(left.saddr), ":", left.sport), {}});
-  }
-
-  // Policy, on the real addresses: the source's egress, a local destination's ingress.
-  const uint32_t peer = left.ok && !rejected ? left.daddr : o.daddr;
-  const uint16_t peer_port = left.ok && !rejected ? left.dport : o.dport;
-  if (!rejected) {
-    steps.push_back(PolicyStep(src->endpoint_id, SLUICE_POLICY_EGRESS, peer, o.proto, peer_port,
-                               identities));
-  }
-  auto dst = eps.Lookup(sluice_ep4_key{peer});
-  if (!rejected && dst.ok()) {
-    steps.push_back(PolicyStep(dst->endpoint_id, SLUICE_POLICY_INGRESS, saddr, o.proto, peer_port,
-                               identities));
-  }
-
-  // The verdict, the drop reason and where the packet went.
-  const int verdict = static_cast<int>(run.retval);
-  std::string outcome, reason;
-  for (uint32_t r = 0; r < SLUICE_DROP_MAX; ++r) {
-    if (drops_after[r] > drops_before[r]) reason = DropName(r);
-  }
-  if (verdict == TC_ACT_SHOT) {
-    outcome = "dropped";
-    steps.push_back({"verdict",
-                     absl::StrCat("dropped: ", reason.empty() ? "(reason not seen)" : reason),
-                     {{"dropReason", reason}}});
-  } else if (rejected) {
-    outcome = "rejected";
-    steps.push_back({"verdict",
-                     absl::StrCat("rejected: the Service has no usable endpoint; the pod gets ",
-                                  left.proto == IPPROTO_TCP ? "a TCP RST" : "ICMP unreachable"),
-                     {}});
-  } else if (verdict == TC_ACT_REDIRECT && dst.ok()) {
-    outcome = "delivered";
-    steps.push_back({"delivery",
-                     absl::StrCat("to local pod ", PodOrAddr(pods, peer), " via host veth #",
-                                  dst->ifindex, " (bpf_redirect_peer)"),
-                     {{"ifindex", dst->ifindex}}});
-  } else if (verdict == TC_ACT_REDIRECT) {
-    auto tunnel = OpenOrDie<maps::Tunnel4Map>(maps::name::sluice_tunnel4);
-    auto node = OpenOrDie<maps::NodeConfigMap>(maps::name::sluice_node).Lookup(0);
-    auto t = tunnel.Lookup(sluice_lpm4_key{32, peer});
-    const bool tunnelled = node.ok() && node->tunnel_ifindex != 0;
-    outcome = "forwarded";
-    steps.push_back(
-        {"delivery",
-         t.ok() ? absl::StrCat("to node ", Ip(t->node_ip4),
-                               tunnelled ? " through the VXLAN tunnel (sluice_vxlan)"
-                                         : " by the FIB (native routing)",
-                               "; its own program judges the packet's ingress there")
-                : "routed by the FIB (bpf_redirect_neigh)",
-         {{"node", t.ok() ? Ip(t->node_ip4) : ""}, {"tunnel", t.ok() && tunnelled}}});
-  } else if (verdict == TC_ACT_OK) {
-    outcome = "to-stack";
-    steps.push_back({"delivery", "passed to the node's stack (the node itself, or routed out)", {}});
-  } else {
-    outcome = absl::StrCat("tc-verdict-", verdict);
-  }
-
+  auto hop = RunHop(m, *prog_id, src->ifindex, BuildPacket(*src, saddr, sport, o), saddr, sport);
+  if (!hop.ok()) return Fail(hop.status());
+  Judged j = Judge(m, *hop, &*src, pods, identities);
   if (o.json) {
-    nlohmann::json j = {
-        {"source", {{"pod", pods.count(Ip(saddr)) ? pods[Ip(saddr)] : ""},
-                    {"address", Ip(saddr)},
-                    {"endpointID", src->endpoint_id},
-                    {"ifindex", src->ifindex},
-                    {"programID", *prog_id}}},
-        {"packet", PacketJson(sent)},
-        {"steps", nlohmann::json::array()},
-        {"outcome", outcome},
-        {"tcVerdict", verdict},
-        {"dropReason", reason},
-        {"output", PacketJson(left)},
-        {"undone", {{"conntrack", undone_ct}, {"nat", undone_nat}, {"affinity", undone_aff}}},
-        {"pinnedCPU", pinned},
-    };
-    for (const auto& s : steps) {
-      nlohmann::json d = s.detail;
-      d["stage"] = s.stage;
-      d["result"] = s.result;
-      j["steps"].push_back(d);
-    }
-    PrintJson(j);
+    nlohmann::json out = HopJson(*hop, j);
+    out["source"] = {{"pod", pods.count(Ip(saddr)) ? pods[Ip(saddr)] : ""},
+                     {"address", Ip(saddr)},
+                     {"endpointID", src->endpoint_id}};
+    PrintJson(out);
     return 0;
   }
-  std::printf("trace  %s from %s, program %u on host veth #%u\n", Describe(sent).c_str(),
-              PodOrAddr(pods, saddr).c_str(), *prog_id, src->ifindex);
-  for (const auto& s : steps) std::printf("  %-15s %s\n", s.stage.c_str(), s.result.c_str());
-  std::printf("  %-15s %s\n", "packet out", Describe(left).c_str());
-  std::printf("  %-15s %zu conntrack, %zu NAT, %zu affinity entries of the trace removed\n",
-              "undone", undone_ct, undone_nat, undone_aff);
-  if (!pinned) std::printf("  (could not pin to one CPU: the drop reason may be another's)\n");
+  PrintHop(absl::StrCat(Describe(Parse(hop->in.data(), hop->in.size())), " from ",
+                        PodOrAddr(pods, saddr)),
+           *hop, j);
   return 0;
 }
 

@@ -83,6 +83,33 @@ else
   lab exec a -- ip -o link show eth0 | grep -q " mtu 1500 " || fail "native pod MTU is not 1500"
 fi
 
+# sluicectl trace across nodes: the source node's program sends the packet to the right node (by
+# the mode's means), and that node's receiving program, run on the packet as it left, delivers
+# it to the pod; each hop's conntrack state is taken back.
+ctl_on() {  # ctl_on N ARGS...: sluicectl on node N
+  local n=$1; shift
+  ip netns exec "$NAME-node$n" "$SLUICECTL" --bpffs_root="$DIR/node$n/bpf" \
+    --state_dir="$DIR/node$n/state" "$@"
+}
+jget() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
+want_tunnel=True; [ "$MODE" = tunnel ] || want_tunnel=False
+for to in "$B:8080 2 $N2" "$CLUSTER_IP:80 3 $N3"; do
+  set -- $to
+  hop1=$(ctl_on 1 trace -o json --from default/a --to "$1") || fail "trace a -> $1: $hop1"
+  [ "$(echo "$hop1" | jget 'd["outcome"], d["nextNode"], d["steps"][-1]["tunnel"]')" = \
+    "('forwarded', '$3', $want_tunnel)" ] || fail "trace a -> $1 on node1: $hop1"
+  hop2=$(ctl_on "$2" trace -o json --arrive "$(echo "$hop1" | jget 'd["outputHex"]')") ||
+    fail "trace --arrive on node$2: $hop2"
+  # Natively the receiving program passes a local pod's packet to the stack, and the pod's host
+  # veth egress program (its ingress policy point) runs next: its conntrack entry is made there.
+  [ "$(echo "$hop2" | jget 'd["outcome"], d["output"]["destination"], (d.get("stackDelivery") or d)["undone"]["conntrack"] >= 1')" = \
+    "('delivered', '$(echo "$hop1" | jget 'd["output"]["destination"]')', True)" ] ||
+    fail "trace a -> $1, second hop on node$2: $hop2"
+  [ "$(ctl_on "$2" -o json ct list | jget 'len([e for e in d if e["source"].startswith("'"$A"':")])')" = 0 ] ||
+    fail "the second hop left conntrack on node$2: $(ctl_on "$2" ct list)"
+done
+log "ok: sluicectl trace a -> b and a -> web across nodes, both hops"
+
 # Servers outside the pods: on node2's host network and in the external namespace.
 ip netns exec "$NAME-node2" "$LAB" netexec --port 9090 --name node2-host --tcp --udp \
   >"$WORK/node2-netexec.log" 2>&1 &
