@@ -17,7 +17,7 @@ DEB_PACKAGES := \
 	openssl curl util-linux iperf3 python3-prometheus-client \
 	podman runc containernetworking-plugins busybox-static \
 	golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
-	golang-github-xeipuuv-gojsonschema-dev nodejs
+	golang-github-xeipuuv-gojsonschema-dev nodejs chromium
 
 .PHONY: all build deps test test-unit test-privileged bench demo fuzz clean format
 

@@ -33,6 +33,7 @@
 #include "agent/monitor/monitor.h"
 #include "agent/monitor/names.h"
 #include "agent/monitor/observe_server.h"
+#include "agent/monitor/ui.h"
 #include "agent/metrics/agent_endpoints.h"
 #include "agent/metrics/agent_metrics.h"
 #include "agent/metrics/datapath_metrics.h"
@@ -135,6 +136,9 @@ ABSL_FLAG(uint32_t, monitor_burst, 10000, "flow monitor: events a CPU may emit b
 ABSL_FLAG(uint32_t, monitor_sample, 1,
           "flow monitor: emit 1 in N events other than drops (1: every event)");
 ABSL_FLAG(uint32_t, monitor_history, 4096, "flow monitor: flows kept for `observe --last`");
+ABSL_FLAG(std::string, ui_address, "",
+          "HOST:PORT of the service map page (docs/observe.md); empty: off. No authentication: "
+          "give it a loopback address");
 ABSL_FLAG(std::string, health_address, "127.0.0.1:9879",
           "HOST:PORT serving GET /healthz (liveness), /readyz (readiness: watches synced, "
           "datapath loaded, CNI installed) and /config (the running configuration); empty: off");
@@ -418,7 +422,12 @@ int Run() {
   std::unique_ptr<monitor::FlowNames> flow_names;
   std::unique_ptr<monitor::FlowMonitor> flow_monitor;
   std::unique_ptr<monitor::ObserveServer> observe_server;
+  std::unique_ptr<monitor::FlowUi> flow_ui;  // observes flow_monitor: declared after it
   std::optional<metrics::ScopedCollector> monitor_metrics;  // reads flow_monitor: declared after it
+  if (!absl::GetFlag(FLAGS_monitor) && !absl::GetFlag(FLAGS_ui_address).empty()) {
+    return Fail(absl::InvalidArgumentError("the service map page draws the flow monitor's flows"),
+                "--ui_address with --monitor=false");
+  }
   if (absl::GetFlag(FLAGS_monitor)) {
     monitor::NameSources names;
     if (k8s) {
@@ -469,6 +478,11 @@ int Run() {
       spdlog::error("--observe_socket: {}; `sluicectl observe` cannot reach this agent",
                     st.ToString());
       observe_server.reset();
+    }
+    if (const std::string ui = absl::GetFlag(FLAGS_ui_address); !ui.empty()) {
+      auto started_ui = monitor::FlowUi::Start(ui, flow_monitor.get(), mon.node_name);
+      if (!started_ui.ok()) return Fail(started_ui.status(), "--ui_address");
+      flow_ui = std::move(*started_ui);
     }
   } else {
     // Nobody will read: make sure a previous agent's setting does not keep events coming.

@@ -4,14 +4,19 @@
 # ClusterIP of obs/web -> the server pod), a policy point allowing the flow to port 8080, and
 # the NetworkPolicy drop of the flow to port 8081, with its reason and the enforcing point; `--last`
 # then finds the drop again in the agent's history, as a table and filtered, and the agent
-# switches the datapath's events off once nobody observes.
+# switches the datapath's events off once nobody observes. Last, the service map page
+# (--ui_address) in headless Chromium: once the page polls, new traffic and a drop are drawn as
+# edges coloured by verdict, with the drop reason, and listed in its flow table.
 set -euo pipefail
 NAME=flowsobs$$
 source "$(dirname "$0")/lablib.sh"
 WORK=$(mktemp -d /tmp/sluice-observe-test.XXXXXX)
 KEEP_LOGS=/tmp/observe_test-$NAME
 
+# The lab's agents take extra flags from SLUICE_LAB_AGENT_ARGS: the service map page.
+export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --ui_address=127.0.0.1:9971"
 KUBECONFIG_PATH=$("$LAB" up --nodes 1 --name "$NAME") || fail "up"
+unset SLUICE_LAB_AGENT_ARGS
 SOCK=$DIR/node1/observe.sock
 OBSERVE() { "$SLUICECTL" observe --socket "$SOCK" "$@"; }
 log "lab $NAME up"
@@ -127,4 +132,52 @@ OBSERVE --last 5 -o json --service obs/web >"$WORK/svc.json" || fail "observe --
   fail "--service obs/web printed other flows: $(cat "$WORK/svc.json")"
 OBSERVE --verdict denied >/dev/null 2>&1 && fail "an unknown verdict was accepted"
 log "ok: --last, filters and the table"
+
+# The service map page, in a real browser. Its first poll attaches an observer (events on).
+UI=http://127.0.0.1:9971
+ip netns exec "$NAME-node1" curl -sf -m 3 "$UI/flows.json" >/dev/null || fail "no flows.json"
+attached_twice() { [ "$(grep -c "an observer is attached" "$DIR/node1/log/agent.log")" -ge 2 ]; }
+wait_for 10 attached_twice || fail "the page's poll attached no observer"
+expect "probe to obs/web (page open)" "$(probe "$CLUSTER_IP:80")" CONNECTED
+[ "$(probe "$SERVER_IP:8081")" != CONNECTED ] || fail "8081 connected through the policy"
+ip netns exec "$NAME-node1" chromium --headless --no-sandbox --disable-gpu --no-first-run \
+  --user-data-dir="$WORK/chromium" --virtual-time-budget=6000 --dump-dom "$UI/" \
+  >"$WORK/page.html" 2>"$WORK/chromium.err" || fail "chromium: $(tail -5 "$WORK/chromium.err")"
+python3 - "$WORK/page.html" <<'PY' || fail "the page lacks the flows: $(cat "$WORK/page.html")"
+import sys
+from html.parser import HTMLParser
+edges, rows = [], []
+class Page(HTMLParser):
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "path" and a.get("class") == "edge":
+            edges.append(a)
+        if tag == "tr" and a.get("class") == "flow":
+            rows.append(a)
+Page().feed(open(sys.argv[1]).read())
+def edge(src, dst):
+    return next((e for e in edges if e["data-src"] == src and e["data-dst"] == dst), None)
+want = [("obs/client", "svc:obs/web", {"forwarded"}), ("svc:obs/web", "obs/server", {"forwarded"}),
+        ("obs/client", "obs/server", {"dropped", "mixed"})]
+ok = True
+for src, dst, verdicts in want:
+    e = edge(src, dst)
+    if e is None or e["data-verdict"] not in verdicts:
+        print(f"edge {src} -> {dst}: {e}, want a verdict in {verdicts}", file=sys.stderr)
+        ok = False
+drop = edge("obs/client", "obs/server")
+if drop is None or "policy_denied" not in drop["data-reasons"].split(","):
+    print(f"the drop edge names no policy_denied: {drop}", file=sys.stderr)
+    ok = False
+if not any(r.get("data-verdict") == "dropped" and r.get("data-reason") == "policy_denied" for r in rows):
+    print(f"no dropped policy_denied row among {len(rows)} rows", file=sys.stderr)
+    ok = False
+print(f"{len(edges)} edges, {len(rows)} rows", file=sys.stderr)
+sys.exit(0 if ok else 1)
+PY
+log "ok: the service map page in Chromium draws the translation, the backend and the policy drop"
+if [ -n "${SLUICE_UI_SCREENSHOT:-}" ]; then
+  bash "$(dirname "$0")/ui_screenshot.sh" "$UI/" "$SLUICE_UI_SCREENSHOT" "$NAME-node1" ||
+    fail "screenshot"
+fi
 echo PASS
