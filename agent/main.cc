@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
 #include "agent/base/config_dir.h"
+#include "agent/base/files.h"
 #include "agent/base/cli.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
@@ -136,6 +137,11 @@ ABSL_FLAG(uint32_t, monitor_burst, 10000, "flow monitor: events a CPU may emit b
 ABSL_FLAG(uint32_t, monitor_sample, 1,
           "flow monitor: emit 1 in N events other than drops (1: every event)");
 ABSL_FLAG(uint32_t, monitor_history, 4096, "flow monitor: flows kept for `observe --last`");
+ABSL_FLAG(std::string, relay_address, "",
+          "HOST:PORT on which other nodes' `sluicectl observe --nodes` reach this node's flows "
+          "(docs/observe.md); empty: off. Needs --relay_token_file");
+ABSL_FLAG(std::string, relay_token_file, "",
+          "file whose first line is the token every relay request must carry");
 ABSL_FLAG(std::string, ui_address, "",
           "HOST:PORT of the service map page (docs/observe.md); empty: off. No authentication: "
           "give it a loopback address");
@@ -472,6 +478,21 @@ int Run() {
         }));
     monitor::ObserveServerOptions observe_opts;
     observe_opts.socket_path = absl::GetFlag(FLAGS_observe_socket);
+    observe_opts.relay_address = absl::GetFlag(FLAGS_relay_address);
+    if (!observe_opts.relay_address.empty()) {
+      auto token = agent::ReadSmallFile(absl::GetFlag(FLAGS_relay_token_file));
+      if (absl::GetFlag(FLAGS_relay_token_file).empty() || !token.ok()) {
+        return Fail(token.ok() ? absl::InvalidArgumentError("the relay needs a token")
+                               : token.status(),
+                    "--relay_address without a readable --relay_token_file");
+      }
+      std::string t = token->substr(0, token->find_first_of("\r\n"));
+      if (t.size() < 16) {
+        return Fail(absl::InvalidArgumentError("a relay token has at least 16 characters"),
+                    "--relay_token_file");
+      }
+      observe_opts.relay_token = t;
+    }
     observe_server = std::make_unique<monitor::ObserveServer>(*flow_monitor, observe_opts);
     // The datapath does not depend on it: without the socket the agent runs on, unobserved.
     if (auto st = observe_server->Start(); !st.ok()) {

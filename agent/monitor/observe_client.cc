@@ -1,5 +1,6 @@
 #include "agent/monitor/observe_client.h"
 
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -12,24 +13,11 @@
 
 namespace sluice::monitor {
 
-absl::Status Observe(const std::string& socket_path, const nlohmann::json& request,
-                     const std::function<bool(const nlohmann::json&)>& on_line) {
-  struct sockaddr_un addr = {};
-  addr.sun_family = AF_UNIX;
-  if (socket_path.size() >= sizeof(addr.sun_path)) {
-    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", socket_path));
-  }
-  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
-  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return ErrnoStatus(errno, "create socket");
-  struct Closer {
-    int fd;
-    ~Closer() { close(fd); }
-  } closer{fd};
-  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
-    return ErrnoStatus(errno, absl::StrCat("connect to the agent's observe socket ", socket_path,
-                                           " (is sluice-agent running with --monitor?)"));
-  }
+namespace {
+
+// Sends the request line on a connected socket and hands each reply line to on_line.
+absl::Status Stream(int fd, const nlohmann::json& request,
+                    const std::function<bool(const nlohmann::json&)>& on_line) {
   std::string out = request.dump() + "\n";
   for (size_t off = 0; off < out.size();) {
     ssize_t n = send(fd, out.data() + off, out.size() - off, MSG_NOSIGNAL);
@@ -58,6 +46,67 @@ absl::Status Observe(const std::string& socket_path, const nlohmann::json& reque
     }
     buf.erase(0, start);
   }
+}
+
+
+}  // namespace
+
+absl::Status Observe(const std::string& socket_path, const nlohmann::json& request,
+                     const std::function<bool(const nlohmann::json&)>& on_line) {
+  struct sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat("socket path too long: ", socket_path));
+  }
+  std::memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return ErrnoStatus(errno, "create socket");
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return ErrnoStatus(errno, absl::StrCat("connect to the agent's observe socket ", socket_path,
+                                           " (is sluice-agent running with --monitor?)"));
+  }
+  return Stream(fd, request, on_line);
+}
+
+absl::Status ObserveRelay(const std::string& address, const std::string& token,
+                          nlohmann::json request,
+                          const std::function<bool(const nlohmann::json&)>& on_line) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(address, ": want HOST:PORT"));
+  }
+  std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  struct addrinfo hints = {}, *res = nullptr;
+  hints.ai_socktype = SOCK_STREAM;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(address, ": ", gai_strerror(rc)));
+  }
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    freeaddrinfo(res);
+    return ErrnoStatus(errno, "create socket");
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { close(fd); }
+  } closer{fd};
+  // Bounded: a node that does not answer must not hold the whole cluster's view.
+  struct timeval tv = {5, 0};
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+  const int rc = connect(fd, res->ai_addr, res->ai_addrlen);
+  const int err = errno;
+  freeaddrinfo(res);
+  if (rc != 0) {
+    return ErrnoStatus(err, absl::StrCat("connect to the relay ", address,
+                                         " (is its agent running with --relay_address?)"));
+  }
+  request["token"] = token;
+  return Stream(fd, request, on_line);
 }
 
 }  // namespace sluice::monitor

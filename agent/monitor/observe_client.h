@@ -16,4 +16,10 @@ namespace sluice::monitor {
 [[nodiscard]] absl::Status Observe(const std::string& socket_path, const nlohmann::json& request,
                                    const std::function<bool(const nlohmann::json&)>& on_line);
 
+// The same through an agent's relay (observe_server.h): TCP to HOST:PORT, the request carrying
+// `token`.
+[[nodiscard]] absl::Status ObserveRelay(const std::string& address, const std::string& token,
+                                        nlohmann::json request,
+                                        const std::function<bool(const nlohmann::json&)>& on_line);
+
 }  // namespace sluice::monitor

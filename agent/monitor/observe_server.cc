@@ -4,6 +4,8 @@
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -80,6 +82,41 @@ bool PeerGone(int fd) {
   return n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR);
 }
 
+// Equal strings, in a time that does not depend on where they differ.
+bool SameToken(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() != b.size();
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i % (b.empty() ? 1 : b.size())];
+  return diff == 0 && !b.empty();
+}
+
+absl::StatusOr<int> ListenTcp(const std::string& address) {
+  auto colon = address.rfind(':');
+  if (colon == std::string::npos || colon == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--relay_address ", address, ": want HOST:PORT"));
+  }
+  std::string host = address.substr(0, colon), port = address.substr(colon + 1);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  struct addrinfo hints = {}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICHOST | AI_NUMERICSERV;
+  if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &res); rc != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--relay_address ", address, ": ", gai_strerror(rc)));
+  }
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  int one = 1;
+  if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) != 0 ||
+      bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 16) != 0) {
+    absl::Status st = ErrnoStatus(errno, absl::StrCat("serve the relay on ", address));
+    if (fd >= 0) close(fd);
+    freeaddrinfo(res);
+    return st;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
 }  // namespace
 
 ObserveServer::~ObserveServer() { Stop(); }
@@ -128,6 +165,20 @@ absl::Status ObserveServer::Start() {
     unlink(path.c_str());
     return status;
   }
+  if (!options_.relay_address.empty()) {
+    auto relay = options_.relay_token.empty()
+                     ? absl::StatusOr<int>(absl::FailedPreconditionError(
+                           "the relay needs a token (--relay_token_file)"))
+                     : ListenTcp(options_.relay_address);
+    if (!relay.ok()) {
+      close(fd);
+      close(stop_fd_);
+      unlink(path.c_str());
+      return relay.status();
+    }
+    relay_fd_ = *relay;
+    spdlog::info("monitor: relaying flows on {} (token required)", options_.relay_address);
+  }
   listen_fd_ = fd;
   started_ = true;
   acceptor_ = std::thread([this] { AcceptLoop(); });
@@ -156,6 +207,7 @@ void ObserveServer::Stop() {
     workers_.clear();
   }
   close(listen_fd_);
+  if (relay_fd_ >= 0) close(relay_fd_);
   close(stop_fd_);
   unlink(options_.socket_path.c_str());
 }
@@ -173,22 +225,27 @@ void ObserveServer::ReapLocked() {
 
 void ObserveServer::AcceptLoop() {
   for (;;) {
-    struct pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {stop_fd_, POLLIN, 0}};
-    if (poll(fds, 2, -1) < 0) {
+    struct pollfd fds[3] = {{stop_fd_, POLLIN, 0}, {listen_fd_, POLLIN, 0}, {relay_fd_, POLLIN, 0}};
+    if (poll(fds, relay_fd_ >= 0 ? 3 : 2, -1) < 0) {
       if (errno == EINTR) continue;
       spdlog::error("monitor: poll on the observe socket: {}", ErrnoText(errno));
       return;
     }
-    if (fds[1].revents) return;
-    int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fds[0].revents) return;
+    const bool relayed = relay_fd_ >= 0 && fds[2].revents;
+    int fd = accept4(relayed ? relay_fd_ : listen_fd_, nullptr, nullptr,
+                     SOCK_CLOEXEC | SOCK_NONBLOCK);
     if (fd < 0) continue;
-    struct ucred cred = {};
-    socklen_t len = sizeof(cred);
-    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-        cred.uid != options_.allowed_uid) {
-      WriteLine(fd, stop_fd_, {{"error", "permission denied"}});
-      close(fd);
-      continue;
+    if (!relayed) {
+      // The unix socket: root (allowed_uid) only. The relay checks its token per request.
+      struct ucred cred = {};
+      socklen_t len = sizeof(cred);
+      if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+          cred.uid != options_.allowed_uid) {
+        WriteLine(fd, stop_fd_, {{"error", "permission denied"}});
+        close(fd);
+        continue;
+      }
     }
     absl::MutexLock lock(&mu_);
     ReapLocked();
@@ -199,8 +256,8 @@ void ObserveServer::AcceptLoop() {
     }
     auto w = std::make_unique<Worker>();
     Worker* raw = w.get();
-    raw->thread = std::thread([this, fd, raw] {
-      Serve(fd);
+    raw->thread = std::thread([this, fd, raw, relayed] {
+      Serve(fd, relayed);
       close(fd);
       raw->done = true;
     });
@@ -208,13 +265,22 @@ void ObserveServer::AcceptLoop() {
   }
 }
 
-void ObserveServer::Serve(int fd) {
+void ObserveServer::Serve(int fd, bool relayed) {
   std::string line;
   if (!ReadLine(fd, stop_fd_, &line)) return;
   nlohmann::json req = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
   if (!req.is_object()) {
     WriteLine(fd, stop_fd_, {{"error", "a request is one JSON object"}});
     return;
+  }
+  if (relayed) {
+    const nlohmann::json* token = req.contains("token") ? &req["token"] : nullptr;
+    if (token == nullptr || !token->is_string() ||
+        !SameToken(token->get<std::string>(), options_.relay_token)) {
+      spdlog::warn("monitor: a relay request with a wrong or no token was refused");
+      WriteLine(fd, stop_fd_, {{"error", "permission denied: wrong or no relay token"}});
+      return;
+    }
   }
   auto filter = FilterFromJson(req.value("filter", nlohmann::json()));
   if (!filter.ok()) {
@@ -240,6 +306,8 @@ void ObserveServer::Serve(int fd) {
     if (!WriteLine(fd, stop_fd_, {{"flow", FlowToJson(f)}})) return;
   }
   if (!observer) return;
+  // Where the history ends and live flows begin (a relay's client merges histories by it).
+  if (!WriteLine(fd, stop_fd_, {{"live", nlohmann::json::object()}})) return;
   absl::Time next_lost_check = absl::Now() + absl::Seconds(1);
   // Whether the agent stops or the client left is looked at when the stream is idle and every
   // 64 flows, not per flow: at full rate the flows are the work.

@@ -1,9 +1,16 @@
 // The observe socket: `sluicectl observe` talks to the agent's FlowMonitor through a unix stream
 // socket (root only, 0600 in a 0700 directory, peers checked with SO_PEERCRED). The client
 // writes one JSON request line {"last": N, "follow": bool, "filter": {...}} (filter.h); the
-// agent answers JSON lines: {"status": {...}} first, then {"flow": {...}} per flow, and while
-// following {"lost": {"events_lost": N}} whenever that total grows; {"error": "..."} for a bad
+// agent answers JSON lines: {"status": {...}} first, then {"flow": {...}} per flow of the
+// history, and while following {"live": {}}, every new flow and {"lost": {"events_lost": N}}
+// whenever that total grows; {"error": "..."} for a bad
 // request. A following connection ends when the client closes it or the agent stops.
+//
+// The relay (`--relay_address`, off by default): the same protocol on a TCP listener, so that one
+// `sluicectl observe --nodes A,B,...` sees the flows of every node. Off the node there is no
+// SO_PEERCRED: each request must carry {"token": "..."} equal to the contents of
+// `--relay_token_file` (compared in constant time); without a token file the relay does not
+// start. The stream is not encrypted (docs/observe.md).
 #pragma once
 
 #include <sys/types.h>
@@ -27,6 +34,8 @@ struct ObserveServerOptions {
   uid_t allowed_uid = 0;
   int max_observers = 32;
   size_t default_last = 20;  // a request with neither last nor follow
+  std::string relay_address;  // HOST:PORT of the TCP relay; empty: none
+  std::string relay_token;    // what a relay request's "token" must be (never empty)
 };
 
 class ObserveServer {
@@ -45,12 +54,13 @@ class ObserveServer {
     std::atomic<bool> done{false};
   };
   void AcceptLoop();
-  void Serve(int fd);
+  void Serve(int fd, bool relayed);
   void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   FlowMonitor& monitor_;
   const ObserveServerOptions options_;
   int listen_fd_ = -1;
+  int relay_fd_ = -1;
   int stop_fd_ = -1;
   std::thread acceptor_;
   absl::Mutex mu_;

@@ -3,10 +3,20 @@
 // are its own (parsed here, spelled as hubble spells them), after the word `observe`.
 #include <signal.h>
 
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
+
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -27,10 +37,13 @@ constexpr char kObserveUsage[] =
     "                         [--verdict forwarded|dropped] [--drop-reason REASON]\n"
     "                         [--service [NS/]NAME] [--type drop|policy|translate|close]\n"
     "                         [-o table|json] [--socket PATH]\n"
+    "                         [--nodes HOST:PORT,... --token-file FILE]\n"
     "Options given more than once match any of their values; different options must all match.\n"
     "A pod, namespace, IP or port matches the source, the destination or a Service's backend.\n"
     "Without --last or --follow: the last 20 flows. Flows come from the agent's memory\n"
-    "(--monitor_history) and, while observed, live from the datapath (docs/observe.md).\n";
+    "(--monitor_history) and, while observed, live from the datapath (docs/observe.md).\n"
+    "--nodes: every listed node's agent through its relay (--relay_address), merged: the\n"
+    "last N of all of them by time, then each node's live flows as they come.\n";
 
 struct ObserveArgs {
   monitor::FlowFilter filter;
@@ -38,6 +51,8 @@ struct ObserveArgs {
   bool follow = false;
   std::string output = "table";
   std::string socket = monitor::kDefaultObserveSocket;
+  std::vector<std::string> nodes;  // --nodes: relays instead of the local socket
+  std::string token_file;
 };
 
 int UsageError(const std::string& msg) {
@@ -99,9 +114,18 @@ int ParseArgs(const std::vector<std::string>& args, ObserveArgs* out) {
       out->output = value;
     } else if (name == "--socket") {
       out->socket = value;
+    } else if (name == "--nodes") {
+      for (absl::string_view n : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+        out->nodes.emplace_back(n);
+      }
+    } else if (name == "--token-file") {
+      out->token_file = value;
     } else {
       return UsageError(absl::StrCat("unknown option ", name));
     }
+  }
+  if (!out->nodes.empty() && out->token_file.empty()) {
+    return UsageError("--nodes needs --token-file (the relays' token)");
   }
   // The agent checks the filter too; checking here names the option as the user spelled it.
   if (auto checked = monitor::FilterFromJson(monitor::FilterToJson(out->filter)); !checked.ok()) {
@@ -146,6 +170,26 @@ void PrintRow(const monitor::Flow& f) {
   std::fflush(stdout);
 }
 
+// The relays' shared token: the file's first line.
+bool ReadTokenFile(const std::string& path, std::string* token) {
+  std::FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) {
+    std::fprintf(stderr, "sluicectl observe: --token-file %s: %s\n", path.c_str(),
+                 std::strerror(errno));
+    return false;
+  }
+  char buf[512] = {};
+  const bool read = std::fgets(buf, sizeof(buf), f) != nullptr;
+  std::fclose(f);
+  *token = read ? buf : "";
+  while (!token->empty() && (token->back() == '\n' || token->back() == '\r')) token->pop_back();
+  if (token->empty()) {
+    std::fprintf(stderr, "sluicectl observe: --token-file %s is empty\n", path.c_str());
+    return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int Observe(const std::vector<std::string>& args) {
@@ -154,41 +198,102 @@ int Observe(const std::vector<std::string>& args) {
   nlohmann::json req = {{"follow", a.follow}, {"filter", monitor::FilterToJson(a.filter)}};
   if (a.last >= 0) req["last"] = a.last;
   signal(SIGPIPE, SIG_IGN);
+  absl::Mutex out_mu;  // one printer for every node's stream
   bool header = false;
-  auto st = monitor::Observe(a.socket, req, [&](const nlohmann::json& line) {
-    if (line.contains("flow")) {
-      auto f = monitor::FlowFromJson(line["flow"]);
-      if (!f.ok()) {
-        std::fprintf(stderr, "sluicectl observe: %s\n", std::string(f.status().message()).c_str());
-        return true;
-      }
-      if (a.output == "json") {
-        std::printf("%s\n", line["flow"].dump().c_str());
-        std::fflush(stdout);
-        return true;
-      }
-      if (!header) {
-        std::printf("%-19s %-12s %-30s %-30s %-9s %-9s %s\n", "TIME", "NODE", "SOURCE",
-                    "DESTINATION", "TYPE", "VERDICT", "SUMMARY");
-        header = true;
-      }
-      PrintRow(*f);
-    } else if (line.contains("status")) {
-      uint64_t lost = line["status"].value("events_lost", uint64_t{0});
-      if (lost > 0)
-        std::fprintf(stderr, "EVENTS LOST: %llu so far on this node\n",
-                     static_cast<unsigned long long>(lost));
-    } else if (line.contains("lost")) {
-      std::fprintf(stderr, "EVENTS LOST: %llu so far on this node\n",
-                   static_cast<unsigned long long>(line["lost"].value("events_lost", uint64_t{0})));
+  auto print = [&](const nlohmann::json& flow) {
+    auto f = monitor::FlowFromJson(flow);
+    absl::MutexLock l(&out_mu);
+    if (!f.ok()) {
+      std::fprintf(stderr, "sluicectl observe: %s\n", std::string(f.status().message()).c_str());
+      return;
     }
-    return true;
-  });
-  if (!st.ok()) {
-    std::fprintf(stderr, "sluicectl observe: %s\n", std::string(st.message()).c_str());
-    return 1;
+    if (a.output == "json") {
+      std::printf("%s\n", flow.dump().c_str());
+      std::fflush(stdout);
+      return;
+    }
+    if (!header) {
+      std::printf("%-19s %-12s %-30s %-30s %-9s %-9s %s\n", "TIME", "NODE", "SOURCE",
+                  "DESTINATION", "TYPE", "VERDICT", "SUMMARY");
+      header = true;
+    }
+    PrintRow(*f);
+  };
+  auto lost = [&](const std::string& where, const nlohmann::json& line, const char* key) {
+    uint64_t n = line[key].value("events_lost", uint64_t{0});
+    if (n == 0) return;
+    absl::MutexLock l(&out_mu);
+    std::fprintf(stderr, "EVENTS LOST: %llu so far on %s\n", static_cast<unsigned long long>(n),
+                 where.c_str());
+  };
+  if (a.nodes.empty()) {
+    auto st = monitor::Observe(a.socket, req, [&](const nlohmann::json& line) {
+      if (line.contains("flow")) print(line["flow"]);
+      if (line.contains("status")) lost("this node", line, "status");
+      if (line.contains("lost")) lost("this node", line, "lost");
+      return true;
+    });
+    if (!st.ok()) {
+      std::fprintf(stderr, "sluicectl observe: %s\n", std::string(st.message()).c_str());
+      return 1;
+    }
+    return 0;
   }
-  return 0;
+
+  // Every node through its relay: each node's history first, merged by time and cut to the
+  // last N of all of them; then (--follow) each node's live flows as they arrive (a relay marks
+  // where its history ends with a {"live": {}} line).
+  std::string token;
+  if (!ReadTokenFile(a.token_file, &token)) return 1;
+  const size_t keep = a.last >= 0 ? static_cast<size_t>(a.last) : (a.follow ? 0 : 20);
+  std::vector<std::pair<absl::Time, nlohmann::json>> history;  // guarded by out_mu
+  absl::BlockingCounter histories(static_cast<int>(a.nodes.size()));
+  absl::Notification history_printed;
+  std::atomic<int> failed{0};
+  std::vector<std::thread> streams;
+  for (const std::string& node : a.nodes) {
+    streams.emplace_back([&, node] {
+      bool live = false;
+      auto st = monitor::ObserveRelay(node, token, req, [&](const nlohmann::json& line) {
+        if (line.contains("status")) lost(node, line, "status");
+        if (line.contains("lost")) lost(node, line, "lost");
+        if (line.contains("live") && !live) {
+          live = true;
+          histories.DecrementCount();
+        }
+        if (!line.contains("flow")) return true;
+        if (live) {
+          history_printed.WaitForNotification();
+          print(line["flow"]);
+          return true;
+        }
+        auto f = monitor::FlowFromJson(line["flow"]);
+        absl::MutexLock l(&out_mu);
+        history.emplace_back(f.ok() ? f->time : absl::InfinitePast(), line["flow"]);
+        return true;
+      });
+      if (!st.ok()) {
+        failed++;
+        absl::MutexLock l(&out_mu);
+        std::fprintf(stderr, "sluicectl observe: node %s: %s\n", node.c_str(),
+                     std::string(st.message()).c_str());
+      }
+      if (!live) histories.DecrementCount();
+    });
+  }
+  histories.Wait();
+  std::vector<std::pair<absl::Time, nlohmann::json>> merged;
+  {
+    absl::MutexLock l(&out_mu);
+    merged.swap(history);
+  }
+  std::stable_sort(merged.begin(), merged.end(),
+                   [](const auto& x, const auto& y) { return x.first < y.first; });
+  const size_t from = merged.size() > keep ? merged.size() - keep : 0;
+  for (size_t k = from; k < merged.size(); ++k) print(merged[k].second);
+  history_printed.Notify();
+  for (auto& t : streams) t.join();
+  return failed == 0 ? 0 : 1;
 }
 
 }  // namespace sluice::ctl

@@ -17,6 +17,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 BG_PIDS=()
 before_down() { for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 
+# Every agent relays its flows (docs/observe.md) for `sluicectl observe --nodes`.
+head -c 24 /dev/urandom | base64 >"$WORK/relay.token"
+export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --relay_address=0.0.0.0:4245 --relay_token_file=$WORK/relay.token"
 KUBECONFIG_PATH=$("$LAB" up --nodes 3 --name "$NAME") || fail "up"
 log "lab $NAME up ($MODE routing)"
 node_ip() { K get node "$1" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'; }
@@ -109,6 +112,33 @@ for to in "$B:8080 2 $N2" "$CLUSTER_IP:80 3 $N3"; do
     fail "the second hop left conntrack on node$2: $(ctl_on "$2" ct list)"
 done
 log "ok: sluicectl trace a -> b and a -> web across nodes, both hops"
+
+# One command sees the flows of every node: node1's sluicectl follows all three relays while a
+# talks to b across nodes; a's egress point (node1) and b's ingress point (node2) both report.
+# A wrong token is refused.
+ip netns exec "$NAME-node1" "$SLUICECTL" observe --nodes "$N1:4245,$N2:4245,$N3:4245" \
+  --token-file "$WORK/relay.token" --follow -o json --pod default/b >"$WORK/relay.json" \
+  2>"$WORK/relay.err" &
+RELAY=$!
+BG_PIDS+=($RELAY)
+relays_attached() {
+  for n in 1 2 3; do grep -q "an observer is attached" "$DIR/node$n/log/agent.log" || return 1; done
+}
+wait_for 10 relays_attached || fail "the relays never attached: $(cat "$WORK/relay.err")"
+expect "a -> b while relayed" "$(lab request --from default/a --to "$B:8080" --data hostname)" b
+both_nodes() {
+  python3 -c '
+import json, sys
+nodes = {json.loads(l)["node"] for l in open(sys.argv[1]) if l.strip()}
+sys.exit(0 if {"node1", "node2"} <= nodes else 1)' "$WORK/relay.json"
+}
+wait_for 10 both_nodes || fail "the relayed flows lack a node: $(cat "$WORK/relay.json" "$WORK/relay.err")"
+kill "$RELAY"
+echo wrong-token-wrong-token >"$WORK/bad.token"
+rc=0; ip netns exec "$NAME-node1" "$SLUICECTL" observe --nodes "$N2:4245" --token-file "$WORK/bad.token" \
+  --last 1 2>"$WORK/bad.err" || rc=$?
+[ "$rc" = 1 ] && grep -q "permission denied" "$WORK/bad.err" || fail "a wrong token: rc $rc, $(cat "$WORK/bad.err")"
+log "ok: observe --nodes follows node1's and node2's flows of a -> b; a wrong token is refused"
 
 # Servers outside the pods: on node2's host network and in the external namespace.
 ip netns exec "$NAME-node2" "$LAB" netexec --port 9090 --name node2-host --tcp --udp \
