@@ -3,12 +3,15 @@
  * reverse translated), the pod's egress policy judges the result, same-node pods are reached with
  * bpf_redirect_peer (through their ingress policy), other nodes' pods and addresses are reached
  * through the tunnel (or, in native routing, the FIB), and the rest (the node itself, the
- * outside) continues into the node's stack. Egress (sluice_to_pod): what the node's stack
- * delivers to the pod (the node itself, other nodes through routing or the overlay) passes the
- * pod's ingress policy; traffic redirected to the pod with bpf_redirect_peer never comes here. */
+ * outside) continues into the node's stack; an echo request to the gateway address is answered,
+ * anything else for it dropped. Egress (sluice_to_pod): what the node's stack delivers to the pod
+ * (the node itself, other nodes through routing or the overlay) passes the pod's ingress policy,
+ * and a reply of a backend in the node's stack gets its frontend back; traffic redirected to the
+ * pod with bpf_redirect_peer never comes here. */
 #include "lib/ctx/skb.h"
 #include "lib/arp.h"
 #include "lib/fwd.h"
+#include "lib/gateway.h"
 #include "lib/lb.h"
 #include "lib/policy.h"
 
@@ -39,6 +42,8 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	 * is never a frontend, so traffic to one only needs the reply check; a ClusterIP is never
 	 * a local pod, so traffic to one needs no endpoint lookup. */
 	cfg = node_config();
+	if (cfg && pkt.daddr == cfg->gateway_ip4 && gateway_is_echo_request(&pkt))
+		return gateway_echo_reply(skb, &pkt, src);
 	dst = lb4_in_service_cidr(cfg, pkt.daddr) ? NULL : lookup_ep4(pkt.daddr);
 	lb = LB4_NONE;
 	policy4_flow_of(&pkt, &sent);
@@ -49,6 +54,10 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		if (lb == LB4_REJECT)
 			return reject(skb, &pkt);
 	}
+
+	/* Still for the gateway (no hairpinned flow's reply): the node would route it upstream. */
+	if (lb != LB4_REVNAT && cfg && pkt.daddr == cfg->gateway_ip4)
+		return -SLUICE_DROP_TO_GATEWAY;
 
 	/* Policy judges real addresses: a DNATed packet with its backend, a backend's reply as
 	 * the backend sent it. */
@@ -89,6 +98,8 @@ static __always_inline int to_pod(struct __sk_buff *skb)
 {
 	const struct sluice_endpoint *ep;
 	struct policy4_flow flow;
+	struct lb4_target t;
+	struct ct4_pkt p;
 	struct pkt4 pkt;
 	__be16 h_proto;
 	int ret;
@@ -101,7 +112,16 @@ static __always_inline int to_pod(struct __sk_buff *skb)
 		return TC_ACT_OK;
 	policy4_flow_of(&pkt, &flow);
 	ret = policy4_check(ep->endpoint_id, SLUICE_POLICY_INGRESS, &flow);
-	return ret < 0 ? ret : TC_ACT_OK;
+	if (ret < 0)
+		return ret;
+	/* A reply from a backend in the node's own stack (a hostNetwork pod here) to a pod that
+	 * reached it through a Service: it must come from the frontend. Policy judged it as sent. */
+	if (ct4_tuple(&pkt, &p) == CT4_TUPLE && lb4_rev_nat_lookup(&p, &t) == LB4_REVNAT) {
+		ret = lb4_rev_nat_rewrite(skb, &pkt, &p, &t);
+		if (ret < 0)
+			return ret;
+	}
+	return TC_ACT_OK;
 }
 
 SEC("tc")

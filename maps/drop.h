@@ -31,6 +31,9 @@ enum sluice_drop_reason {
 					     also counted per endpoint in sluice_pol_drops */
 	SLUICE_DROP_FRAG_NEEDED = 19,     /* a DF packet larger than the tunnel's MTU: answered with
 					     ICMP fragmentation needed instead (docs/routing.md) */
+	SLUICE_DROP_TO_GATEWAY = 20,      /* a pod's packet to its gateway address that is no echo
+					     request (answered in BPF) and no reply of a hairpinned
+					     flow: the gateway is no host, nothing may leave for it */
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
@@ -67,6 +70,7 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_PACKET_WRITE: return "packet_write_failed";
 	case SLUICE_DROP_POLICY_DENIED: return "policy_denied";
 	case SLUICE_DROP_FRAG_NEEDED: return "frag_needed";
+	case SLUICE_DROP_TO_GATEWAY: return "to_gateway";
 	default: return (const char *)0;
 	}
 }

@@ -18,7 +18,9 @@
  * frontend per node address; ExternalIPs and LoadBalancer ingress IPs are frontends too. */
 enum sluice_lb_scope {
 	SLUICE_LB_SCOPE_EXTERNAL = 0, /* traffic from outside the node (or any, for ClusterIP) */
-	SLUICE_LB_SCOPE_INTERNAL = 1, /* traffic from this node's pods (internalTrafficPolicy) */
+	SLUICE_LB_SCOPE_INTERNAL = 1, /* traffic from inside the cluster (this node's pods and
+					 sockets) to an externalTrafficPolicy: Local frontend:
+					 every endpoint, as kube-proxy does */
 };
 
 /* Key of sluice_lb4_svc (BPF_MAP_TYPE_HASH). backend_slot 0 is the service's master entry;

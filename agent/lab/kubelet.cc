@@ -49,6 +49,11 @@ bool WantsReady(const json& pod) {
   return Str(pod, {"metadata", "annotations", kReadyAnnotation}) != "false";
 }
 
+bool HostNetwork(const json& pod) {
+  const json* spec = pod.is_object() && pod.contains("spec") ? &pod["spec"] : nullptr;
+  return spec != nullptr && spec->is_object() && spec->value("hostNetwork", false);
+}
+
 bool Terminating(const json& pod) { return !Str(pod, {"metadata", "deletionTimestamp"}).empty(); }
 
 std::string Now() { return ObjectStore::FormatTimestamp(absl::Now()); }
@@ -457,23 +462,29 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
   pod.name = Str(spec_pod, {"metadata", "name"});
   pod.uid = Str(spec_pod, {"metadata", "uid"});
   pod.node = node.name;
-  pod.netns = topology_.PodNetns(pod.namespace_name, pod.name);
+  pod.host_network = HostNetwork(spec_pod);
+  pod.netns = pod.host_network ? node.netns : topology_.PodNetns(pod.namespace_name, pod.name);
   pod.ready = WantsReady(spec_pod);
   std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
   if (!std::filesystem::exists(node.cni_conf_dir() + "/05-sluice.conflist")) {
     return absl::UnavailableError(absl::StrCat("the agent of ", node.name, " is not ready"));
   }
-  if (auto st = CreatePodNetns(topology_, pod.netns); !st.ok()) return st;
   auto undo = [&](absl::Status st) {
     for (pid_t pid : pod.pids) StopProcess(pid, absl::Seconds(1));
     ReleaseSandbox(pod, node);
     return st;
   };
-  auto result = Cni("ADD", pod, node);
-  if (!result.ok()) return undo(result.status());
-  auto ip = PodIpFromCniResult(*result);
-  if (!ip.ok()) return undo(ip.status());
-  pod.ip = *ip;
+  if (pod.host_network) {
+    // The node's namespace and address; the network plugin is not involved.
+    pod.ip = node.ip;
+  } else {
+    if (auto st = CreatePodNetns(topology_, pod.netns); !st.ok()) return st;
+    auto result = Cni("ADD", pod, node);
+    if (!result.ok()) return undo(result.status());
+    auto ip = PodIpFromCniResult(*result);
+    if (!ip.ok()) return undo(ip.status());
+    pod.ip = *ip;
+  }
 
   std::string log_dir = topology_.dir + "/logs";
   std::filesystem::create_directories(log_dir);
@@ -602,6 +613,7 @@ void Kubelet::TearDown(const RunningPod& pod) {
 
 void Kubelet::ReleaseSandbox(const RunningPod& pod, const LabNode& node) {
   const std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
+  if (pod.host_network) return;  // no sandbox: the node's namespace stays
   if (auto r = Cni("DEL", pod, node); !r.ok()) {
     std::lock_guard<std::mutex> lock(mu_);
     if (del_retries_.Failed(pod.uid, absl::Now())) {

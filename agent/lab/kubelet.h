@@ -6,6 +6,8 @@
 // netexec server has bound its ports (it says READY=1 on a notify socket, as sd_notify does),
 // reports the pod Running with its IP and Ready condition (off with annotation
 // lab.sluice.dev/ready: "false").
+// A hostNetwork pod (spec.hostNetwork: true) runs in its node's namespace: no namespace of its
+// own, no CNI ADD/DEL, status.podIP is the node's InternalIP (as a real kubelet reports it).
 // A pod keeps running while terminating (deletionTimestamp set) and is torn down — processes
 // killed, CNI DEL, namespace deleted — once it is really gone from the store.
 #ifndef SLUICE_AGENT_LAB_KUBELET_H_
@@ -50,8 +52,9 @@ struct RunningPod {
   std::string name;
   std::string uid;
   std::string node;
-  std::string netns;
+  std::string netns;  // the node's for a hostNetwork pod
   std::string ip;
+  bool host_network = false;
   bool ready = false;
   std::vector<pid_t> pids;
 };

@@ -289,6 +289,17 @@ absl::StatusOr<std::string> ResolveNetns(const Topology& t, const std::string& f
           absl::StrCat("--from: want external, node/NODE or NAMESPACE/POD, got ", from));
     }
     netns = t.PodNetns(parts[0], parts[1]);
+    if (!fs::exists(t.netns_path(netns))) {
+      // A hostNetwork pod runs in its node's namespace, which the status file names.
+      json s = json::parse(ReadFile(t.dir + "/status.json"), nullptr, false);
+      if (s.is_object() && s.contains("pods") && s["pods"].is_array()) {
+        for (const auto& p : s["pods"]) {
+          if (p.value("namespace", "") == parts[0] && p.value("name", "") == parts[1]) {
+            netns = p.value("netns", netns);
+          }
+        }
+      }
+    }
   }
   std::string path = t.netns_path(netns);
   if (!fs::exists(path)) {

@@ -589,20 +589,24 @@ absl::Status ServiceReconciler::ApplyOneLocked(
   // What this Service wants, by map key; a key another Service holds is left to it.
   std::map<FrontendKey, const LbFrontend*> want;
   blocked_.erase(service);
+  std::vector<const LbFrontend*> wanted;
   if (translation) {
-    for (const LbFrontend& f : translation->frontends) {
-      if (!f.addr.is_v4()) continue;
-      FrontendKey fk{AddrBe(f.addr), f.port, f.proto, f.scope};
-      auto it = frontends_.find(fk);
-      if (it != frontends_.end() && !it->second.service.empty() && it->second.service != service) {
-        ++stats_.conflicts;
-        blocked_.insert(service);
-        spdlog::warn("services: {} {}:{} is already {}'s; skipped", service, f.addr.ToString(),
-                     f.port, it->second.service);
-        continue;
-      }
-      want.try_emplace(fk, &f);
+    for (const auto* list : {&translation->frontends, &translation->in_cluster_frontends}) {
+      for (const LbFrontend& f : *list) wanted.push_back(&f);
     }
+  }
+  for (const LbFrontend* f : wanted) {
+    if (!f->addr.is_v4()) continue;
+    FrontendKey fk{AddrBe(f->addr), f->port, f->proto, f->scope};
+    auto it = frontends_.find(fk);
+    if (it != frontends_.end() && !it->second.service.empty() && it->second.service != service) {
+      ++stats_.conflicts;
+      blocked_.insert(service);
+      spdlog::warn("services: {} {}:{} is already {}'s; skipped", service, f->addr.ToString(),
+                   f->port, it->second.service);
+      continue;
+    }
+    want.try_emplace(fk, f);
   }
   // Claim (or create) the frontends and write their backends first.
   std::map<FrontendKey, std::vector<uint32_t>> ids;

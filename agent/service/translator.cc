@@ -319,6 +319,13 @@ ServiceTranslation TranslateService(
       // No usable endpoint anywhere: reject. A Local policy that filters out every endpoint
       // while others exist elsewhere drops instead (kube-proxy: "has no local endpoints").
       if (f.backends.empty() && cluster_set.empty()) f.flags |= SLUICE_SVC_F_REJECT;
+      if (policy_local && (flags & SLUICE_SVC_F_ETP_LOCAL)) {
+        LbFrontend in_cluster = f;
+        in_cluster.scope = SLUICE_LB_SCOPE_INTERNAL;
+        in_cluster.flags &= static_cast<uint16_t>(~SLUICE_SVC_F_ETP_LOCAL);
+        in_cluster.backends = cluster_set;
+        out.in_cluster_frontends.push_back(std::move(in_cluster));
+      }
       out.frontends.push_back(std::move(f));
     };
 
@@ -339,20 +346,25 @@ ServiceTranslation TranslateService(
       if (!source_ranges.empty()) {
         out.frontends.back().flags |= SLUICE_SVC_F_SOURCE_RANGES;
         out.frontends.back().source_ranges = source_ranges;
+        if (etp_local) {
+          out.in_cluster_frontends.back().flags |= SLUICE_SVC_F_SOURCE_RANGES;
+          out.in_cluster_frontends.back().source_ranges = source_ranges;
+        }
       }
     }
   }
-  std::sort(out.frontends.begin(), out.frontends.end(), FrontendKeyLess);
   // One map key, one frontend: an address listed twice (an externalIP that is also an LB ingress
   // IP or a node address) keeps the first in key order, i.e. the lowest flags (kube-proxy matches
   // externalIPs before LB ingress IPs).
-  out.frontends.erase(
-      std::unique(out.frontends.begin(), out.frontends.end(),
-                  [](const LbFrontend& a, const LbFrontend& b) {
-                    return std::tie(a.addr, a.port, a.proto, a.scope) ==
-                           std::tie(b.addr, b.port, b.proto, b.scope);
-                  }),
-      out.frontends.end());
+  for (std::vector<LbFrontend>* list : {&out.frontends, &out.in_cluster_frontends}) {
+    std::sort(list->begin(), list->end(), FrontendKeyLess);
+    list->erase(std::unique(list->begin(), list->end(),
+                            [](const LbFrontend& a, const LbFrontend& b) {
+                              return std::tie(a.addr, a.port, a.proto, a.scope) ==
+                                     std::tie(b.addr, b.port, b.proto, b.scope);
+                            }),
+                list->end());
+  }
 
   out.refused.assign(refused.begin(), refused.end());
 

@@ -90,6 +90,12 @@ struct Refusal {
 
 struct ServiceTranslation {
   std::vector<LbFrontend> frontends;  // sorted by FrontendKeyLess
+  // externalTrafficPolicy: Local, seen from inside the cluster: each external frontend (NodePort,
+  // ExternalIP, LoadBalancer IP) again, in scope SLUICE_LB_SCOPE_INTERNAL, without
+  // SLUICE_SVC_F_ETP_LOCAL and with the cluster-wide endpoints. This node's pods and its own
+  // sockets balance over it, as kube-proxy sends in-cluster traffic to every endpoint; traffic
+  // from outside the node keeps the local-only frontend. Sorted by FrontendKeyLess.
+  std::vector<LbFrontend> in_cluster_frontends;
   std::optional<HealthCheck> health_check;
   std::vector<Refusal> refused;  // sorted, unique; what was left out and why
 

@@ -144,6 +144,26 @@ static __always_inline int lb4_frontend(const struct ct4_pkt *p,
 	return -SLUICE_DROP_SERVICE_UNKNOWN_IP;
 }
 
+/* A client inside the cluster (a pod here, the node's own sockets) reaching an external frontend
+ * with externalTrafficPolicy: Local is balanced over every endpoint, as kube-proxy balances it:
+ * the agent writes the same frontend in scope SLUICE_LB_SCOPE_INTERNAL for that (only the local
+ * policy's frontends pay the second lookup). key and svc are lb4_frontend's answer (LB4_DNAT);
+ * they are switched to the internal frontend when it exists. */
+static __always_inline void lb4_in_cluster(struct sluice_lb4_key *key,
+					   const struct sluice_lb4_service **svc)
+{
+	const struct sluice_lb4_service *internal;
+
+	if (!((*svc)->flags & SLUICE_SVC_F_ETP_LOCAL))
+		return;
+	key->scope = SLUICE_LB_SCOPE_INTERNAL;
+	internal = bpf_map_lookup_elem(&sluice_lb4_svc, key);
+	if (internal)
+		*svc = internal;
+	else
+		key->scope = SLUICE_LB_SCOPE_EXTERNAL;
+}
+
 /* loadBalancerSourceRanges: admitted when the frontend has none or one contains the client. */
 static __always_inline int lb4_source_allowed(const struct sluice_lb4_service *svc,
 					      __be32 client)
@@ -302,8 +322,10 @@ static __always_inline int lb4_from_pod(struct sluice_ctx *ctx, struct pkt4 *pkt
 	int ret;
 
 	ret = lb4_frontend(p, cfg, &key, &svc);
-	if (ret == LB4_DNAT)
+	if (ret == LB4_DNAT) {
+		lb4_in_cluster(&key, &svc);
 		return lb4_dnat(ctx, pkt, p, &key, svc, cfg ? cfg->gateway_ip4 : 0);
+	}
 	if (ret != LB4_NONE)
 		return ret;
 	return lb4_rev_nat(ctx, pkt, p);

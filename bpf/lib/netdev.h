@@ -33,7 +33,8 @@ static __always_inline int netdev_masquerade(struct sluice_ctx *ctx, struct pkt4
 	return nat4_masquerade(ctx, pkt, cfg, &p);
 }
 
-/* Egress in tunnel mode: what the node's stack sends to another node's pod CIDR (the node's own
+/* Egress: a reply of the node's own stack to a flow balanced onto it leaves from its frontend.
+ * In tunnel mode, what the node's stack sends to another node's pod CIDR (the node's own
  * traffic, host-network pods) goes through the tunnel; no route to pod CIDRs is needed. Only
  * pod-CIDR entries count here: the encapsulated packet, addressed to a node, passes this hook
  * again and must leave. Everything else is masqueraded or passes. Returns a verdict or minus a
@@ -42,7 +43,19 @@ static __always_inline int netdev_to_net(struct sluice_ctx *ctx, struct pkt4 *pk
 {
 	const struct sluice_node_config *cfg = node_config();
 	const struct sluice_tunnel4_entry *peer;
+	struct lb4_target t;
+	struct ct4_pkt cp;
+	int ret;
 
+	/* A backend in the node's own stack (a hostNetwork pod) answering a client that reached it
+	 * through a NodePort, ExternalIP or LoadBalancer IP here: the reply leaves from the
+	 * frontend. */
+	if (cfg && pkt->saddr == cfg->node_ip4 && ct4_tuple(pkt, &cp) == CT4_TUPLE &&
+	    lb4_rev_nat_lookup(&cp, &t) == LB4_REVNAT) {
+		ret = lb4_rev_nat_rewrite(ctx, pkt, &cp, &t);
+		if (ret < 0)
+			return ret;
+	}
 	if (tunnel_mode(cfg)) {
 		peer = tunnel4_lookup(pkt->daddr);
 		if (peer && (peer->flags & SLUICE_TUNNEL_F_POD_CIDR))
@@ -52,8 +65,9 @@ static __always_inline int netdev_to_net(struct sluice_ctx *ctx, struct pkt4 *pk
 }
 
 /* A packet DNATed onto a backend arrived from the network: a backend on this node gets it
- * directly; one on another node gets it masqueraded to this node's address (so the reply comes
- * back here to be translated) and routed there. Returns a verdict or minus a drop reason. */
+ * directly (a pod by redirect, the node's own address through its stack); one on another node
+ * gets it masqueraded to this node's address (so the reply comes back here to be translated) and
+ * routed there. Returns a verdict or minus a drop reason. */
 static __always_inline int netdev_forward_to_backend(struct sluice_ctx *ctx, struct pkt4 *pkt,
 						     const struct sluice_node_config *cfg)
 {
@@ -69,6 +83,10 @@ static __always_inline int netdev_forward_to_backend(struct sluice_ctx *ctx, str
 	}
 	if (!cfg)
 		return -SLUICE_DROP_NO_NODE_CONFIG;
+	/* The node itself (a hostNetwork backend): its stack takes the packet with the client's
+	 * address; sluice_to_net gives the reply its frontend back. */
+	if (pkt->daddr == cfg->node_ip4)
+		return CTX_ACT_OK;
 	if (nat4_tuple(pkt, 1, &np) < 0)
 		return -SLUICE_DROP_INVALID_PACKET;
 	verdict = nat4_masquerade(ctx, pkt, cfg, &np);

@@ -77,9 +77,9 @@ static __always_inline int sock4_xlate_fwd(struct bpf_sock_addr *ctx)
 	}
 	if (!svc)
 		return 0;
-	/* A NodePort frontend is a node address: the node's own sockets reach it as such. */
-	if (svc->flags & SLUICE_SVC_F_NODEPORT)
-		return 0;
+	lb4_in_cluster(&key, &svc);
+	/* NodePort frontends are this node's own addresses: translated here too, as no packet of
+	 * a local connection to them passes a TC hook. */
 
 	client = sock_client_addr(node);
 	if (!lb4_source_allowed(svc, client)) {

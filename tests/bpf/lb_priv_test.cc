@@ -706,6 +706,176 @@ TEST_P(NodePortTable, Packet) { RunCase(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(SluiceFromNet, NodePortTable, ::testing::ValuesIn(NodePortCases()),
                          CaseName);
 
+// ---- A backend in the node's own stack (a hostNetwork pod: the node's address) ----------------
+
+constexpr const char* kHostBackendIp = "10.96.0.40";  // a ClusterIP whose endpoint is the node
+
+std::vector<PacketCase> HostBackendCases() {
+  auto host_backend = [](loader::Datapath& dp) {
+    SetService(dp, kHostBackendIp, 80, IPPROTO_TCP, 20, {{20, kNodeIp, 8081, IPPROTO_TCP}});
+    SetService(dp, kHostBackendIp, 53, IPPROTO_UDP, 21, {{21, kNodeIp, 8081, IPPROTO_UDP}});
+    SetService(dp, kNodeIp, 30090, IPPROTO_TCP, 22, {{20, kNodeIp, 8081, IPPROTO_TCP}},
+               SLUICE_SVC_F_NODEPORT);
+  };
+  const Packet from_stack = Packet::Eth(kClientHostMac, kClientMac).IPv4(kNodeIp, kClient);
+  return {
+      // The DNATed packet enters the stack (the node is no endpoint, no peer); the stack's reply
+      // reaches the pod through sluice_to_pod, which gives it its frontend back.
+      {"PodToAServiceWhoseBackendIsTheNodeGetsTheReplyFromTheFrontend",
+       {{.in = Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, kHostBackendIp)
+                   .TCP(40100, 80)
+                   .Payload("GET /"),
+         .verdict = kTcOk,
+         .out = {Packet::Eth(kClientMac, kClientHostMac)
+                     .IPv4(kClient, kNodeIp)
+                     .TCP(40100, 8081)
+                     .Payload("GET /")},
+         .setup = host_backend},
+        {.prog = Prog::kToPod,
+         .in = Packet(from_stack).TCP(8081, 40100, kTcpSyn | kTcpAck),
+         .verdict = kTcOk,
+         .out = {Packet::Eth(kClientHostMac, kClientMac)
+                     .IPv4(kHostBackendIp, kClient)
+                     .TCP(80, 40100, kTcpSyn | kTcpAck)}}}},
+      {"PodToAServiceWhoseBackendIsTheNodeOverUdp",
+       {{.in = Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, kHostBackendIp)
+                   .UDP(40101, 53)
+                   .Payload("query"),
+         .verdict = kTcOk,
+         .out = {Packet::Eth(kClientMac, kClientHostMac)
+                     .IPv4(kClient, kNodeIp)
+                     .UDP(40101, 8081)
+                     .Payload("query")},
+         .setup = host_backend},
+        {.prog = Prog::kToPod,
+         .in = Packet(from_stack).UDP(8081, 40101).Payload("answer"),
+         .verdict = kTcOk,
+         .out = {Packet::Eth(kClientHostMac, kClientMac)
+                     .IPv4(kHostBackendIp, kClient)
+                     .UDP(53, 40101)
+                     .Payload("answer")}}}},
+      // What the node itself sends a pod is untouched (no balanced flow of that tuple).
+      {"NodeTrafficToAPodIsUntouchedBySluiceToPod",
+       {{.prog = Prog::kToPod,
+         .in = Packet(from_stack).TCP(8081, 40102, kTcpSyn | kTcpAck),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .setup = host_backend}}},
+      // From outside: the node's own address as the backend goes to the stack with the client's
+      // address; the stack's reply leaves through sluice_to_net from the NodePort.
+      {"NodePortToABackendOnTheNodeItselfEntersTheStackAndTheReplyLeavesFromTheNodePort",
+       {{.prog = Prog::kFromNet,
+         .in = NodePortTest::External(50020, 30090),
+         .verdict = kTcOk,
+         .out = {Packet::Eth(kExternalMac, kNodeMac)
+                     .IPv4(kExternal, kNodeIp)
+                     .TCP(50020, 8081)
+                     .Payload("hi")},
+         .setup = host_backend},
+        {.prog = Prog::kToNet,
+         .in = Packet::Eth(kNodeMac, kExternalMac)
+                   .IPv4(kNodeIp, kExternal)
+                   .TCP(8081, 50020, kTcpSyn | kTcpAck),
+         .verdict = kTcOk,
+         .out = {Packet::Eth(kNodeMac, kExternalMac)
+                     .IPv4(kNodeIp, kExternal)
+                     .TCP(30090, 50020, kTcpSyn | kTcpAck)}}}},
+      {"NodeTrafficLeavingTheNodeIsUntouchedBySluiceToNet",
+       {{.prog = Prog::kToNet,
+         .in = Packet::Eth(kNodeMac, kExternalMac)
+                   .IPv4(kNodeIp, kExternal)
+                   .TCP(8081, 50021, kTcpSyn | kTcpAck),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .setup = host_backend}}},
+  };
+}
+
+// externalTrafficPolicy: Local without a local endpoint: the external frontend has no slots, its
+// internal-scope twin (written by the agent for in-cluster clients) has every endpoint.
+void EtpLocalNodePort(loader::Datapath& dp) {
+  SetService(dp, kNodeIp, 30095, IPPROTO_TCP, 30, {},
+             SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_ETP_LOCAL);
+  ASSERT_TRUE(ProgramService(dp, kNodeIp, 30095, IPPROTO_TCP, 31, kOtherTcpBackends,
+                             SLUICE_SVC_F_NODEPORT, 0, SLUICE_LB_SCOPE_INTERNAL)
+                  .ok());
+}
+
+std::vector<PacketCase> EtpLocalCases() {
+  return {
+      {"PodToAnEtpLocalNodePortGoesToEveryEndpointAsKubeProxySendsInClusterTraffic",
+       {{.in = Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, kNodeIp)
+                   .TCP(40300, 30095)
+                   .Payload("GET /"),
+         .verdict = kTcOk,  // the endpoints are on another node: into the stack, to be routed
+         .out = {Packet::Eth(kClientMac, kClientHostMac)
+                     .IPv4(kClient, "10.244.1.31")
+                     .TCP(40300, 8080)
+                     .Payload("GET /"),
+                 Packet::Eth(kClientMac, kClientHostMac)
+                     .IPv4(kClient, "10.244.1.32")
+                     .TCP(40300, 8080)
+                     .Payload("GET /")},
+         .setup = EtpLocalNodePort}}},
+      {"OutsideToAnEtpLocalNodePortWithoutALocalEndpointStillDrops",
+       {{.prog = Prog::kFromNet,
+         .in = NodePortTest::External(50030, 30095),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_SERVICE_NO_BACKEND,
+         .setup = EtpLocalNodePort}}},
+  };
+}
+
+class EtpLocalTable : public NodePortTest, public ::testing::WithParamInterface<PacketCase> {};
+
+TEST_P(EtpLocalTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(EtpLocalInCluster, EtpLocalTable, ::testing::ValuesIn(EtpLocalCases()),
+                         CaseName);
+
+class HostBackendTable : public NodePortTest, public ::testing::WithParamInterface<PacketCase> {};
+
+TEST_P(HostBackendTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(HostNetworkBackend, HostBackendTable,
+                         ::testing::ValuesIn(HostBackendCases()), CaseName);
+
+// ---- The pods' gateway address (bpf/lib/gateway.h) -------------------------------------------
+
+std::vector<PacketCase> GatewayCases() {
+  const Packet to_gateway = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kGateway);
+  return {
+      {"EchoRequestToTheGatewayIsAnsweredBackIntoThePod",
+       {{.in = Packet(to_gateway).Icmp(8, 0, 0x12340001).Payload("ping-data"),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(kClientHostMac, kClientMac)
+                     .IPv4(kGateway, kClient)
+                     .Icmp(0, 0, 0x12340001)
+                     .Payload("ping-data")}}}},
+      {"UdpToTheGatewayIsDroppedAndCounted",
+       {{.in = Packet(to_gateway).UDP(40200, 53).Payload("query"),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_TO_GATEWAY}}},
+      {"TcpToTheGatewayIsDroppedAndCounted",
+       {{.in = Packet(to_gateway).TCP(40201, 80),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_TO_GATEWAY}}},
+      {"OtherIcmpToTheGatewayIsDroppedAndCounted",
+       {{.in = Packet(to_gateway).Icmp(13, 0),  // timestamp request
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_TO_GATEWAY}}},
+  };
+}
+
+class GatewayTable : public LbTest, public ::testing::WithParamInterface<PacketCase> {};
+
+TEST_P(GatewayTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(PodGateway, GatewayTable, ::testing::ValuesIn(GatewayCases()), CaseName);
+
 // Its first packet's verdict depends on the routes of the namespace the test runs in (the FIB
 // lookup for the masqueraded packet), so it stays a TEST checking what does not.
 TEST_F(NodePortTest, NodePortToARemoteBackendIsMasqueradedAndItsReplyRestored) {

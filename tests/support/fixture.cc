@@ -30,7 +30,12 @@ sluice_lb4_key LbKey(const std::string& addr, uint16_t port, uint8_t proto, uint
 absl::Status ProgramService(loader::Datapath& dp, const std::string& addr, uint16_t port,
                             uint8_t proto, uint32_t rev_nat_id,
                             const std::vector<LbBackendSpec>& backends, uint16_t flags,
-                            uint32_t affinity_timeout) {
+                            uint32_t affinity_timeout, uint8_t scope) {
+  auto key = [&](uint16_t slot) {
+    sluice_lb4_key k = LbKey(addr, port, proto, slot);
+    k.scope = scope;
+    return k;
+  };
   for (const auto& b : backends) {
     sluice_lb4_backend be{};
     be.addr = Ip4(b.addr);
@@ -45,7 +50,7 @@ absl::Status ProgramService(loader::Datapath& dp, const std::string& addr, uint1
   for (size_t i = 0; i < backends.size(); ++i) {
     sluice_lb4_service slot{};
     slot.backend_id = backends[i].id;
-    if (auto st = dp.lb4_services().Update(LbKey(addr, port, proto, i + 1), slot); !st.ok()) {
+    if (auto st = dp.lb4_services().Update(key(i + 1), slot); !st.ok()) {
       return st;
     }
   }
@@ -54,7 +59,7 @@ absl::Status ProgramService(loader::Datapath& dp, const std::string& addr, uint1
   master.flags = flags;
   master.rev_nat_id = rev_nat_id;
   master.affinity_timeout = affinity_timeout;
-  return dp.lb4_services().Update(LbKey(addr, port, proto, 0), master);
+  return dp.lb4_services().Update(key(0), master);
 }
 
 ScratchBpffs::ScratchBpffs() {

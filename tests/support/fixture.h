@@ -139,10 +139,12 @@ sluice_lb4_key LbKey(const std::string& addr, uint16_t port, uint8_t proto, uint
 
 // Writes a service through the production maps/ API in the agent's hitless order: backends, the
 // reverse-NAT entry, slots 1..n, then the master. Slots beyond n are left to the caller.
+// scope: enum sluice_lb_scope of the frontend's keys.
 [[nodiscard]] absl::Status ProgramService(loader::Datapath& dp, const std::string& addr,
                                           uint16_t port, uint8_t proto, uint32_t rev_nat_id,
                                           const std::vector<LbBackendSpec>& backends,
-                                          uint16_t flags = 0, uint32_t affinity_timeout = 0);
+                                          uint16_t flags = 0, uint32_t affinity_timeout = 0,
+                                          uint8_t scope = SLUICE_LB_SCOPE_EXTERNAL);
 
 // TC verdicts as the kernel's linux/pkt_cls.h numbers them.
 inline constexpr int kTcOk = 0;

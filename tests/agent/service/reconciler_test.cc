@@ -306,6 +306,27 @@ TEST_F(ServiceReconcilerTest, RemovedUdpBackendFlowsAreFlushedTcpOnesAreNot) {
   EXPECT_EQ(r_->stats().ct_flushed, 2u);
 }
 
+// externalTrafficPolicy: Local: the in-cluster twin of a NodePort (scope internal) is a frontend
+// of its own (master, slots, rev_nat_id) next to the local-only one, and goes with the Service.
+TEST_F(ServiceReconcilerTest, InClusterFrontendsAreProgrammedInTheInternalScope) {
+  ServiceTranslation t = T({Frontend("192.168.0.10", 30080, {}, IPPROTO_TCP,
+                                     SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_ETP_LOCAL)});
+  LbFrontend in_cluster = Frontend("192.168.0.10", 30080, {"10.244.1.4", "10.244.2.5"}, IPPROTO_TCP,
+                                   SLUICE_SVC_F_NODEPORT);
+  in_cluster.scope = SLUICE_LB_SCOPE_INTERNAL;
+  t.in_cluster_frontends = {in_cluster};
+  Apply("default/web", t);
+  std::vector<std::string> ops = maps_.Take();
+  EXPECT_THAT(ops, ::testing::Contains("master+ 192.168.0.10:30080/6 count=0 flags=17 rnat=1"));
+  EXPECT_THAT(ops, ::testing::Contains("master+ 192.168.0.10:30080/6@1 count=2 flags=1 rnat=2"));
+  EXPECT_THAT(ops, ::testing::Contains("slot+ 192.168.0.10:30080/6@1#2 -> 2"));
+  EXPECT_EQ(r_->RevNatId(Ip("192.168.0.10"), 30080, IPPROTO_TCP, SLUICE_LB_SCOPE_INTERNAL), 2u);
+  Apply("default/web", t);
+  EXPECT_THAT(maps_.Take(), IsEmpty()) << "unchanged: nothing written";
+  Apply("default/web", std::nullopt);
+  EXPECT_THAT(maps_.svc, IsEmpty());
+}
+
 TEST_F(ServiceReconcilerTest, OneWildcardMasterPerClusterIpNoneForNodePorts) {
   // Two ports on one ClusterIP, plus a NodePort frontend on the node address.
   Apply("default/web",

@@ -406,6 +406,41 @@ TEST(ServiceTranslatorTest, EtpLocalExternalFrontendsUseOnlyLocalBackends) {
             SLUICE_SVC_F_LOADBALANCER | SLUICE_SVC_F_ETP_LOCAL);
 }
 
+// kube-proxy sends in-cluster traffic (pods, the node itself) to an ETP Local frontend to every
+// endpoint; only traffic from outside the node is kept local. The datapath balances this node's
+// pods and sockets over the internal-scope twin of each external frontend.
+TEST(ServiceTranslatorTest, EtpLocalExternalFrontendsHaveAnInClusterTwinWithEveryEndpoint) {
+  k8s::Service s = EtpLocalLb();
+  s.load_balancer_source_ranges = {"10.0.0.0/8"};
+  ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5", "node-b")})}, Node());
+  ASSERT_EQ(t.in_cluster_frontends.size(), 3u);
+  for (const LbFrontend& f : t.in_cluster_frontends) {
+    EXPECT_EQ(f.scope, SLUICE_LB_SCOPE_INTERNAL) << f.addr.ToString();
+    EXPECT_EQ(f.flags & (SLUICE_SVC_F_ETP_LOCAL | SLUICE_SVC_F_REJECT), 0) << f.addr.ToString();
+    EXPECT_THAT(f.backends, ElementsAre(Be("10.244.1.5", 8080))) << f.addr.ToString();
+    // Same key as the external frontend, which keeps only the (here: no) local endpoints.
+    const LbFrontend* external = Find(t, f.addr.ToString(), f.port);
+    ASSERT_NE(external, nullptr) << f.addr.ToString();
+    EXPECT_EQ(external->scope, SLUICE_LB_SCOPE_EXTERNAL);
+    EXPECT_THAT(external->backends, IsEmpty());
+    EXPECT_EQ(f.flags, external->flags & ~SLUICE_SVC_F_ETP_LOCAL);
+    EXPECT_EQ(f.source_ranges, external->source_ranges);
+  }
+  EXPECT_EQ(t.in_cluster_frontends[0].flags, SLUICE_SVC_F_NODEPORT);
+}
+
+TEST(ServiceTranslatorTest, ClusterPolicyAndClusterIpNeedNoInClusterFrontends) {
+  k8s::Service cluster_policy = EtpLocalLb();
+  cluster_policy.external_traffic_policy = "Cluster";
+  EXPECT_THAT(TranslateService(cluster_policy, {Slice({Ep("10.244.1.5")})}, Node())
+                  .in_cluster_frontends,
+              IsEmpty());
+  k8s::Service itp_local = Svc({Port("http", 80)});
+  itp_local.internal_traffic_policy = "Local";
+  EXPECT_THAT(TranslateService(itp_local, {Slice({Ep("10.244.1.5")})}, Node()).in_cluster_frontends,
+              IsEmpty());
+}
+
 TEST(ServiceTranslatorTest, EtpLocalNodeWithoutLocalEndpointsDropsNotRejects) {
   ServiceTranslation t =
       TranslateService(EtpLocalLb(), {Slice({Ep("10.244.1.5", "node-b")})}, Node());
