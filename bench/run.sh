@@ -18,6 +18,13 @@
 #      routing vs hand-built kernel VXLAN / plain routes in the same topology (overlay_bench.sh).
 #   9. per-packet cost of the flow monitor: nobody listening and a listener at full rate vs the
 #      same program built without monitor code (monitor_bench).
+#  10. NetworkPolicy verdict per packet (sluice_from_pod egress, sluice_to_pod ingress) at 10, 1k
+#      and 10k rules with 100k ipcache entries vs policy off (policy_packet_bench);
+#  11. NetworkPolicy change -> enforced through PolicySync, the reconciler and the real maps:
+#      100 changes and a namespace relabel of 1000 pods, p50/p99 vs a no-op batch
+#      (policy_change_bench);
+#  12. new connections/s to a pod under a policy of 10, 1k, 10k rules: Sluice vs kube-router's
+#      iptables + ipset layout vs no policy (policy_conn_bench.sh).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -91,4 +98,26 @@ if want 9; then
 echo
 echo "#### 9. Flow monitor per packet: off / nobody listens / a listener at full rate, BPF_PROG_TEST_RUN"
 "$BUILD/bench/monitor_bench"
+fi
+
+for b in policy_packet_bench policy_change_bench sluice_policy_setup; do
+  [ -x "$BUILD/bench/$b" ] || { echo "bench/run.sh: $BUILD/bench/$b missing: cmake --build $BUILD --target $b" >&2; exit 1; }
+done
+
+if want 10; then
+echo
+echo "#### 10. NetworkPolicy verdict per packet: 10 / 1k / 10k rules, 100k ipcache entries, BPF_PROG_TEST_RUN"
+"$BUILD/bench/policy_packet_bench"
+fi
+
+if want 11; then
+echo
+echo "#### 11. NetworkPolicy change -> enforced: 100 changes, namespace relabel of 1000 pods"
+"$BUILD/bench/policy_change_bench"
+fi
+
+if want 12; then
+echo
+echo "#### 12. New connections to a pod under a NetworkPolicy: Sluice vs kube-router iptables + ipset"
+"$HERE/policy_conn_bench.sh" "$BUILD"
 fi

@@ -108,22 +108,42 @@ absl::Status BpfPolicyMaps::DeleteEndpoint(uint32_t endpoint_id) {
   return absl::IsNotFound(st) ? absl::OkStatus() : st;
 }
 
-absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const EndpointOwner& owner) {
-  absl::MutexLock l(&mu_);
-  // What the maps hold now.
-  std::map<IpPrefix, uint32_t> ipcache;
-  std::map<uint32_t, std::set<PolicyAllow>> allows;
-  std::map<uint32_t, sluice_policy_ep_entry> endpoints;
+absl::Status PolicyReconciler::ReadMapsLocked() {
+  known_ = false;
+  ipcache_.clear();
+  allows_.clear();
+  endpoints_.clear();
   RETURN_IF_ERROR(
-      Context(maps_.ForEachIpcache([&](const IpPrefix& p, uint32_t id) { ipcache[p] = id; }),
+      Context(maps_.ForEachIpcache([&](const IpPrefix& p, uint32_t id) { ipcache_[p] = id; }),
               "read sluice_ipcache4"));
   RETURN_IF_ERROR(
-      Context(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) { allows[ep].insert(a); }),
+      Context(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) { allows_[ep].insert(a); }),
               "read sluice_policy4"));
   RETURN_IF_ERROR(Context(maps_.ForEachEndpoint([&](uint32_t ep, const sluice_policy_ep_entry& e) {
-    endpoints[ep] = e;
+    endpoints_[ep] = e;
   }),
                           "read sluice_policy_ep"));
+  known_ = true;
+  ++stats_.map_reads;
+  return absl::OkStatus();
+}
+
+absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const EndpointOwner& owner) {
+  absl::MutexLock l(&mu_);
+  // What the maps hold now: read once, then kept as written (nothing else writes these maps).
+  // A failed write leaves the maps in a state the copy may not know: read again next time.
+  if (!known_) RETURN_IF_ERROR(ReadMapsLocked());
+  known_ = false;
+  RETURN_IF_ERROR(ApplyLocked(full, owner));
+  known_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
+                                           const EndpointOwner& owner) {
+  std::map<IpPrefix, uint32_t>& ipcache = ipcache_;
+  std::map<uint32_t, std::set<PolicyAllow>>& allows = allows_;
+  std::map<uint32_t, sluice_policy_ep_entry>& endpoints = endpoints_;
 
   // Only the endpoints that are still the pods the translation saw.
   PolicyTranslation t;
@@ -138,12 +158,13 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
 
   // 1. New allows.
   for (const EndpointPolicy& ep : t.endpoints) {
-    const std::set<PolicyAllow>& have = allows[ep.endpoint_id];
+    std::set<PolicyAllow>& have = allows[ep.endpoint_id];
     for (const PolicyAllow& a : ep.allows) {
       if (have.contains(a)) continue;
       RETURN_IF_ERROR(Context(maps_.UpsertAllow(ep.endpoint_id, a),
                               absl::StrCat("allow for endpoint ", ep.endpoint_id)));
       ++stats_.allow_writes;
+      have.insert(a);
     }
   }
   // 2. New and changed ipcache entries.
@@ -155,6 +176,7 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
     RETURN_IF_ERROR(Context(maps_.UpsertIpcache(e.prefix, e.identity),
                             absl::StrCat("ipcache entry ", e.prefix.ToString())));
     ++stats_.ipcache_writes;
+    ipcache[e.prefix] = e.identity;
   }
   // 3. Endpoint entries (enforce bits).
   for (const EndpointPolicy& ep : t.endpoints) {
@@ -169,6 +191,7 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
     RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(ep.endpoint_id, want),
                             absl::StrCat("policy entry of endpoint ", ep.endpoint_id)));
     ++stats_.endpoint_writes;
+    endpoints[ep.endpoint_id] = want;
   }
   // Endpoints with an entry the translation does not know: still there (newer than the
   // translation's view) or gone (their DEL was missed, e.g. while the agent was down).
@@ -181,41 +204,54 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
         Context(maps_.DeleteEndpoint(id), absl::StrCat("policy entry of gone endpoint ", id)));
     ++stats_.endpoint_deletes;
   }
+  // (The copy loses the gone entries after the loop below, which still needs to know them.)
   // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
   // any entry (left over). An endpoint that exists but is not in the translation keeps its own.
   std::map<uint32_t, std::set<PolicyAllow>> wanted;
   for (const EndpointPolicy& ep : t.endpoints) {
     wanted[ep.endpoint_id].insert(ep.allows.begin(), ep.allows.end());
   }
-  for (const auto& [id, have] : allows) {
+  for (auto& [id, have] : allows) {
     bool managed = desired_eps.contains(id);
     bool kept = !managed && endpoints.contains(id) && !gone.contains(id);
     if (kept) continue;
     const std::set<PolicyAllow>& want = wanted[id];
+    std::vector<PolicyAllow> stale;
     for (const PolicyAllow& a : have) {
-      if (want.contains(a)) continue;
+      if (!want.contains(a)) stale.push_back(a);
+    }
+    for (const PolicyAllow& a : stale) {
       RETURN_IF_ERROR(
           Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
       ++stats_.allow_deletes;
+      have.erase(a);
     }
   }
+  for (uint32_t id : gone) endpoints.erase(id);
+  std::erase_if(allows, [](const auto& kv) { return kv.second.empty(); });
   // 5. Stale ipcache prefixes.
+  std::vector<IpPrefix> stale_prefixes;
   for (const auto& [prefix, id] : ipcache) {
-    if (desired_prefixes.contains(prefix)) continue;
+    if (!desired_prefixes.contains(prefix)) stale_prefixes.push_back(prefix);
+  }
+  for (const IpPrefix& prefix : stale_prefixes) {
     RETURN_IF_ERROR(Context(maps_.DeleteIpcache(prefix),
                             absl::StrCat("stale ipcache entry ", prefix.ToString())));
     ++stats_.ipcache_deletes;
+    ipcache.erase(prefix);
   }
   return absl::OkStatus();
 }
 
 absl::Status PolicyReconciler::WriteNewEndpoint(uint32_t endpoint_id, bool open) {
   absl::MutexLock l(&mu_);
+  const bool known = known_;
+  known_ = false;  // until every write below succeeded
   sluice_policy_ep_entry e{};
   e.identity = SLUICE_IDENTITY_UNMANAGED;
+  PolicyAllow host;
   if (!open) {
     // The node (kubelet probes) is always let in; the allow goes before the bits.
-    PolicyAllow host;
     host.identity = SLUICE_IDENTITY_HOST;
     host.direction = SLUICE_POLICY_INGRESS;
     RETURN_IF_ERROR(maps_.UpsertAllow(endpoint_id, host));
@@ -224,20 +260,37 @@ absl::Status PolicyReconciler::WriteNewEndpoint(uint32_t endpoint_id, bool open)
   }
   RETURN_IF_ERROR(maps_.UpsertEndpoint(endpoint_id, e));
   ++stats_.endpoint_writes;
+  if (known) {
+    if (!open) allows_[endpoint_id].insert(host);
+    endpoints_[endpoint_id] = e;
+    known_ = true;
+  }
   return absl::OkStatus();
 }
 
 absl::Status PolicyReconciler::RemoveEndpoint(uint32_t endpoint_id) {
   absl::MutexLock l(&mu_);
+  const bool known = known_;
+  known_ = false;  // until every write below succeeded
   RETURN_IF_ERROR(maps_.DeleteEndpoint(endpoint_id));
   ++stats_.endpoint_deletes;
   std::vector<PolicyAllow> mine;
-  RETURN_IF_ERROR(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) {
-    if (ep == endpoint_id) mine.push_back(a);
-  }));
+  if (known) {
+    auto it = allows_.find(endpoint_id);
+    if (it != allows_.end()) mine.assign(it->second.begin(), it->second.end());
+  } else {
+    RETURN_IF_ERROR(maps_.ForEachAllow([&](uint32_t ep, const PolicyAllow& a) {
+      if (ep == endpoint_id) mine.push_back(a);
+    }));
+  }
   for (const PolicyAllow& a : mine) {
     RETURN_IF_ERROR(maps_.DeleteAllow(endpoint_id, a));
     ++stats_.allow_deletes;
+  }
+  if (known) {
+    endpoints_.erase(endpoint_id);
+    allows_.erase(endpoint_id);
+    known_ = true;
   }
   return absl::OkStatus();
 }

@@ -6,7 +6,10 @@
 //   3. sluice_policy_ep entries that are new or changed (an enforce bit after its allows)
 //   4. allow entries no longer wanted (after the bit that needed them is cleared)
 //   5. ipcache prefixes no longer wanted; sluice_policy_ep entries of endpoints that are gone
-// Level-triggered: each Apply reads the maps and writes the difference. The endpoint service
+// Level-triggered: Apply writes the difference between the translation and what the maps hold.
+// The maps are read once (first Apply, and again after any failed write) and then known from
+// what this reconciler wrote: nothing else writes these three maps, and reading them (LPM tries
+// iterate at ~10 us an entry) would cost more than the rest of a batch. The endpoint service
 // owns the birth and death of an endpoint's entries (WriteClosed / RemoveEndpoint): Apply never
 // deletes the sluice_policy_ep entry of an endpoint that still exists, even one its translation
 // did not know yet.
@@ -14,6 +17,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -74,6 +78,7 @@ struct PolicyApplyStats {
   uint64_t ipcache_writes = 0, ipcache_deletes = 0;
   uint64_t allow_writes = 0, allow_deletes = 0;
   uint64_t endpoint_writes = 0, endpoint_deletes = 0;
+  uint64_t map_reads = 0;  // times the three maps were read whole (start, after a failed write)
 };
 
 class PolicyReconciler {
@@ -105,10 +110,19 @@ class PolicyReconciler {
   }
 
  private:
+  absl::Status ReadMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status ApplyLocked(const PolicyTranslation& t, const EndpointOwner& owner)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   // The controller's thread applies, CNI requests add and remove endpoints: one at a time.
   mutable absl::Mutex mu_;
   PolicyMaps& maps_;
   PolicyApplyStats stats_ ABSL_GUARDED_BY(mu_);
+  // What the maps hold, while known_ (see the top of this file).
+  bool known_ ABSL_GUARDED_BY(mu_) = false;
+  std::map<IpPrefix, uint32_t> ipcache_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, std::set<PolicyAllow>> allows_ ABSL_GUARDED_BY(mu_);
+  std::map<uint32_t, sluice_policy_ep_entry> endpoints_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::agent

@@ -545,6 +545,30 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in,
     if (p) pods_by_key[p->meta.Key()] = p.get();
   }
 
+  // The peer identities of a rule depend on the rule alone, not on the endpoint it is applied
+  // to: found once per translation (a scan of every identity), shared by every endpoint its
+  // policy selects.
+  std::map<const CompiledRule*, std::vector<uint32_t>> peers_of_rule;
+  auto peers_of = [&](const CompiledPolicy& policy,
+                      const CompiledRule& rule) -> const std::vector<uint32_t>& {
+    auto [it, inserted] = peers_of_rule.try_emplace(&rule);
+    if (!inserted) return it->second;
+    std::vector<uint32_t>& targets = it->second;
+    if (rule.peers.empty()) {
+      targets.push_back(SLUICE_IDENTITY_ANY);
+      return targets;
+    }
+    for (const auto& [id, view] : views) {
+      for (const CompiledPeer& peer : rule.peers) {
+        if (PeerMatches(peer, policy.ns, view)) {
+          targets.push_back(id);
+          break;
+        }
+      }
+    }
+    return targets;
+  };
+
   std::vector<PolicyEndpoint> endpoints = in.endpoints;
   std::sort(endpoints.begin(), endpoints.end(),
             [](const auto& a, const auto& b) { return a.endpoint_id < b.endpoint_id; });
@@ -561,19 +585,7 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in,
 
     std::set<PolicyAllow> allows;
     auto add_rule = [&](const CompiledPolicy& policy, const CompiledRule& rule, uint8_t dir) {
-      std::vector<uint32_t> targets;
-      if (rule.peers.empty()) {
-        targets.push_back(SLUICE_IDENTITY_ANY);
-      } else {
-        for (const auto& [id, view] : views) {
-          for (const CompiledPeer& peer : rule.peers) {
-            if (PeerMatches(peer, policy.ns, view)) {
-              targets.push_back(id);
-              break;
-            }
-          }
-        }
-      }
+      const std::vector<uint32_t>& targets = peers_of(policy, rule);
       if (rule.ports.empty()) {
         for (uint32_t t : targets) allows.insert({t, dir, 0, 0, 0});
         return;

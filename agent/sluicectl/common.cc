@@ -19,7 +19,7 @@ ABSL_FLAG(std::string, agent, "127.0.0.1:9879",
           "the agent's --health_address: status, config and Service names come from there");
 ABSL_FLAG(std::string, o, "table", "output format of lists: table or json (-o json)");
 ABSL_FLAG(std::string, pod, "",
-          "NAMESPACE/NAME: only this pod's entries (endpoints, nat, ct list)");
+          "NAMESPACE/NAME: only this pod's entries (endpoints, nat, ct list, policy drops)");
 ABSL_FLAG(std::string, service, "", "NAMESPACE/NAME: only this Service's frontends (services)");
 
 namespace sluice::ctl {
@@ -82,21 +82,31 @@ bool ServiceSelected(const std::string& service_port) {
   return service_port == want || service_port.rfind(want + ":", 0) == 0;
 }
 
-std::map<std::string, std::string> PodNamesByAddress() {
-  std::map<std::string, std::string> out;
-  std::error_code ec;
+std::vector<agent::Endpoint> EndpointRecords(std::error_code* ec) {
+  std::vector<agent::Endpoint> out;
+  std::error_code dir_ec;
   for (const auto& f :
-       std::filesystem::directory_iterator(absl::GetFlag(FLAGS_state_dir) + "/endpoints", ec)) {
+       std::filesystem::directory_iterator(absl::GetFlag(FLAGS_state_dir) + "/endpoints", dir_ec)) {
     std::ifstream in(f.path());
     std::stringstream text;
     text << in.rdbuf();
     auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
     if (j.is_discarded()) continue;
     auto e = agent::EndpointFromJson(j);
-    if (e.ok() && !e->ipv4.empty()) {
-      out[e->ipv4] =
-          e->pod_name.empty() ? "(no pod name)" : absl::StrCat(e->pod_namespace, "/", e->pod_name);
-    }
+    if (e.ok()) out.push_back(std::move(*e));
+  }
+  if (ec != nullptr) *ec = dir_ec;
+  return out;
+}
+
+std::string PodName(const agent::Endpoint& ep) {
+  return ep.pod_name.empty() ? "(no pod name)" : absl::StrCat(ep.pod_namespace, "/", ep.pod_name);
+}
+
+std::map<std::string, std::string> PodNamesByAddress() {
+  std::map<std::string, std::string> out;
+  for (const agent::Endpoint& e : EndpointRecords()) {
+    if (!e.ipv4.empty()) out[e.ipv4] = PodName(e);
   }
   return out;
 }

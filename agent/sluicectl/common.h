@@ -9,12 +9,14 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "absl/flags/declare.h"
 #include "absl/flags/flag.h"
 #include "absl/status/statusor.h"
+#include "agent/endpoint/endpoint_store.h"
 #include "maps/sluice_maps.h"
 #include "nlohmann/json.hpp"
 
@@ -55,8 +57,13 @@ absl::StatusOr<std::string> AgentGet(const std::string& path, int* status = null
 bool PodSelected(const std::string& pod_name);
 bool ServiceSelected(const std::string& service_port);  // "default/web:http" matches default/web
 
-// Pod names by address ("10.244.0.5" -> "default/web-1") from the agent's endpoint records
-// under --state_dir, read without opening its store (which tidies the directory).
+// The agent's endpoint records under --state_dir (one per pod interface on this node), read
+// without opening its store (which tidies the directory); unreadable records are skipped. *ec
+// (when given) tells whether the directory itself could be read.
+std::vector<agent::Endpoint> EndpointRecords(std::error_code* ec = nullptr);
+// "namespace/name" of a record, "(no pod name)" when it has none.
+std::string PodName(const agent::Endpoint& ep);
+// Pod names by address ("10.244.0.5" -> "default/web-1") from the endpoint records.
 std::map<std::string, std::string> PodNamesByAddress();
 
 // A loaded program's name by id ("sluice_from_pod"), or "prog ID" (status.cc).

@@ -2,11 +2,8 @@
 // it, with identities resolved to their label sets (the agent's <state_dir>/identities.json).
 #include <arpa/inet.h>
 
-#include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -92,18 +89,10 @@ int Policy(const std::vector<std::string>& args) {
     return 2;
   }
   const std::string want = args[1];
-  // The agent's endpoint records, read without opening its store (which tidies the directory).
   std::optional<agent::Endpoint> ep;
   std::error_code ec;
-  for (const auto& f :
-       std::filesystem::directory_iterator(absl::GetFlag(FLAGS_state_dir) + "/endpoints", ec)) {
-    std::ifstream in(f.path());
-    std::stringstream text;
-    text << in.rdbuf();
-    auto j = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded()) continue;
-    auto e = agent::EndpointFromJson(j);
-    if (e.ok() && e->pod_namespace + "/" + e->pod_name == want) ep = *e;
+  for (agent::Endpoint& e : EndpointRecords(&ec)) {
+    if (e.pod_namespace + "/" + e.pod_name == want) ep = std::move(e);
   }
   if (ec) {
     std::fprintf(stderr, "sluicectl: endpoint records: %s\n", ec.message().c_str());

@@ -1,6 +1,7 @@
 // The policy reconciler's write order, against a recording fake of the three policy maps: every
 // mutation is logged as text ("allow+ 7 ingress id300 6/80/24") and the fake holds the contents,
-// so each Apply starts from what the previous one left.
+// so each Apply starts from what the previous one left. The reconciler reads the fake whole only
+// at its first Apply and after a failed write (`reads`, `fail_ipcache_upserts`).
 #include "agent/policy/reconciler.h"
 
 #include <netinet/in.h>
@@ -34,12 +35,19 @@ class RecordingPolicyMaps : public PolicyMaps {
   std::map<IpPrefix, uint32_t> ipcache;
   std::map<uint32_t, std::set<PolicyAllow>> allows;
   std::map<uint32_t, sluice_policy_ep_entry> endpoints;
+  int reads = 0;                 // ForEach* calls
+  int fail_ipcache_upserts = 0;  // the next n UpsertIpcache calls fail
 
   absl::Status ForEachIpcache(const IpcacheFn& fn) override {
+    ++reads;
     for (const auto& [p, id] : ipcache) fn(p, id);
     return absl::OkStatus();
   }
   absl::Status UpsertIpcache(const IpPrefix& p, uint32_t id) override {
+    if (fail_ipcache_upserts > 0) {
+      --fail_ipcache_upserts;
+      return absl::ResourceExhaustedError("map full");
+    }
     ops.push_back(absl::StrCat("ipcache+ ", p.ToString(), " id", id));
     ipcache[p] = id;
     return absl::OkStatus();
@@ -50,6 +58,7 @@ class RecordingPolicyMaps : public PolicyMaps {
     return absl::OkStatus();
   }
   absl::Status ForEachAllow(const AllowFn& fn) override {
+    ++reads;
     for (const auto& [ep, set] : allows)
       for (const auto& a : set) fn(ep, a);
     return absl::OkStatus();
@@ -66,6 +75,7 @@ class RecordingPolicyMaps : public PolicyMaps {
     return absl::OkStatus();
   }
   absl::Status ForEachEndpoint(const EndpointFn& fn) override {
+    ++reads;
     for (const auto& [ep, e] : endpoints) fn(ep, e);
     return absl::OkStatus();
   }
@@ -214,6 +224,48 @@ TEST_F(PolicyReconcilerTest, RemovedEndpointLosesItsEntryBeforeItsAllows) {
   maps_.ops.clear();
   ASSERT_TRUE(rec_.RemoveEndpoint(7).ok());
   EXPECT_THAT(maps_.ops, ElementsAre("ep- 7", "allow- 7 ingress id300 6/80/24"));
+}
+
+// Reading the maps is the dearest part of a batch: they are read at the first Apply only, and
+// what the reconciler writes afterwards (Apply, new and removed endpoints) keeps its view right.
+TEST_F(PolicyReconcilerTest, MapsAreReadOnceAndTheWritesKeepItsViewOfThem) {
+  PolicyTranslation t;
+  t.ipcache = {{Pfx("10.244.0.10/32"), 300}, {Pfx("192.168.0.0/16"), 500}};
+  t.endpoints = {Ep(7, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS)})};
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
+  EXPECT_EQ(maps_.reads, 3);
+  ASSERT_TRUE(rec_.WriteNewEndpoint(9, /*open=*/false).ok());
+  ASSERT_TRUE(rec_.RemoveEndpoint(9).ok());
+  maps_.ops.clear();
+  t.ipcache = {{Pfx("10.244.0.10/32"), 302}};
+  t.endpoints = {Ep(7, 301, true, false, {Allow(302, SLUICE_POLICY_INGRESS)})};
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
+  EXPECT_THAT(maps_.ops,
+              ElementsAre("allow+ 7 ingress id302 6/80/24", "ipcache+ 10.244.0.10/32 id302",
+                          "allow- 7 ingress id300 6/80/24", "ipcache- 192.168.0.0/16"));
+  maps_.ops.clear();
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
+  EXPECT_THAT(maps_.ops, IsEmpty());
+  EXPECT_EQ(maps_.reads, 3) << "no Apply after the first read the maps";
+  EXPECT_EQ(rec_.stats().map_reads, 1u);
+  EXPECT_FALSE(maps_.allows.contains(9)) << "the removed endpoint's host allow is gone";
+}
+
+// After a failed write the maps may hold a part of the batch: the next Apply reads them again
+// and completes it.
+TEST_F(PolicyReconcilerTest, FailedWriteMakesTheNextApplyReadTheMapsAgain) {
+  PolicyTranslation t;
+  t.ipcache = {{Pfx("10.244.0.10/32"), 300}, {Pfx("10.244.0.11/32"), 301}};
+  t.endpoints = {Ep(7, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS)})};
+  maps_.fail_ipcache_upserts = 1;
+  EXPECT_FALSE(rec_.Apply(t, Owner).ok());
+  EXPECT_TRUE(maps_.allows.contains(7)) << "the allows were written before the failure";
+  maps_.ops.clear();
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
+  EXPECT_EQ(maps_.reads, 6);
+  EXPECT_EQ(rec_.stats().map_reads, 2u);
+  EXPECT_THAT(maps_.ops, ElementsAre("ipcache+ 10.244.0.10/32 id300",
+                                     "ipcache+ 10.244.0.11/32 id301", "ep+ 7 id301 flags1"));
 }
 
 TEST(PolicyAllowKeyTest, KeyRoundTripsThroughAllowOfKey) {
