@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "agent/base/cli.h"
 #include "agent/lab/apiserver.h"
 #include "agent/lab/lab.h"
@@ -41,7 +42,9 @@ usage:
                                              run CMD in a pod's network namespace
                                              (POD may also be node/NODE or external)
   sluice-lab probe [--name NAME] --from FROM --to HOST:PORT [--proto tcp|udp] [--timeout S]
-                                             prints CONNECTED, REFUSED or TIMEOUT
+                                             prints CONNECTED, REFUSED or TIMEOUT; with
+                                             --to HOST:PORT,HOST:PORT,... probes them all at
+                                             once and prints "HOST:PORT OUTCOME" per target
   sluice-lab request [--name NAME] --from FROM --to HOST:PORT --data TEXT [--proto tcp|udp]
                      [--timeout S]           prints the reply (one line), or REFUSED / TIMEOUT
   sluice-lab fault [--name NAME | --kubeconfig K] ACTION [--seconds S] [--count N]
@@ -216,22 +219,40 @@ int CmdProbe(const Args& a, bool request) {
   if (Get(a, "from").empty() || Get(a, "to").empty()) {
     return UsageError("--from and --to are required");
   }
-  ProbeTarget target;
-  if (auto st = ParseHostPort(Get(a, "to"), &target); !st.ok()) {
-    return UsageError(std::string(st.message()));
-  }
   auto proto = ParseProtocol(Get(a, "proto", "tcp"));
   if (!proto.ok()) return UsageError(std::string(proto.status().message()));
-  target.protocol = *proto;
   double seconds = 3;
   if (!absl::SimpleAtod(Get(a, "timeout", "3"), &seconds) || seconds <= 0) {
     return UsageError("--timeout: seconds");
   }
-  target.timeout = absl::Seconds(seconds);
+  std::vector<ProbeTarget> targets;
+  for (absl::string_view to : absl::StrSplit(Get(a, "to"), ',')) {
+    ProbeTarget target;
+    if (auto st = ParseHostPort(std::string(to), &target); !st.ok()) {
+      return UsageError(std::string(st.message()));
+    }
+    target.protocol = *proto;
+    target.timeout = absl::Seconds(seconds);
+    targets.push_back(target);
+  }
+  if (request && targets.size() != 1) return UsageError("request: one --to HOST:PORT");
+  const ProbeTarget& target = targets.front();
   if (request && !a.values.contains("data")) return UsageError("request: --data TEXT");
   auto netns = ResolveNetns(*t, Get(a, "from"));
   if (!netns.ok()) return Fail(netns.status());
   if (auto st = EnterNetns(*netns); !st.ok()) return Fail(st);
+  if (!request && targets.size() > 1) {
+    auto outcomes = ProbeAll(targets);
+    for (size_t i = 0; i < targets.size(); ++i) {
+      if (!outcomes[i].ok()) return Fail(outcomes[i].status());
+    }
+    for (size_t i = 0; i < targets.size(); ++i) {
+      std::cout << targets[i].host << ":" << targets[i].port << " "
+                << ProbeOutcomeName(*outcomes[i]) << "\n";
+    }
+    std::cout << std::flush;
+    return 0;
+  }
   if (!request) {
     auto outcome = Probe(target);
     if (!outcome.ok()) return Fail(outcome.status());

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -143,6 +144,17 @@ absl::StatusOr<ProbeOutcome> Probe(const ProbeTarget& target) {
   if (fd.get() < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
   int err = ConnectTcp(fd.get(), *sa, absl::Now() + target.timeout);
   return err == 0 ? ProbeOutcome::kConnected : FromErrno(err);
+}
+
+std::vector<absl::StatusOr<ProbeOutcome>> ProbeAll(const std::vector<ProbeTarget>& targets) {
+  std::vector<absl::StatusOr<ProbeOutcome>> out(targets.size(), ProbeOutcome::kTimeout);
+  std::vector<std::thread> threads;
+  threads.reserve(targets.size());
+  for (size_t i = 0; i < targets.size(); ++i) {
+    threads.emplace_back([&out, &targets, i] { out[i] = Probe(targets[i]); });
+  }
+  for (auto& t : threads) t.join();
+  return out;
 }
 
 absl::StatusOr<RequestResult> Request(const ProbeTarget& target, const std::string& data) {

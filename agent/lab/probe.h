@@ -5,6 +5,7 @@
 #define SLUICE_AGENT_LAB_PROBE_H_
 
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -34,6 +35,11 @@ absl::Status EnterNetns(const std::string& path);
 // connected socket; CONNECTED when any reply arrives, REFUSED on ECONNREFUSED (ICMP port
 // unreachable). Anything else (silence, no route) is TIMEOUT. Errors only for bad input.
 absl::StatusOr<ProbeOutcome> Probe(const ProbeTarget& target);
+
+// Probe of every target at once, one thread each (started from the calling thread, so in its
+// network namespace): a matrix of probes costs one timeout, not one per silent target. Results
+// in the order of `targets`.
+std::vector<absl::StatusOr<ProbeOutcome>> ProbeAll(const std::vector<ProbeTarget>& targets);
 
 struct RequestResult {
   ProbeOutcome outcome;

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agent/lab/netexec.h"
 #include "agent/lab/probe.h"
@@ -118,6 +119,30 @@ TEST_F(NetexecProbeTest, ProbeOfASilentHostTimesOutAfterTheTimeout) {
     EXPECT_GE(absl::Now() - start, absl::Milliseconds(650));
     EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   }
+}
+
+TEST_F(NetexecProbeTest, ProbeAllReportsEachTargetInOrderAndWaitsOneTimeoutNotSix) {
+  std::vector<ProbeTarget> targets = {Target(kSecondAddress, kPort, Protocol::kTcp),
+                                      Target("127.0.0.1", kPort + 1, Protocol::kTcp),
+                                      Target(kSecondAddress, kPort, Protocol::kUdp)};
+  for (int i = 0; i < 6; ++i) {
+    targets.push_back(Target(kSilentHost, kPort + i,
+                             i % 2 ? Protocol::kUdp : Protocol::kTcp, absl::Milliseconds(700)));
+  }
+  absl::Time start = absl::Now();
+  auto got = ProbeAll(targets);
+  absl::Duration took = absl::Now() - start;
+  ASSERT_EQ(got.size(), targets.size());
+  for (const auto& r : got) ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(*got[0], ProbeOutcome::kConnected);
+  EXPECT_EQ(*got[1], ProbeOutcome::kRefused);
+  EXPECT_EQ(*got[2], ProbeOutcome::kConnected);
+  for (size_t i = 3; i < got.size(); ++i) {
+    EXPECT_EQ(*got[i], ProbeOutcome::kTimeout) << i << ": " << ProbeOutcomeName(*got[i]);
+  }
+  // One after the other, the six silent targets would take at least 4.2 s.
+  EXPECT_GE(took, absl::Milliseconds(650));
+  EXPECT_LT(took, absl::Seconds(3));
 }
 
 TEST(ProbeArgs, ParsesHostPortAndRejectsNonsense) {
