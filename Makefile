@@ -6,6 +6,9 @@ CMAKE_FLAGS ?=
 NPROC ?= $(shell nproc)
 # `make fuzz`: seconds per libFuzzer target (CI's ctest runs give each SLUICE_FUZZ_SECONDS, 30).
 FUZZ_SECONDS ?= 600
+# `make soak`: agent kills, and seconds of pod churn while they go on.
+SOAK_KILLS ?= 100
+SOAK_CHURN_SECONDS ?= 180
 
 DEB_PACKAGES := \
 	build-essential cmake ninja-build pkg-config git lld \
@@ -20,7 +23,7 @@ DEB_PACKAGES := \
 	golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
 	golang-github-xeipuuv-gojsonschema-dev nodejs chromium
 
-.PHONY: all build deps test test-unit test-privileged bench demo fuzz clean format
+.PHONY: all build deps test test-unit test-privileged bench demo fuzz soak clean format
 
 all: build
 
@@ -59,6 +62,12 @@ test-privileged: build
 bench: build
 	cmake --build $(BUILD) --target benchmarks
 	bench/run.sh $(BUILD)
+
+# The fault proofs at length (issue 9): 100 agent kills under load with longer pod churn, and
+# 10 rounds of each apiserver fault; prints the figures.
+soak: build
+	SLUICE_KILLS=$(SOAK_KILLS) SLUICE_CHURN_SECONDS=$(SOAK_CHURN_SECONDS) tests/e2e/agent_kill_test.sh $(BUILD)
+	SLUICE_FAULT_ROUNDS=10 tests/e2e/apiserver_faults_test.sh $(BUILD)
 
 demo: deps build
 	tests/e2e/demo.sh $(BUILD)

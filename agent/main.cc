@@ -423,6 +423,22 @@ int Run() {
         [kube] { return kube->services().HasSynced() && kube->endpoint_slices().HasSynced(); },
         *lb_reconciler, health_checks.get(), NodeContext{k8s->node_name(), {node->node_ip}});
   }
+  std::optional<metrics::ScopedCollector> refusal_metrics;  // reads service_sync: after it
+  if (service_sync) {
+    refusal_metrics.emplace(
+        metrics::Default(),
+        metrics::Default().AddCollector([s = service_sync.get()](metrics::ScrapeSink& out) {
+          RefusalCounts counts = s->refusals();
+          for (size_t r = 0; r < static_cast<size_t>(RefusalReason::kCount); ++r) {
+            out.Counter("sluice_service_refusals_total",
+                        "Parts of Services and EndpointSlices not programmed (an invalid or "
+                        "special backend address, port or protocol, external or LoadBalancer "
+                        "IP), counted once per object when first refused, per reason",
+                        {{"reason", std::string(RefusalReasonName(static_cast<RefusalReason>(r)))}},
+                        static_cast<double>(counts.by_reason[r]));
+          }
+        }));
+  }
   // The flow monitor: the datapath emits events only while someone observes (and
   // --monitor_idle_events otherwise). Declared last: it stops before what it names flows from.
   std::unique_ptr<monitor::FlowNames> flow_names;

@@ -442,13 +442,15 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   ep = *stored;
   if (policy_hook_ != nullptr) {
     if (auto st = policy_hook_->EndpointAdded(ep); !st.ok()) {
-      (void)policy_hook_->EndpointRemoved(ep);
-      return undo(WithCode(api::kSluiceInternal, st, "write the pod's policy state"));
+      absl::Status failed = undo(WithCode(api::kSluiceInternal, st, "write the pod's policy state"));
+      (void)policy_hook_->EndpointRemoved(ep);  // after the record is gone (RemoveEndpoint)
+      return failed;
     }
   }
   if (auto st = Plumb(ep); !st.ok()) {
+    absl::Status failed = undo(st);
     if (policy_hook_ != nullptr) (void)policy_hook_->EndpointRemoved(ep);
-    return undo(st);
+    return failed;
   }
 
   auto result = ChainedResult(ep, conf);
@@ -467,11 +469,16 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_ad
   if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) {
     keep(datapath_.DeleteEndpoint(*addr, ep.host_ifindex));
   }
-  if (policy_hook_ != nullptr) keep(policy_hook_->EndpointRemoved(ep));
   // Deleting the host side takes the pod side with it, wherever its netns is (or was).
   keep(DeleteHostVeth(ep));
   if (release_address) keep(ipam_.Release(OwnerOf(ep.network_name, ep.container_id, ep.ifname)));
   if (first.ok()) keep(store_.Remove(ep.container_id, ep.ifname));
+  // Policy last, once the record is gone: the hook deletes the endpoint's entries and asks for a
+  // policy reconcile, which must not find the endpoint still recorded (it would write the
+  // entries back, with the pod's address as unmanaged in the ipcache, and nothing would ask
+  // again). A crash before this line leaves entries of an unrecorded endpoint: the next policy
+  // reconcile prunes those.
+  if (policy_hook_ != nullptr) keep(policy_hook_->EndpointRemoved(ep));
   return first;
 }
 

@@ -31,6 +31,7 @@
 #include "agent/lab/kubelet.h"
 #include "agent/lab/probe.h"
 #include "agent/lab/process.h"
+#include "agent/lab/supervisor.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -190,6 +191,9 @@ struct AgentProcess {
   std::string pod_cidr;
   pid_t pid = 0;
   bool exited = false;
+  RestartBackoff backoff;
+  absl::Time restart_at = absl::InfiniteFuture();  // while exited: when the supervisor starts it
+  bool held = false;                               // exited and kept down by the hold file
 };
 
 json NodeObject(const LabNode& node) {
@@ -377,7 +381,9 @@ int RunControlPlane(const std::string& name) {
                        {"ip", a.node->ip},
                        {"netns", a.node->netns},
                        {"podCIDR", a.pod_cidr},
-                       {"agentPid", a.pid}});
+                       {"agentPid", a.exited ? 0 : a.pid},
+                       {"agentRestarts", a.backoff.restarts()},
+                       {"agentHeld", a.held}});
     }
     json pods = json::array();
     if (kubelet) {
@@ -442,10 +448,12 @@ int RunControlPlane(const std::string& name) {
         }
         usleep(20'000);
       }
+      fs::remove(AgentHoldPath(n.dir));
       auto pid = StartProcess(
           {.argv = AgentCommand(t, n, agent.pod_cidr), .log_path = n.log_dir() + "/agent.log"});
       if (!pid.ok()) return pid.status();
       agent.pid = *pid;
+      agent.backoff.Started(absl::Now());
       spdlog::info("agent of {} (pod CIDR {}) started: pid {}", n.name, agent.pod_cidr, *pid);
       agents.push_back(agent);
     }
@@ -480,21 +488,54 @@ int RunControlPlane(const std::string& name) {
     spdlog::info("lab {} is up with {} nodes", t.lab, t.nodes.size());
     absl::Time next_status = absl::Now();
     while (true) {
-      timespec one_second = {1, 0};
-      int sig = sigtimedwait(&stop_signals, nullptr, &one_second);
+      timespec tick = {0, 50'000'000};  // how soon an exited agent is noticed
+      int sig = sigtimedwait(&stop_signals, nullptr, &tick);
       if (sig > 0) {
         spdlog::info("signal {}: tearing lab {} down", sig, t.lab);
         break;
       }
+      bool changed = false;
       for (auto& a : agents) {
+        absl::Time now = absl::Now();
         if (!a.exited) {
           if (auto code = ReapIfExited(a.pid)) {
+            std::lock_guard<std::mutex> lock(status_mu);
             a.exited = true;
-            spdlog::error("agent of {} exited with {}", a.node->name, *code);
+            a.held = fs::exists(AgentHoldPath(a.node->dir));
+            a.restart_at = a.backoff.Exited(now);
+            changed = true;
+            spdlog::error("agent of {} (pid {}) exited with {}: {}", a.node->name, a.pid, *code,
+                          a.held ? "held down (agent.hold)"
+                                 : absl::StrCat("restarting in ",
+                                                absl::FormatDuration(a.restart_at - now)));
           }
+          continue;
         }
+        // Exited: restart once due, unless `sluice-lab agent stop` holds it down.
+        bool held = fs::exists(AgentHoldPath(a.node->dir));
+        if (held != a.held) {
+          std::lock_guard<std::mutex> lock(status_mu);
+          a.held = held;
+          changed = true;
+          if (!held) a.restart_at = std::min(a.restart_at, now);
+        }
+        if (held || now < a.restart_at) continue;
+        auto pid = StartProcess({.argv = AgentCommand(t, *a.node, a.pod_cidr),
+                                 .log_path = a.node->log_dir() + "/agent.log"});
+        if (!pid.ok()) {
+          spdlog::error("restart agent of {}: {}", a.node->name, pid.status().ToString());
+          a.restart_at = a.backoff.Exited(now);
+          continue;
+        }
+        std::lock_guard<std::mutex> lock(status_mu);
+        a.pid = *pid;
+        a.exited = false;
+        a.backoff.Started(now);
+        changed = true;
+        spdlog::info("agent of {} restarted (restart {}): pid {}", a.node->name,
+                     a.backoff.restarts(), *pid);
       }
-      if (absl::Now() >= next_status) {
+      if (changed || absl::Now() >= next_status) {
         write_status();
         next_status = absl::Now() + absl::Seconds(2);
       }
@@ -605,6 +646,69 @@ absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann:
     return absl::FailedPreconditionError(absl::StrCat("HTTP ", res->status, ": ", res->body));
   }
   return res->body;
+}
+
+namespace {
+// The agent pid status.json records for `node` (0: down or unknown).
+pid_t RecordedAgentPid(const Topology& t, const std::string& node) {
+  json s = json::parse(ReadFile(t.dir + "/status.json"), nullptr, false);
+  if (s.is_discarded()) return 0;
+  for (const auto& n : s.value("nodes", json::array())) {
+    if (n.value("name", "") == node) return n.value("agentPid", 0);
+  }
+  return 0;
+}
+}  // namespace
+
+absl::StatusOr<std::string> AgentAction(const std::string& lab, const std::string& node,
+                                        const std::string& action, bool wait) {
+  auto t = LoadTopology(lab);
+  if (!t.ok()) return t.status();
+  const LabNode* n = t->FindNode(node);
+  if (n == nullptr) return absl::NotFoundError(absl::StrCat("no node ", node, " in lab ", lab));
+  if (!ProcessAlive(ReadPid(t->dir + "/controlplane.pid"))) {
+    return absl::FailedPreconditionError(absl::StrCat("lab ", lab, ": control plane not running"));
+  }
+  pid_t old = RecordedAgentPid(*t, node);
+  if (action == "start") {
+    fs::remove(AgentHoldPath(n->dir));
+  } else if (action == "kill" || action == "restart" || action == "stop") {
+    if (action == "stop") {
+      if (auto st = WriteFileAtomically(AgentHoldPath(n->dir), "held by sluice-lab agent stop\n");
+          !st.ok()) {
+        return st;
+      }
+    }
+    if (old <= 0 || !ProcessAlive(old)) {
+      if (action == "stop") return absl::StrCat(old, " -> 0");
+      return absl::FailedPreconditionError(absl::StrCat("agent of ", node, " is not running"));
+    }
+    kill(old, action == "kill" ? SIGKILL : SIGTERM);
+    if (action == "stop") {
+      absl::Time deadline = absl::Now() + absl::Seconds(30);
+      while (ProcessAlive(old)) {
+        if (absl::Now() > deadline) {
+          return absl::DeadlineExceededError(absl::StrCat("agent ", old, " did not stop"));
+        }
+        usleep(20'000);
+      }
+      return absl::StrCat(old, " -> 0");
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("agent: unknown action ", action, " (kill, restart, stop, start)"));
+  }
+  if (!wait) return absl::StrCat(old, " -> ?");
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (true) {
+    pid_t now = RecordedAgentPid(*t, node);
+    if (now > 0 && now != old && ProcessAlive(now)) return absl::StrCat(old, " -> ", now);
+    if (absl::Now() > deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("agent of ", node, " was not started again within 60 s"));
+    }
+    usleep(20'000);
+  }
 }
 
 }  // namespace sluice::lab

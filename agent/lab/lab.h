@@ -53,6 +53,14 @@ std::string KubeconfigPath(const std::string& lab);
 // to the admin endpoint /lab/faults of the apiserver `kubeconfig` points at; returns the body.
 absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann::json& body);
 
+// `sluice-lab agent ACTION --node NODE`: what the control plane's supervisor does to one node's
+// agent. kill: SIGKILL (a crash; restarted after the back-off); restart: SIGTERM (restarted
+// likewise); stop: holds it down (<node>/agent.hold), SIGTERM, waits until it is gone; start:
+// releases the hold. With `wait` (kill, restart, start) returns once a new agent process is up.
+// Returns "OLD_PID -> NEW_PID" (0 for none).
+absl::StatusOr<std::string> AgentAction(const std::string& lab, const std::string& node,
+                                        const std::string& action, bool wait);
+
 }  // namespace sluice::lab
 
 #endif  // SLUICE_AGENT_LAB_LAB_H_

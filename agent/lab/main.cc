@@ -51,6 +51,12 @@ usage:
                    [--mid_event] [--at_next_event]
                                              apiserver fault injection; ACTION: cut-watches,
                                              expire-watches, stall, go-away, compact
+  sluice-lab agent [--name NAME] ACTION --node NODE [--wait]
+                                             one node's agent, supervised by the lab as a
+                                             DaemonSet's pod is (restarted on exit, with
+                                             back-off); ACTION: kill (SIGKILL), restart
+                                             (SIGTERM), stop (held down until start), start;
+                                             --wait: until the new agent process runs
   sluice-lab serve [--listen A] [--port P] [--kubeconfig K] [--token T] [--verbose]
                                              only the apiserver (no nodes), until SIGTERM
   sluice-lab netexec --port P --name NAME [--tcp] [--udp]
@@ -297,6 +303,18 @@ int CmdExec(const Args& a) {
   return 127;
 }
 
+int CmdAgent(const Args& a) {
+  if (a.positional.size() != 1 || Get(a, "node").empty()) {
+    return UsageError("agent ACTION --node NODE");
+  }
+  auto lab = ResolveLab(Get(a, "name"));
+  if (!lab.ok()) return Fail(lab.status());
+  auto r = AgentAction(*lab, Get(a, "node"), a.positional[0], a.switches.contains("wait"));
+  if (!r.ok()) return Fail(r.status());
+  std::cout << *r << std::endl;
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help" ||
       std::string(argv[1]) == "-h") {
@@ -309,7 +327,7 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
-  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose"});
+  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait"});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   const Args& a = *args;
   if (a.switches.contains("help")) {
@@ -323,6 +341,7 @@ int Main(int argc, char** argv) {
   if (cmd == "probe") return CmdProbe(a, false);
   if (cmd == "request") return CmdProbe(a, true);
   if (cmd == "exec") return CmdExec(a);
+  if (cmd == "agent") return CmdAgent(a);
   if (cmd == "controlplane") {
     if (Get(a, "name").empty()) return UsageError("controlplane --name NAME");
     return RunControlPlane(Get(a, "name"));

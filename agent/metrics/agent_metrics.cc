@@ -65,6 +65,10 @@ int AddKubernetesCollector(Registry& registry, const agent::KubernetesState* k8s
                   "Failed list/watch requests (transport failures, non-2xx answers, undecodable "
                   "items or events), per resource",
                   l, static_cast<double>(c.transport_errors + c.http_errors + c.decode_errors));
+      out.Counter("sluice_k8s_decode_errors_total",
+                  "Objects, list items and watch events of the resource the agent could not "
+                  "decode (each refused, logged once; a DELETED one still acts on its identity)",
+                  l, static_cast<double>(c.decode_errors));
       out.Gauge("sluice_k8s_watch_synced",
                 "1 once the resource's first full list is in the store, else 0", l,
                 w.synced ? 1 : 0);

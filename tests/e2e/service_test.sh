@@ -276,7 +276,8 @@ mapfile -d '' AGENT_ARGV <"/proc/$AGENT_PID/cmdline"
 NODE1_NETNS=$(python3 -c 'import json,sys; print([n["netns"] for n in json.load(open(sys.argv[1]))["nodes"] if n["name"] == "node1"][0])' "$DIR/status.json")
 client_ports 40000 60999
 start_client tcp "$WEB" 80 restart.json
-kill -TERM "$AGENT_PID"
+# Held down: the lab would otherwise restart it itself (as a DaemonSet would).
+lab agent stop --node node1 >/dev/null || fail "stop node1's agent"
 wait_for 20 sh -c "! kill -0 $AGENT_PID" || fail "agent did not stop"
 log "node1's agent stopped"
 # Same command line, now ours to stop.

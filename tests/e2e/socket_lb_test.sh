@@ -115,7 +115,8 @@ OLD_LINK=$(link_id node1 connect4)
 AGENT_PID=$(python3 -c 'import json,sys; print([n["agentPid"] for n in json.load(open(sys.argv[1]))["nodes"] if n["name"] == "node1"][0])' "$DIR/status.json")
 NODE1_NETNS=$(python3 -c 'import json,sys; print([n["netns"] for n in json.load(open(sys.argv[1]))["nodes"] if n["name"] == "node1"][0])' "$DIR/status.json")
 mapfile -d '' AGENT_ARGV <"/proc/$AGENT_PID/cmdline"
-kill -TERM "$AGENT_PID"
+# Held down: the lab would otherwise restart it itself (as a DaemonSet would).
+lab agent stop --node node1 >/dev/null || fail "stop node1's agent"
 wait_for 20 sh -c "! kill -0 $AGENT_PID" || fail "agent did not stop"
 for prog in $OLD_PROGS; do
   grep -q "^ *$prog " <<<"$(cgroup_progs)" || fail "program $prog detached with the agent"

@@ -168,7 +168,8 @@ TEST_F(EndpointServicePrivTest, NetnsThatIsNotANamespaceIsInvalidEnvironmentAndN
 // the pod was reachable (had its endpoint map entry) when its policy state was written.
 class ClosingPolicyHook : public EndpointPolicyHook {
  public:
-  ClosingPolicyHook(loader::Datapath& dp, PolicyReconciler& rec) : dp_(dp), rec_(rec) {}
+  ClosingPolicyHook(loader::Datapath& dp, PolicyReconciler& rec, const EndpointStore& store)
+      : dp_(dp), rec_(rec), store_(store) {}
   absl::Status EndpointAdded(const Endpoint& ep) override {
     sluice_ep4_key k{htonl(IpAddress::Parse(ep.ipv4)->v4_host_order())};
     added_while_reachable = dp_.endpoints().Lookup(k).ok();
@@ -177,20 +178,25 @@ class ClosingPolicyHook : public EndpointPolicyHook {
   }
   absl::Status EndpointRemoved(const Endpoint& ep) override {
     ++removed;
+    // The reconcile this asks for must not find the endpoint recorded (it would write its
+    // entries back, and nothing would ask again).
+    removed_while_recorded = store_.Get(ep.container_id, ep.ifname).has_value();
     return rec_.RemoveEndpoint(ep.endpoint_id);
   }
   int added = 0, removed = 0;
   bool added_while_reachable = false;
+  bool removed_while_recorded = false;
 
  private:
   loader::Datapath& dp_;
   PolicyReconciler& rec_;
+  const EndpointStore& store_;
 };
 
 TEST_F(EndpointServicePrivTest, AddWritesTheClosedPolicyStateBeforeThePodIsReachable) {
   BpfPolicyMaps maps(dp_->ipcache4(), dp_->policy4(), dp_->policy_ep());
   PolicyReconciler rec(maps);
-  ClosingPolicyHook hook(*dp_, rec);
+  ClosingPolicyHook hook(*dp_, rec, *store_);
   service_->SetPolicyHook(&hook);
   json added = Call("ADD", PodPath());
   ASSERT_EQ(added["ok"], true) << added;
@@ -214,6 +220,7 @@ TEST_F(EndpointServicePrivTest, AddWritesTheClosedPolicyStateBeforeThePodIsReach
 
   ASSERT_EQ(Call("DEL", PodPath())["ok"], true);
   EXPECT_EQ(hook.removed, 1);
+  EXPECT_FALSE(hook.removed_while_recorded);
   EXPECT_TRUE(absl::IsNotFound(dp_->policy_ep().Lookup(id).status()));
   EXPECT_TRUE(absl::IsNotFound(dp_->policy4()
                                    .Lookup(maps::MakePolicy4Key(id, SLUICE_IDENTITY_HOST,
