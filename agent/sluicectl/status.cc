@@ -10,12 +10,14 @@
 
 #include <filesystem>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/metrics/datapath_metrics.h"
+#include "agent/monitor/monitor.h"
 #include "agent/sluicectl/common.h"
 #include "loader/datapath.h"
 #include "loader/tc.h"
@@ -164,6 +166,18 @@ int Status() {
     }
   }
   if (!out.contains("drops")) out["drops"] = nlohmann::json::object();
+  // The flow monitor's datapath side: what it emitted and could not (sluice_mon_cpu).
+  std::optional<monitor::MonitorCounters> events;
+  if (auto cpu = maps::MonitorCpuMap::Open(
+          maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_mon_cpu));
+      cpu.ok()) {
+    if (auto c = monitor::ReadMonitorCounters(*cpu); c.ok()) {
+      events = *c;
+      out["flowEvents"] = {{"emitted", c->emitted},
+                           {"lostRateLimit", c->lost_rate},
+                           {"lostRingFull", c->lost_full}};
+    }
+  }
   // What the agent saw dropped lately (it samples sluice_drops every 10 s).
   nlohmann::json recent;
   if (up) {
@@ -221,6 +235,13 @@ int Status() {
   for (const auto& [reason, n] : drop_reasons) {
     std::printf("                       %-20s %llu\n", reason.c_str(),
                 static_cast<unsigned long long>(n));
+  }
+  if (events) {
+    std::printf("Flow events:           %llu emitted, %llu lost (%llu rate-limited, %llu ring full)\n",
+                static_cast<unsigned long long>(events->emitted),
+                static_cast<unsigned long long>(events->lost()),
+                static_cast<unsigned long long>(events->lost_rate),
+                static_cast<unsigned long long>(events->lost_full));
   }
   if (recent.is_object() && recent.contains("packets")) {
     uint64_t n = 0;

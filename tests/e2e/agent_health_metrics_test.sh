@@ -80,7 +80,7 @@ echo "$st" >&2
 for want in "Agent:                 up, 0.1.0" "Ready:                 yes" \
             "IPAM:                  2/253 allocated from 10.244.0.0/24" \
             "Endpoints:             2" "ingress sluice_from_net" "ingress sluice_from_pod" \
-            "Recent drops:" "spoofed_source"; do
+            "Recent drops:" "spoofed_source" "Flow events:"; do
   case $st in *"$want"*) ;; *) fail "status lacks '$want'";; esac
 done
 [ "$(sctl -o json status | jget 'd["endpoints"]')" = 2 ] || fail "status -o json"
@@ -90,9 +90,13 @@ sctl version | grep -q "^sluice-agent 0.1.0" || fail "version lacks the agent's"
   || fail "endpoints -o json: $(sctl -o json endpoints)"
 [ "$(sctl -o json --pod=default/b endpoints | jget '[e["pod"] for e in d]')" = "['default/b']" ] \
   || fail "endpoints --pod: $(sctl --pod=default/b endpoints)"
-for c in drops nat services identities "ct list"; do
+for c in nat services identities "ct list"; do
   sctl -o json $c | jget 'type(d).__name__' | grep -qx list || fail "$c -o json is no list"
 done
+[ "$(sctl -o json drops | jget 'sorted(d)')" = "['policy_denied_by_endpoint', 'reasons']" ] ||
+  fail "drops -o json: $(sctl -o json drops)"
+[ "$(sctl -o json status | jget 'sorted(d["flowEvents"])')" = \
+  "['emitted', 'lostRateLimit', 'lostRingFull']" ] || fail "status -o json lacks flowEvents"
 stop_agent
 st=$(sctl status) || fail "sluicectl status with the agent down: $st"
 for want in "Agent:                 down" "Endpoints:             2" "ingress sluice_from_pod"; do

@@ -163,7 +163,7 @@ to_gateway_drops() {
   "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" -o json drops |
     python3 -c 'import json,sys
 d=json.load(sys.stdin)
-rows=d if isinstance(d,list) else d.get("drops",[])
+rows=d if isinstance(d,list) else d.get("reasons",[])
 print(sum(r.get("packets",0) for r in rows if r.get("reason")=="to_gateway"))'
 }
 DROPS_BEFORE=$(to_gateway_drops)
