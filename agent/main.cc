@@ -22,6 +22,7 @@
 #include "absl/strings/str_join.h"
 #include "agent/base/config_dir.h"
 #include "agent/base/cli.h"
+#include "agent/conntrack/gc.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
@@ -141,6 +142,19 @@ ABSL_FLAG(std::string, health_address, "127.0.0.1:9879",
 ABSL_FLAG(std::string, metrics_address, "",
           "HOST:PORT serving GET /metrics (Prometheus text format), e.g. 0.0.0.0:9962; empty: "
           "off. Keep it off the pod network");
+// Conntrack (docs/operating.md, "Conntrack"): timeouts applied by the GC, and the maps' sizes.
+ABSL_FLAG(absl::Duration, ct_tcp_syn_timeout, absl::Seconds(60),
+          "conntrack: a TCP flow no reply has been seen for is deleted after this idle time");
+ABSL_FLAG(absl::Duration, ct_tcp_established_timeout, absl::Hours(6),
+          "conntrack: idle time after which an established TCP flow is deleted");
+ABSL_FLAG(absl::Duration, ct_tcp_closing_timeout, absl::Seconds(30),
+          "conntrack: idle time after which a TCP flow that saw a FIN or RST is deleted");
+ABSL_FLAG(absl::Duration, ct_udp_timeout, absl::Seconds(60),
+          "conntrack: idle time after which a UDP flow is deleted");
+ABSL_FLAG(absl::Duration, ct_other_timeout, absl::Seconds(60),
+          "conntrack: idle time after which a flow of another protocol is deleted");
+ABSL_FLAG(absl::Duration, ct_gc_interval, absl::Seconds(10),
+          "conntrack: time between GC passes over sluice_ct4 and sluice_ct4_any");
 
 namespace sluice::agent {
 namespace {
@@ -316,6 +330,21 @@ int Run() {
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
   metrics::CountMapUpdateFailures();
+  // Conntrack GC: expiry per protocol and state, headroom in the TCP map, eviction estimate.
+  conntrack::GcOptions gc_opts;
+  gc_opts.timeouts = {.tcp_syn = absl::GetFlag(FLAGS_ct_tcp_syn_timeout),
+                      .tcp_established = absl::GetFlag(FLAGS_ct_tcp_established_timeout),
+                      .tcp_closing = absl::GetFlag(FLAGS_ct_tcp_closing_timeout),
+                      .udp = absl::GetFlag(FLAGS_ct_udp_timeout),
+                      .other = absl::GetFlag(FLAGS_ct_other_timeout)};
+  gc_opts.interval = absl::GetFlag(FLAGS_ct_gc_interval);
+  if (gc_opts.interval <= absl::ZeroDuration()) {
+    return Fail(absl::InvalidArgumentError("want a positive duration"), "--ct_gc_interval");
+  }
+  conntrack::ConntrackGc ct_gc((*dp)->ct4(), (*dp)->ct4_any(), &(*dp)->ct_stats(), gc_opts);
+  ct_gc.Start();
+  metrics::ScopedCollector ct_gc_metrics(
+      metrics::Default(), conntrack::AddConntrackGcCollector(metrics::Default(), &ct_gc));
   metrics::ScopedCollector datapath_metrics(
       metrics::Default(),
       metrics::AddDatapathCollector(metrics::Default(), absl::GetFlag(FLAGS_bpffs_root)));
@@ -401,7 +430,7 @@ int Run() {
   if (k8s && absl::GetFlag(FLAGS_kube_proxy_replacement)) {
     lb_maps = std::make_unique<BpfLbMaps>((*dp)->lb4_services(), (*dp)->lb4_backends(),
                                           (*dp)->lb4_revnat(), (*dp)->lb4_source_ranges(),
-                                          (*dp)->ct4(), &(*dp)->lb4_affinity());
+                                          (*dp)->ct4_any(), &(*dp)->lb4_affinity());
     auto reconciler = ServiceReconciler::Create(*lb_maps);
     if (!reconciler.ok()) return Fail(reconciler.status(), "restore service maps");
     lb_reconciler = std::move(*reconciler);

@@ -2,6 +2,8 @@
 // pinned and shared by name), the programs ready to attach, and typed handles on the maps.
 #pragma once
 
+#include <netinet/in.h>
+
 #include <memory>
 #include <string>
 #include <vector>
@@ -76,7 +78,12 @@ class Datapath {
   maps::Lb4ServiceMap& lb4_services() { return lb4_svc_; }
   maps::Lb4BackendMap& lb4_backends() { return lb4_be_; }
   maps::Lb4RevNatMap& lb4_revnat() { return lb4_rnat_; }
+  // Conntrack: TCP in ct4() (never evicted), every other protocol in ct4_any() (LRU);
+  // ct4_of(proto) is the one a tuple's entries live in. Datapath counters in ct_stats().
   maps::Ct4Map& ct4() { return ct4_; }
+  maps::Ct4Map& ct4_any() { return ct4_any_; }
+  maps::Ct4Map& ct4_of(uint8_t proto) { return proto == IPPROTO_TCP ? ct4_ : ct4_any_; }
+  maps::CtStatsMap& ct_stats() { return ct_stats_; }
   maps::Lb4SourceRangeMap& lb4_source_ranges() { return lb4_srcr_; }
   maps::Lb4AffinityMap& lb4_affinity() { return lb4_aff_; }
   // Socket-level LB: the namespace it acts in, and per-socket reverse translation.
@@ -115,6 +122,8 @@ class Datapath {
   maps::Lb4BackendMap lb4_be_;
   maps::Lb4RevNatMap lb4_rnat_;
   maps::Ct4Map ct4_;
+  maps::Ct4Map ct4_any_;
+  maps::CtStatsMap ct_stats_;
   maps::Lb4SourceRangeMap lb4_srcr_;
   maps::Lb4AffinityMap lb4_aff_;
   maps::SockConfigMap sock_cfg_;
