@@ -155,6 +155,16 @@ ABSL_FLAG(absl::Duration, ct_other_timeout, absl::Seconds(60),
           "conntrack: idle time after which a flow of another protocol is deleted");
 ABSL_FLAG(absl::Duration, ct_gc_interval, absl::Seconds(10),
           "conntrack: time between GC passes over sluice_ct4 and sluice_ct4_any");
+// Map sizes (max_entries; 0: the compiled-in size). A change replaces the pinned map on the next
+// start (empty; the agent rewrites the Service maps, flows in conntrack/NAT are lost).
+ABSL_FLAG(uint32_t, bpf_ct_tcp_max, 0, "entries of sluice_ct4 (TCP conntrack); 0: 262144");
+ABSL_FLAG(uint32_t, bpf_ct_any_max, 0, "entries of sluice_ct4_any (UDP conntrack); 0: 262144");
+ABSL_FLAG(uint32_t, bpf_nat_max, 0, "entries of sluice_snat4 and sluice_rnat4; 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_lb_service_max, 0,
+          "entries of sluice_lb4_svc (frontends and their backend slots); 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_lb_backend_max, 0, "entries of sluice_lb4_be; 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_lb_revnat_max, 0,
+          "entries of sluice_lb4_rnat (one per frontend); 0: compiled-in");
 
 namespace sluice::agent {
 namespace {
@@ -327,7 +337,17 @@ int Run() {
     spdlog::info("remounted /proc/sys read-write (it was a container's read-only mount)");
   }
   LibnlNetlink netlink;
-  auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
+  loader::MapSizes map_sizes;
+  for (const auto& [name, flag] : {std::pair{maps::name::sluice_ct4, &FLAGS_bpf_ct_tcp_max},
+                                   {maps::name::sluice_ct4_any, &FLAGS_bpf_ct_any_max},
+                                   {maps::name::sluice_snat4, &FLAGS_bpf_nat_max},
+                                   {maps::name::sluice_rnat4, &FLAGS_bpf_nat_max},
+                                   {maps::name::sluice_lb4_svc, &FLAGS_bpf_lb_service_max},
+                                   {maps::name::sluice_lb4_be, &FLAGS_bpf_lb_backend_max},
+                                   {maps::name::sluice_lb4_rnat, &FLAGS_bpf_lb_revnat_max}}) {
+    if (uint32_t n = absl::GetFlag(*flag); n != 0) map_sizes[name] = n;
+  }
+  auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root), map_sizes);
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
   metrics::CountMapUpdateFailures();
   // Conntrack GC: expiry per protocol and state, headroom in the TCP map, eviction estimate.

@@ -4,6 +4,7 @@
 
 #include <netinet/in.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,16 @@ SLUICE_SKELETON_OPS(sluice_netdev);
 SLUICE_SKELETON_OPS(sluice_sock_lb);
 SLUICE_SKELETON_OPS(sluice_overlay);
 
+// Sizes from configuration: max_entries per map name (maps/map_list.h). A map not named keeps its
+// compiled-in size. Only the maps in kSizableMaps may be sized.
+using MapSizes = std::map<std::string, uint32_t>;
+inline constexpr const char* kSizableMaps[] = {
+    maps::name::sluice_lb4_svc, maps::name::sluice_lb4_be,  maps::name::sluice_lb4_rnat,
+    maps::name::sluice_ct4,     maps::name::sluice_ct4_any, maps::name::sluice_snat4,
+    maps::name::sluice_rnat4};
+// Checks names (sizable maps only) and sizes (1 .. 2^28).
+[[nodiscard]] absl::Status ValidateMapSizes(const MapSizes& sizes);
+
 struct DropTotal {
   unsigned reason;
   const char* name;
@@ -35,8 +46,12 @@ struct DropTotal {
 class Datapath {
  public:
   // Mounts bpffs at `bpffs_root` if needed and loads every program. Maps pinned by an earlier
-  // run (an agent restart) are reused with their contents.
-  static absl::StatusOr<std::unique_ptr<Datapath>> Load(const std::string& bpffs_root);
+  // run (an agent restart) are reused with their contents; `sizes` sets max_entries before load.
+  // A pin of another size (the configuration changed) is replaced by an empty map of the new
+  // size: the agent repopulates the maps it writes (Services) on its first sync; flows in a
+  // replaced conntrack or NAT map are lost (docs/operating.md, "Map sizes").
+  static absl::StatusOr<std::unique_ptr<Datapath>> Load(const std::string& bpffs_root,
+                                                        const MapSizes& sizes = {});
 
   const std::string& bpffs_root() const { return root_; }
 

@@ -24,8 +24,9 @@ enum sluice_ct_dir {
 				      LB fields are 0. */
 };
 
-/* Key of sluice_ct4 (BPF_MAP_TYPE_HASH, TCP) and sluice_ct4_any (BPF_MAP_TYPE_LRU_HASH): the tuple as it is on the wire where the packet is
- * looked up (before DNAT for forward entries, before reverse NAT for reply entries). */
+/* Key of sluice_ct4 (BPF_MAP_TYPE_HASH, TCP) and sluice_ct4_any (BPF_MAP_TYPE_LRU_HASH): the
+ * tuple as it is on the wire where the packet is looked up (before DNAT for forward entries,
+ * before reverse NAT for reply entries). */
 struct sluice_ct4_key {
 	__be32 saddr;
 	__be32 daddr;

@@ -88,8 +88,8 @@ int Conntrack(const std::vector<std::string>& args) {
     absl::Status st;
     for (auto* ct : {&tcp, &any}) {
       std::vector<sluice_ct4_key> keys;
-      st.Update(
-          ct->ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); }));
+      st.Update(ct->ForEach(
+          [&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); }));
       for (const auto& k : keys) deleted += ct->Delete(k).ok() ? 1 : 0;
     }
     std::printf("deleted %zu conntrack entries\n", deleted);

@@ -54,8 +54,8 @@ static __always_inline int ct4_tuple(const struct pkt4 *pkt, struct ct4_pkt *p)
  * both, the verifier can neither inline the lookup nor call the map's own update, and every
  * packet pays generic helper calls (measured: +20% on pod -> pod). clang merges the two calls of
  * an if/else into one with a selected map pointer; a register move, one in the TCP branch and
- * two in the other (asm that differs), keeps them apart (an empty asm would leave two line_info records on one instruction,
- * which the kernel refuses). */
+ * two in the other (asm that differs), keeps them apart (an empty asm would leave two line_info
+ * records on one instruction, which the kernel refuses). */
 #define CT4_KEEP_TCP(v) asm volatile("%0 = %0" : "+r"(v))
 #define CT4_KEEP_ANY(v) asm volatile("%0 = %0\n\t%0 = %0" : "+r"(v))
 
