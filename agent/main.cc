@@ -23,6 +23,7 @@
 #include "agent/base/config_dir.h"
 #include "agent/base/files.h"
 #include "agent/base/cli.h"
+#include "agent/conntrack/gc.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
@@ -151,6 +152,29 @@ ABSL_FLAG(std::string, health_address, "127.0.0.1:9879",
 ABSL_FLAG(std::string, metrics_address, "",
           "HOST:PORT serving GET /metrics (Prometheus text format), e.g. 0.0.0.0:9962; empty: "
           "off. Keep it off the pod network");
+// Conntrack (docs/operating.md, "Conntrack"): timeouts applied by the GC, and the maps' sizes.
+ABSL_FLAG(absl::Duration, ct_tcp_syn_timeout, absl::Seconds(60),
+          "conntrack: a TCP flow no reply has been seen for is deleted after this idle time");
+ABSL_FLAG(absl::Duration, ct_tcp_established_timeout, absl::Hours(6),
+          "conntrack: idle time after which an established TCP flow is deleted");
+ABSL_FLAG(absl::Duration, ct_tcp_closing_timeout, absl::Seconds(30),
+          "conntrack: idle time after which a TCP flow that saw a FIN or RST is deleted");
+ABSL_FLAG(absl::Duration, ct_udp_timeout, absl::Seconds(60),
+          "conntrack: idle time after which a UDP flow is deleted");
+ABSL_FLAG(absl::Duration, ct_other_timeout, absl::Seconds(60),
+          "conntrack: idle time after which a flow of another protocol is deleted");
+ABSL_FLAG(absl::Duration, ct_gc_interval, absl::Seconds(10),
+          "conntrack: time between GC passes over sluice_ct4 and sluice_ct4_any");
+// Map sizes (max_entries; 0: the compiled-in size). A change replaces the pinned map on the next
+// start (empty; the agent rewrites the Service maps, flows in conntrack/NAT are lost).
+ABSL_FLAG(uint32_t, bpf_ct_tcp_max, 0, "entries of sluice_ct4 (TCP conntrack); 0: 262144");
+ABSL_FLAG(uint32_t, bpf_ct_any_max, 0, "entries of sluice_ct4_any (UDP conntrack); 0: 262144");
+ABSL_FLAG(uint32_t, bpf_nat_max, 0, "entries of sluice_snat4 and sluice_rnat4; 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_lb_service_max, 0,
+          "entries of sluice_lb4_svc (frontends and their backend slots); 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_lb_backend_max, 0, "entries of sluice_lb4_be; 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_lb_revnat_max, 0,
+          "entries of sluice_lb4_rnat (one per frontend); 0: compiled-in");
 
 namespace sluice::agent {
 namespace {
@@ -323,9 +347,34 @@ int Run() {
     spdlog::info("remounted /proc/sys read-write (it was a container's read-only mount)");
   }
   LibnlNetlink netlink;
-  auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root));
+  loader::MapSizes map_sizes;
+  for (const auto& [name, flag] : {std::pair{maps::name::sluice_ct4, &FLAGS_bpf_ct_tcp_max},
+                                   {maps::name::sluice_ct4_any, &FLAGS_bpf_ct_any_max},
+                                   {maps::name::sluice_snat4, &FLAGS_bpf_nat_max},
+                                   {maps::name::sluice_rnat4, &FLAGS_bpf_nat_max},
+                                   {maps::name::sluice_lb4_svc, &FLAGS_bpf_lb_service_max},
+                                   {maps::name::sluice_lb4_be, &FLAGS_bpf_lb_backend_max},
+                                   {maps::name::sluice_lb4_rnat, &FLAGS_bpf_lb_revnat_max}}) {
+    if (uint32_t n = absl::GetFlag(*flag); n != 0) map_sizes[name] = n;
+  }
+  auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root), map_sizes);
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
   metrics::CountMapUpdateFailures();
+  // Conntrack GC: expiry per protocol and state, headroom in the TCP map, eviction estimate.
+  conntrack::GcOptions gc_opts;
+  gc_opts.timeouts = {.tcp_syn = absl::GetFlag(FLAGS_ct_tcp_syn_timeout),
+                      .tcp_established = absl::GetFlag(FLAGS_ct_tcp_established_timeout),
+                      .tcp_closing = absl::GetFlag(FLAGS_ct_tcp_closing_timeout),
+                      .udp = absl::GetFlag(FLAGS_ct_udp_timeout),
+                      .other = absl::GetFlag(FLAGS_ct_other_timeout)};
+  gc_opts.interval = absl::GetFlag(FLAGS_ct_gc_interval);
+  if (gc_opts.interval <= absl::ZeroDuration()) {
+    return Fail(absl::InvalidArgumentError("want a positive duration"), "--ct_gc_interval");
+  }
+  conntrack::ConntrackGc ct_gc((*dp)->ct4(), (*dp)->ct4_any(), &(*dp)->ct_stats(), gc_opts);
+  ct_gc.Start();
+  metrics::ScopedCollector ct_gc_metrics(
+      metrics::Default(), conntrack::AddConntrackGcCollector(metrics::Default(), &ct_gc));
   metrics::ScopedCollector datapath_metrics(
       metrics::Default(),
       metrics::AddDatapathCollector(metrics::Default(), absl::GetFlag(FLAGS_bpffs_root)));
@@ -411,7 +460,7 @@ int Run() {
   if (k8s && absl::GetFlag(FLAGS_kube_proxy_replacement)) {
     lb_maps = std::make_unique<BpfLbMaps>((*dp)->lb4_services(), (*dp)->lb4_backends(),
                                           (*dp)->lb4_revnat(), (*dp)->lb4_source_ranges(),
-                                          (*dp)->ct4(), &(*dp)->lb4_affinity());
+                                          (*dp)->ct4_any(), &(*dp)->lb4_affinity());
     auto reconciler = ServiceReconciler::Create(*lb_maps);
     if (!reconciler.ok()) return Fail(reconciler.status(), "restore service maps");
     lb_reconciler = std::move(*reconciler);

@@ -40,23 +40,56 @@ static_assert(HasExactlyTheListedMaps<sluice_netdev>(), "sluice_netdev has unlis
 static_assert(HasExactlyTheListedMaps<sluice_sock_lb>(), "sluice_sock_lb has unlisted maps");
 static_assert(HasExactlyTheListedMaps<sluice_overlay>(), "sluice_overlay has unlisted maps");
 
+// Every object gets the same sizes: they share each map through its pin, and an object with
+// another size would replace the pin the previous one made.
+template <typename Skel>
+typename Skeleton<Skel>::Configure SizeMaps(const MapSizes& sizes) {
+  return [&sizes](Skel* skel) -> absl::Status {
+    struct bpf_map* map;
+    bpf_object__for_each_map(map, skel->obj) {
+      auto it = sizes.find(bpf_map__name(map));
+      if (it == sizes.end()) continue;
+      if (int err = bpf_map__set_max_entries(map, it->second); err != 0) {
+        return ErrnoStatus(-err, absl::StrCat("size map ", it->first, " to ", it->second));
+      }
+    }
+    return absl::OkStatus();
+  };
+}
+
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpffs_root) {
+absl::Status ValidateMapSizes(const MapSizes& sizes) {
+  for (const auto& [name, n] : sizes) {
+    bool sizable = false;
+    for (const char* s : kSizableMaps) sizable |= name == s;
+    if (!sizable) return absl::InvalidArgumentError(absl::StrCat("map ", name, " is not sizable"));
+    if (n == 0 || n > (1u << 28)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("map ", name, ": want 1 .. 268435456 entries, not ", n));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpffs_root,
+                                                         const MapSizes& sizes) {
+  if (auto st = ValidateMapSizes(sizes); !st.ok()) return st;
   if (auto st = EnsureBpffs(bpffs_root); !st.ok()) return st;
   std::unique_ptr<Datapath> dp(new Datapath());
   dp->root_ = bpffs_root;
 
-  auto pod = Skeleton<sluice_pod_egress>::OpenAndLoad(bpffs_root);
+  auto pod = Skeleton<sluice_pod_egress>::OpenAndLoad(bpffs_root,
+                                                      SizeMaps<sluice_pod_egress>(sizes));
   if (!pod.ok()) return pod.status();
   dp->pod_egress_ = std::move(*pod);
-  auto netdev = Skeleton<sluice_netdev>::OpenAndLoad(bpffs_root);
+  auto netdev = Skeleton<sluice_netdev>::OpenAndLoad(bpffs_root, SizeMaps<sluice_netdev>(sizes));
   if (!netdev.ok()) return netdev.status();
   dp->netdev_ = std::move(*netdev);
-  auto sock = Skeleton<sluice_sock_lb>::OpenAndLoad(bpffs_root);
+  auto sock = Skeleton<sluice_sock_lb>::OpenAndLoad(bpffs_root, SizeMaps<sluice_sock_lb>(sizes));
   if (!sock.ok()) return sock.status();
   dp->sock_lb_ = std::move(*sock);
-  auto overlay = Skeleton<sluice_overlay>::OpenAndLoad(bpffs_root);
+  auto overlay = Skeleton<sluice_overlay>::OpenAndLoad(bpffs_root, SizeMaps<sluice_overlay>(sizes));
   if (!overlay.ok()) return overlay.status();
   dp->overlay_ = std::move(*overlay);
 
@@ -67,6 +100,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
                   Adopt(dp->rnat_, m->sluice_rnat4), Adopt(dp->drops_, m->sluice_drops),
                   Adopt(dp->lb4_svc_, m->sluice_lb4_svc), Adopt(dp->lb4_be_, m->sluice_lb4_be),
                   Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat), Adopt(dp->ct4_, m->sluice_ct4),
+                  Adopt(dp->ct4_any_, m->sluice_ct4_any), Adopt(dp->ct_stats_, m->sluice_ct_stats),
                   Adopt(dp->lb4_srcr_, m->sluice_lb4_srcr), Adopt(dp->lb4_aff_, m->sluice_lb4_aff),
                   Adopt(dp->sock_cfg_, m->sluice_sock_cfg),
                   Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat),

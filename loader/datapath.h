@@ -2,6 +2,9 @@
 // pinned and shared by name), the programs ready to attach, and typed handles on the maps.
 #pragma once
 
+#include <netinet/in.h>
+
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +26,16 @@ SLUICE_SKELETON_OPS(sluice_netdev);
 SLUICE_SKELETON_OPS(sluice_sock_lb);
 SLUICE_SKELETON_OPS(sluice_overlay);
 
+// Sizes from configuration: max_entries per map name (maps/map_list.h). A map not named keeps its
+// compiled-in size. Only the maps in kSizableMaps may be sized.
+using MapSizes = std::map<std::string, uint32_t>;
+inline constexpr const char* kSizableMaps[] = {
+    maps::name::sluice_lb4_svc, maps::name::sluice_lb4_be,  maps::name::sluice_lb4_rnat,
+    maps::name::sluice_ct4,     maps::name::sluice_ct4_any, maps::name::sluice_snat4,
+    maps::name::sluice_rnat4};
+// Checks names (sizable maps only) and sizes (1 .. 2^28).
+[[nodiscard]] absl::Status ValidateMapSizes(const MapSizes& sizes);
+
 struct DropTotal {
   unsigned reason;
   const char* name;
@@ -33,8 +46,12 @@ struct DropTotal {
 class Datapath {
  public:
   // Mounts bpffs at `bpffs_root` if needed and loads every program. Maps pinned by an earlier
-  // run (an agent restart) are reused with their contents.
-  static absl::StatusOr<std::unique_ptr<Datapath>> Load(const std::string& bpffs_root);
+  // run (an agent restart) are reused with their contents; `sizes` sets max_entries before load.
+  // A pin of another size (the configuration changed) is replaced by an empty map of the new
+  // size: the agent repopulates the maps it writes (Services) on its first sync; flows in a
+  // replaced conntrack or NAT map are lost (docs/operating.md, "Map sizes").
+  static absl::StatusOr<std::unique_ptr<Datapath>> Load(const std::string& bpffs_root,
+                                                        const MapSizes& sizes = {});
 
   const std::string& bpffs_root() const { return root_; }
 
@@ -76,7 +93,12 @@ class Datapath {
   maps::Lb4ServiceMap& lb4_services() { return lb4_svc_; }
   maps::Lb4BackendMap& lb4_backends() { return lb4_be_; }
   maps::Lb4RevNatMap& lb4_revnat() { return lb4_rnat_; }
+  // Conntrack: TCP in ct4() (never evicted), every other protocol in ct4_any() (LRU);
+  // ct4_of(proto) is the one a tuple's entries live in. Datapath counters in ct_stats().
   maps::Ct4Map& ct4() { return ct4_; }
+  maps::Ct4Map& ct4_any() { return ct4_any_; }
+  maps::Ct4Map& ct4_of(uint8_t proto) { return proto == IPPROTO_TCP ? ct4_ : ct4_any_; }
+  maps::CtStatsMap& ct_stats() { return ct_stats_; }
   maps::Lb4SourceRangeMap& lb4_source_ranges() { return lb4_srcr_; }
   maps::Lb4AffinityMap& lb4_affinity() { return lb4_aff_; }
   // Socket-level LB: the namespace it acts in, and per-socket reverse translation.
@@ -115,6 +137,8 @@ class Datapath {
   maps::Lb4BackendMap lb4_be_;
   maps::Lb4RevNatMap lb4_rnat_;
   maps::Ct4Map ct4_;
+  maps::Ct4Map ct4_any_;
+  maps::CtStatsMap ct_stats_;
   maps::Lb4SourceRangeMap lb4_srcr_;
   maps::Lb4AffinityMap lb4_aff_;
   maps::SockConfigMap sock_cfg_;

@@ -1,12 +1,19 @@
 /* Connection tracking of load-balanced flows: each service flow has a forward entry (client ->
  * frontend) naming the backend it was given, and a reply entry (backend -> client) naming the
- * frontend the replies must appear from. Written by the datapath; the agent reads and flushes. */
+ * frontend the replies must appear from. Written by the datapath; the agent reads, expires
+ * (agent/conntrack/gc) and flushes.
+ * Two maps, by protocol: TCP in sluice_ct4, a hash that never evicts (a flood of new flows fails
+ * its inserts, counted, instead of pushing out established connections; the GC keeps headroom),
+ * every other protocol in sluice_ct4_any, an LRU hash (eviction is the last resort, counted).
+ * An entry's expiry is last_seen_ns plus the timeout of its state (enum sluice_ct_flags): the
+ * agent's GC applies the configured timeouts, so they change without reloading programs. */
 #ifndef SLUICE_MAPS_CONNTRACK_H
 #define SLUICE_MAPS_CONNTRACK_H
 
 #include "types.h"
 
-#define SLUICE_CT4_MAX_ENTRIES 262144 /* two entries per flow */
+#define SLUICE_CT4_MAX_ENTRIES 262144     /* TCP: two entries per flow (default; --ct_tcp_max) */
+#define SLUICE_CT4_ANY_MAX_ENTRIES 262144 /* UDP and the rest (default; --ct_any_max) */
 
 enum sluice_ct_dir {
 	SLUICE_CT_DIR_FORWARD = 0, /* client -> frontend, as the client sends it */
@@ -17,8 +24,9 @@ enum sluice_ct_dir {
 				      LB fields are 0. */
 };
 
-/* Key of sluice_ct4 (BPF_MAP_TYPE_LRU_HASH): the tuple as it is on the wire where the packet is
- * looked up (before DNAT for forward entries, before reverse NAT for reply entries). */
+/* Key of sluice_ct4 (BPF_MAP_TYPE_HASH, TCP) and sluice_ct4_any (BPF_MAP_TYPE_LRU_HASH): the
+ * tuple as it is on the wire where the packet is looked up (before DNAT for forward entries,
+ * before reverse NAT for reply entries). */
 struct sluice_ct4_key {
 	__be32 saddr;
 	__be32 daddr;
@@ -36,11 +44,23 @@ SLUICE_ASSERT_OFFSET(struct sluice_ct4_key, dir, 13);
 enum sluice_ct_flags {
 	SLUICE_CT_F_HAIRPIN = 1 << 0, /* client is its own backend: source rewritten to the gateway */
 	SLUICE_CT_F_SNAT = 1 << 1,    /* reserved (NodePort masquerade lives in sluice_snat4) */
-	SLUICE_CT_F_CLOSING = 1 << 2, /* forward entry: a FIN or RST was seen; a new SYN on the
+	SLUICE_CT_F_CLOSING = 1 << 2, /* a FIN or RST was seen; on a forward entry a new SYN on the
 					 tuple is a new connection and is balanced again */
+	SLUICE_CT_F_ESTABLISHED = 1 << 3, /* TCP: the other side answered (a reply passed): the
+					     established timeout applies instead of the SYN one */
 };
 
-/* Value of sluice_ct4. The same in both directions. */
+/* Datapath conntrack counters (sluice_ct_stats, BPF_MAP_TYPE_PERCPU_ARRAY of __u64, one slot
+ * per counter). Numbers are ABI: append before SLUICE_CT_STAT_MAX. */
+enum sluice_ct_stat {
+	SLUICE_CT_STAT_TCP_CREATED = 0,       /* entries written into sluice_ct4 */
+	SLUICE_CT_STAT_TCP_INSERT_FAILED = 1, /* entries sluice_ct4 refused (full): flow dropped */
+	SLUICE_CT_STAT_ANY_CREATED = 2,       /* entries written into sluice_ct4_any */
+	SLUICE_CT_STAT_ANY_INSERT_FAILED = 3, /* entries sluice_ct4_any refused */
+	SLUICE_CT_STAT_MAX = 8,               /* size of sluice_ct_stats; keep last */
+};
+
+/* Value of sluice_ct4 and sluice_ct4_any. The same in both directions. */
 struct sluice_ct4_entry {
 	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
 	__u32 rev_nat_id;     /* key of sluice_lb4_rnat for its replies */

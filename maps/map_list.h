@@ -54,9 +54,14 @@
 	/* sessionAffinity ClientIP (lb.h) */                                                      \
 	X(sluice_lb4_aff, BPF_MAP_TYPE_LRU_HASH, struct sluice_lb4_affinity_key,                   \
 	  struct sluice_lb4_affinity, SLUICE_LB4_AFFINITY_MAX_ENTRIES, 0)                          \
-	/* conntrack of balanced flows (conntrack.h) */                                            \
-	X(sluice_ct4, BPF_MAP_TYPE_LRU_HASH, struct sluice_ct4_key, struct sluice_ct4_entry,       \
+	/* conntrack of balanced and policy-tracked TCP flows, never evicted (conntrack.h) */       \
+	X(sluice_ct4, BPF_MAP_TYPE_HASH, struct sluice_ct4_key, struct sluice_ct4_entry,           \
 	  SLUICE_CT4_MAX_ENTRIES, 0)                                                               \
+	/* conntrack of every other protocol's flows, LRU (conntrack.h) */                         \
+	X(sluice_ct4_any, BPF_MAP_TYPE_LRU_HASH, struct sluice_ct4_key, struct sluice_ct4_entry,   \
+	  SLUICE_CT4_ANY_MAX_ENTRIES, 0)                                                           \
+	/* conntrack counters: created entries, refused inserts, per map (conntrack.h) */          \
+	X(sluice_ct_stats, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, SLUICE_CT_STAT_MAX, 0)         \
 	/* drop counters per reason (drop.h) */                                                    \
 	X(sluice_drops, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_drop_count,                \
 	  SLUICE_DROP_MAX, 0)                                                                      \

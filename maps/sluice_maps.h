@@ -57,7 +57,8 @@ using DropMap = MapOf<spec::sluice_drops>;
 using Lb4ServiceMap = MapOf<spec::sluice_lb4_svc>;
 using Lb4BackendMap = MapOf<spec::sluice_lb4_be>;
 using Lb4RevNatMap = MapOf<spec::sluice_lb4_rnat>;
-using Ct4Map = MapOf<spec::sluice_ct4>;
+using Ct4Map = MapOf<spec::sluice_ct4>;  // sluice_ct4 (TCP) and sluice_ct4_any
+using CtStatsMap = MapOf<spec::sluice_ct_stats>;
 using Lb4SourceRangeMap = MapOf<spec::sluice_lb4_srcr>;
 using Lb4AffinityMap = MapOf<spec::sluice_lb4_aff>;
 using SockConfigMap = MapOf<spec::sluice_sock_cfg>;
@@ -70,6 +71,7 @@ using MonitorCpuMap = MapOf<spec::sluice_mon_cpu>;
 // Map. Its key and value are empty, as the kernel requires.
 static_assert(spec::sluice_events::kType == BPF_MAP_TYPE_RINGBUF);
 static_assert(std::is_same_v<NatMap, MapOf<spec::sluice_rnat4>>);
+static_assert(std::is_same_v<Ct4Map, MapOf<spec::sluice_ct4_any>>);
 // maps/policy.h names the policy maps' wrappers; they are the listed maps'.
 static_assert(std::is_same_v<Ipcache4Map, MapOf<spec::sluice_ipcache4>>);
 static_assert(std::is_same_v<Policy4Map, MapOf<spec::sluice_policy4>>);

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "agent/base/errno.h"
@@ -134,6 +135,28 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
       out.Counter("sluice_policy_drop_count_total", "", {{"direction", "egress"}},
                   static_cast<double>(packets[SLUICE_POLICY_EGRESS]));
     }
+    if (auto stats =
+            maps::CtStatsMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_ct_stats));
+        stats.ok()) {
+      auto sum = [&](uint32_t slot) {
+        uint64_t n = 0;
+        if (auto v = stats->Lookup(slot); v.ok())
+          for (uint64_t c : *v) n += c;
+        return static_cast<double>(n);
+      };
+      for (const auto& [map, created, failed] :
+           {std::tuple{maps::name::sluice_ct4, SLUICE_CT_STAT_TCP_CREATED,
+                       SLUICE_CT_STAT_TCP_INSERT_FAILED},
+            std::tuple{maps::name::sluice_ct4_any, SLUICE_CT_STAT_ANY_CREATED,
+                       SLUICE_CT_STAT_ANY_INSERT_FAILED}}) {
+        out.Counter("sluice_ct_created_total", "Conntrack entries the datapath created, per map",
+                    {{"map_name", map}}, sum(created));
+        out.Counter("sluice_ct_insert_failures_total",
+                    "Conntrack entries the datapath could not store (the map was full; the "
+                    "packet was dropped as ct_map_full), per map",
+                    {{"map_name", map}}, sum(failed));
+      }
+    }
     auto fill = ReadMapFill(bpffs_root);
     if (!fill.ok()) return;
     for (const MapFill& f : *fill) {
@@ -145,13 +168,16 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
       out.Gauge("sluice_bpf_map_pressure",
                 "Fill level of each pinned BPF map, entries / capacity (0..1)", l,
                 f.capacity == 0 ? 0 : static_cast<double>(f.entries) / f.capacity);
-      if (f.name == maps::name::sluice_ct4) {
-        out.Gauge("sluice_datapath_conntrack_entries",
-                  "Conntrack entries (sluice_ct4: one per direction of each balanced or "
-                  "policy-tracked flow)",
-                  {}, static_cast<double>(f.entries));
-      }
     }
+    uint64_t ct_entries = 0;
+    for (const MapFill& f : *fill) {
+      if (f.name == maps::name::sluice_ct4 || f.name == maps::name::sluice_ct4_any)
+        ct_entries += f.entries;
+    }
+    out.Gauge("sluice_datapath_conntrack_entries",
+              "Conntrack entries (sluice_ct4 and sluice_ct4_any: one per direction of each "
+              "balanced or policy-tracked flow)",
+              {}, static_cast<double>(ct_entries));
   });
 }
 

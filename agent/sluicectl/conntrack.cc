@@ -1,4 +1,5 @@
-// sluicectl ct list | flush: the conntrack of balanced and policy-tracked flows (sluice_ct4).
+// sluicectl ct list | flush | stats: the conntrack of balanced and policy-tracked flows (TCP in
+// sluice_ct4, the rest in sluice_ct4_any) and the datapath's conntrack counters (sluice_ct_stats).
 // flush deletes every entry: established balanced flows are balanced again on their next
 // packet (a TCP flow mid-stream may then reach another backend), so it is for debugging.
 #include <arpa/inet.h>
@@ -25,21 +26,72 @@ uint64_t NowNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
 }
 
+// Entries and capacity of both maps, and what the datapath counted (created entries, refused
+// inserts). The agent's GC and LRU eviction figures are on its /metrics (docs/metrics.md).
+int ConntrackStats() {
+  auto stats = OpenOrDie<maps::CtStatsMap>(maps::name::sluice_ct_stats);
+  auto sum = [&](uint32_t slot) {
+    uint64_t n = 0;
+    if (auto v = stats.Lookup(slot); v.ok())
+      for (uint64_t c : *v) n += c;
+    return n;
+  };
+  struct Row {
+    const char* map;
+    uint32_t created, failed;
+  };
+  const Row rows[] = {
+      {maps::name::sluice_ct4, SLUICE_CT_STAT_TCP_CREATED, SLUICE_CT_STAT_TCP_INSERT_FAILED},
+      {maps::name::sluice_ct4_any, SLUICE_CT_STAT_ANY_CREATED, SLUICE_CT_STAT_ANY_INSERT_FAILED},
+  };
+  const bool json = JsonOutput();
+  nlohmann::json out = nlohmann::json::array();
+  if (!json) {
+    std::printf("%-15s %10s %10s %14s %14s\n", "MAP", "ENTRIES", "CAPACITY", "CREATED",
+                "INSERT_FAILED");
+  }
+  for (const Row& r : rows) {
+    auto ct = OpenOrDie<maps::Ct4Map>(r.map);
+    auto n = ct.Count();
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    uint32_t cap = bpf_obj_get_info_by_fd(ct.fd(), &info, &len) == 0 ? info.max_entries : 0;
+    if (json) {
+      out.push_back({{"map", r.map},
+                     {"entries", n.ok() ? *n : 0},
+                     {"capacity", cap},
+                     {"created", sum(r.created)},
+                     {"insertFailed", sum(r.failed)}});
+      continue;
+    }
+    std::printf("%-15s %10zu %10u %14llu %14llu\n", r.map, n.ok() ? *n : 0, cap,
+                static_cast<unsigned long long>(sum(r.created)),
+                static_cast<unsigned long long>(sum(r.failed)));
+  }
+  if (json) PrintJson(out);
+  return 0;
+}
+
 }  // namespace
 
 int Conntrack(const std::vector<std::string>& args) {
   const std::string sub = args.empty() ? "list" : args[0];
-  if (sub != "list" && sub != "flush") {
-    std::fprintf(stderr, "usage: sluicectl ct list|flush\n");
+  if (sub != "list" && sub != "flush" && sub != "stats") {
+    std::fprintf(stderr, "usage: sluicectl ct list|flush|stats\n");
     return 2;
   }
-  auto ct = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4);
+  if (sub == "stats") return ConntrackStats();
+  auto tcp = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4);
+  auto any = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4_any);
   if (sub == "flush") {
-    std::vector<sluice_ct4_key> keys;
-    auto st =
-        ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); });
     size_t deleted = 0;
-    for (const auto& k : keys) deleted += ct.Delete(k).ok() ? 1 : 0;
+    absl::Status st;
+    for (auto* ct : {&tcp, &any}) {
+      std::vector<sluice_ct4_key> keys;
+      st.Update(ct->ForEach(
+          [&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); }));
+      for (const auto& k : keys) deleted += ct->Delete(k).ok() ? 1 : 0;
+    }
     std::printf("deleted %zu conntrack entries\n", deleted);
     return st.ok() ? 0 : 1;
   }
@@ -51,7 +103,7 @@ int Conntrack(const std::vector<std::string>& args) {
     std::printf("%-5s %-8s %-22s %-22s %-22s %7s %8s %s\n", "PROTO", "DIR", "SOURCE", "DESTINATION",
                 "BACKEND", "REV_NAT", "IDLE(s)", "FLAGS");
   }
-  auto st = ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& v) {
+  auto print = [&](const sluice_ct4_key& k, const sluice_ct4_entry& v) {
     // --pod: entries whose source, destination or backend is the pod.
     if (!absl::GetFlag(FLAGS_pod).empty()) {
       auto named = [&](uint32_t a) {
@@ -68,6 +120,7 @@ int Conntrack(const std::vector<std::string>& args) {
     double idle = now > v.last_seen_ns ? (now - v.last_seen_ns) / 1e9 : 0;
     std::string flags;
     if (v.flags & SLUICE_CT_F_HAIRPIN) flags += "hairpin ";
+    if (v.flags & SLUICE_CT_F_ESTABLISHED) flags += "established ";
     if (v.flags & SLUICE_CT_F_CLOSING) flags += "closing ";
     if (!flags.empty()) flags.pop_back();
     if (json) {
@@ -87,7 +140,9 @@ int Conntrack(const std::vector<std::string>& args) {
     std::printf("%-5s %-8s %-22s %-22s %-22s %7u %8.1f %s\n", Proto(k.proto), Dir(k.dir),
                 src.c_str(), dst.c_str(), be.c_str(), v.rev_nat_id, idle,
                 flags.empty() ? "-" : flags.c_str());
-  });
+  };
+  absl::Status st = tcp.ForEach(print);
+  st.Update(any.ForEach(print));
   if (json) PrintJson(out);
   return st.ok() ? 0 : 1;
 }

@@ -9,7 +9,7 @@
 //   sluicectl nat                    masqueraded flows (pod tuple -> node address:port)
 //   sluicectl services               Service frontends, flags, backend slots; names and why a
 //                                    frontend serves nothing come from the agent
-//   sluicectl ct list|flush          conntrack entries of balanced and policy-tracked flows
+//   sluicectl ct list|flush|stats    conntrack entries of balanced and policy-tracked flows; counters
 //   sluicectl identities             security identities, their labels and prefixes
 //   sluicectl policy get NAMESPACE/POD
 //                                    a local pod's enforced directions and allows
@@ -43,7 +43,7 @@ constexpr Command kCommands[] = {
 
 constexpr char kUsage[] =
     "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] [--agent=HOST:PORT] [-o json] COMMAND\n"
-    "commands: status | drops | endpoints | nat | services | ct list|flush | identities |\n"
+    "commands: status | drops | endpoints | nat | services | ct list|flush|stats | identities |\n"
     "          policy get NAMESPACE/POD | observe [options] | trace [options] |\n"
     "          config | version";
 

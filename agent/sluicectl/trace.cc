@@ -309,19 +309,25 @@ bool Mine(uint32_t a1, uint16_t p1, uint32_t a2, uint16_t p2, uint32_t saddr, ui
 
 // The state one run of the program may write, restricted to the trace's own tuple.
 struct Footprint {
-  std::vector<sluice_ct4_key> ct;
+  std::vector<std::pair<maps::Ct4Map*, sluice_ct4_key>> ct;  // sluice_ct4 or _any
   std::vector<sluice_nat4_key> snat, rnat;
   std::set<std::pair<uint32_t, uint32_t>> affinity;  // (client, rev_nat_id)
 };
 
-absl::StatusOr<Footprint> Collect(const maps::Ct4Map& ct, const maps::NatMap& snat,
+// Both conntrack maps: TCP in sluice_ct4, the rest in sluice_ct4_any.
+using CtMaps = std::vector<maps::Ct4Map*>;
+
+absl::StatusOr<Footprint> Collect(const CtMaps& cts, const maps::NatMap& snat,
                                   const maps::NatMap& rnat, const maps::Lb4AffinityMap& aff,
                                   uint32_t saddr, uint16_t sport_be) {
   Footprint f;
-  auto st = ct.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) {
-    if (Mine(k.saddr, k.sport, k.daddr, k.dport, saddr, sport_be)) f.ct.push_back(k);
-  });
-  if (!st.ok()) return st;
+  absl::Status st;
+  for (maps::Ct4Map* ct : cts) {
+    st = ct->ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) {
+      if (Mine(k.saddr, k.sport, k.daddr, k.dport, saddr, sport_be)) f.ct.emplace_back(ct, k);
+    });
+    if (!st.ok()) return st;
+  }
   for (auto [m, out] : {std::pair{&snat, &f.snat}, std::pair{&rnat, &f.rnat}}) {
     st = m->ForEach([&](const sluice_nat4_key& k, const sluice_nat4_entry& v) {
       if (Mine(k.saddr, k.sport, k.daddr, k.dport, saddr, sport_be) ||
@@ -340,7 +346,7 @@ absl::StatusOr<Footprint> Collect(const maps::Ct4Map& ct, const maps::NatMap& sn
 
 // A free source port: no tracked flow of the pod uses it, so whatever the run writes with it is
 // the trace's.
-absl::StatusOr<uint16_t> FreePort(const maps::Ct4Map& ct, const maps::NatMap& snat,
+absl::StatusOr<uint16_t> FreePort(const CtMaps& ct, const maps::NatMap& snat,
                                   const maps::NatMap& rnat, const maps::Lb4AffinityMap& aff,
                                   uint32_t saddr) {
   std::mt19937 rng(std::random_device{}());
@@ -443,6 +449,8 @@ std::string Hex(const uint8_t* p, size_t n) {
 struct LiveMaps {
   maps::EndpointMap eps = OpenOrDie<maps::EndpointMap>(maps::name::sluice_ep4);
   maps::Ct4Map ct = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4);
+  maps::Ct4Map ct_any = OpenOrDie<maps::Ct4Map>(maps::name::sluice_ct4_any);
+  CtMaps cts() { return {&ct, &ct_any}; }
   maps::NatMap snat = OpenOrDie<maps::NatMap>(maps::name::sluice_snat4);
   maps::NatMap rnat = OpenOrDie<maps::NatMap>(maps::name::sluice_rnat4);
   maps::Lb4AffinityMap aff = OpenOrDie<maps::Lb4AffinityMap>(maps::name::sluice_lb4_aff);
@@ -469,7 +477,7 @@ absl::StatusOr<Hop> RunHop(LiveMaps& m, uint32_t prog_id, uint32_t ifindex,
   h.ifindex = ifindex;
   h.in = std::move(in);
   h.out.resize(h.in.size() + 256);
-  auto before = Collect(m.ct, m.snat, m.rnat, m.aff, saddr, htons(sport));
+  auto before = Collect(m.cts(), m.snat, m.rnat, m.aff, saddr, htons(sport));
   if (!before.ok()) return before.status();
   if (!before->ct.empty() || !before->snat.empty() || !before->rnat.empty()) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -497,9 +505,11 @@ absl::StatusOr<Hop> RunHop(LiveMaps& m, uint32_t prog_id, uint32_t ifindex,
   ::close(prog_fd);
 
   // Take back what the run wrote for the trace's tuple.
-  auto after = Collect(m.ct, m.snat, m.rnat, m.aff, saddr, htons(sport));
+  auto after = Collect(m.cts(), m.snat, m.rnat, m.aff, saddr, htons(sport));
   if (after.ok()) {
-    for (const auto& k : after->ct) h.undone_ct += m.ct.Delete(k).ok() ? 1 : 0;
+    for (const auto& [ct, k] : after->ct) {
+      h.undone_ct += ct->Delete(k).ok() ? 1 : 0;
+    }
     for (const auto& k : after->snat) h.undone_nat += m.snat.Delete(k).ok() ? 1 : 0;
     for (const auto& k : after->rnat) h.undone_nat += m.rnat.Delete(k).ok() ? 1 : 0;
     for (const auto& [client, rev] : after->affinity) {
@@ -797,7 +807,7 @@ int Trace(const std::vector<std::string>& args) {
   }
   uint16_t sport = o.sport;
   if (sport == 0) {
-    auto port = FreePort(m.ct, m.snat, m.rnat, m.aff, saddr);
+    auto port = FreePort(m.cts(), m.snat, m.rnat, m.aff, saddr);
     if (!port.ok()) return Fail(port.status());
     sport = *port;
   }

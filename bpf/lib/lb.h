@@ -57,9 +57,21 @@ static __always_inline int lb4_rev_nat_lookup(const struct ct4_pkt *p, struct lb
 		return LB4_NONE;
 	t->addr = rnat->addr;
 	t->port = rnat->port;
-	if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
-		ct4_mark_closing(t->flags & SLUICE_CT_F_HAIRPIN ? p->key.saddr : p->key.daddr,
-				 t->addr, p->key.dport, t->port, p->key.proto);
+	/* TCP state for the GC's timeouts, written once per flow (the first reply) and on a close,
+	 * in both directions' entries. */
+	if (p->key.proto == IPPROTO_TCP) {
+		__u8 mark = 0;
+
+		if (!(ct->flags & SLUICE_CT_F_ESTABLISHED))
+			mark |= SLUICE_CT_F_ESTABLISHED;
+		if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST))
+			mark |= SLUICE_CT_F_CLOSING;
+		if (mark) {
+			ct->flags |= mark;
+			ct4_mark_forward(t->flags & SLUICE_CT_F_HAIRPIN ? p->key.saddr : p->key.daddr,
+					 t->addr, p->key.dport, t->port, p->key.proto, mark);
+		}
+	}
 	return LB4_REVNAT;
 }
 
@@ -249,6 +261,9 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 		else if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST)) {
 			event_ct_close(ct, &p->key);
 			ct->flags |= SLUICE_CT_F_CLOSING;
+			ct4_mark_reply_closing(&p->key, ct,
+					       ct->flags & SLUICE_CT_F_HAIRPIN ? hairpin_src :
+										   p->key.saddr);
 		}
 	}
 	t->hairpin_src = hairpin_src;

@@ -2,7 +2,7 @@
  * the real addresses (after service translation), in a constant number of lookups whatever the
  * number of rules (sluice_policy_ep, sluice_ipcache4, sluice_policy4 twice; see docs/policy.md).
  * Replies of a flow a policy point let through pass by its conntrack entry (SLUICE_CT_DIR_POLICY
- * in sluice_ct4). */
+ * in sluice_ct4 / sluice_ct4_any). */
 #ifndef SLUICE_BPF_POLICY_H
 #define SLUICE_BPF_POLICY_H
 
@@ -95,6 +95,7 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 						   SLUICE_POLICY_EP_F_EGRESS;
 	struct sluice_ct4_key key = {};
 	struct sluice_ct4_entry e = {};
+	struct sluice_ct4_entry *ct;
 	__u32 identity;
 
 	if (!pep)
@@ -106,8 +107,13 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 		key.dport = f->sport;
 		key.proto = f->proto;
 		key.dir = SLUICE_CT_DIR_POLICY;
-		if (ct4_lookup(&key))
+		ct = ct4_lookup(&key);
+		if (ct) {
+			/* The reply of a tracked TCP flow: established from now on (GC timeouts). */
+			if (!(ct->flags & SLUICE_CT_F_ESTABLISHED) && f->proto == IPPROTO_TCP)
+				ct->flags |= SLUICE_CT_F_ESTABLISHED;
 			return 0;
+		}
 	}
 	if (pep->flags & flag) {
 		identity = policy4_identity(dir == SLUICE_POLICY_INGRESS ? f->saddr : f->daddr);
@@ -130,9 +136,7 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 		     f->tot_len, 0, pep->flags & flag);
 	e.created_ns = bpf_ktime_get_ns();
 	e.last_seen_ns = e.created_ns;
-	if (bpf_map_update_elem(&sluice_ct4, &key, &e, BPF_ANY))
-		return -SLUICE_DROP_CT_MAP_FULL;
-	return 0;
+	return ct4_create_one(&key, &e);
 }
 
 #endif

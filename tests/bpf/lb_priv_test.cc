@@ -68,7 +68,7 @@ std::optional<sluice_ct4_entry> Ct(loader::Datapath& dp, const std::string& sadd
   k.dport = htons(dport);
   k.proto = proto;
   k.dir = dir;
-  auto e = dp.ct4().Lookup(k);
+  auto e = dp.ct4_of(proto).Lookup(k);
   if (!e.ok()) return std::nullopt;
   return *e;
 }
@@ -190,9 +190,11 @@ Packet PortUnreachable(const std::string& src, const Bytes& in) {
 }
 
 void ExpectNoConntrack(loader::Datapath& dp, const Trail&) {
-  auto n = dp.ct4().Count();
-  ASSERT_TRUE(n.ok());
-  EXPECT_EQ(*n, 0u);
+  for (auto* ct : {&dp.ct4(), &dp.ct4_any()}) {
+    auto n = ct->Count();
+    ASSERT_TRUE(n.ok());
+    EXPECT_EQ(*n, 0u);
+  }
 }
 
 void ExpectForwardEntry(loader::Datapath& dp, uint16_t sport, uint16_t dport, uint8_t proto,

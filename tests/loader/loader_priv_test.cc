@@ -122,6 +122,47 @@ TEST(Datapath, PinWithAnOlderLayoutIsReplacedAndTheOthersKept) {
   EXPECT_EQ(got->endpoint_id, 42u);
 }
 
+// Map sizes from configuration: the maps are created with them, a pin of another size (the
+// configuration changed) is replaced by an empty map of the new size, and an unsizable map or a
+// zero size is refused before anything is loaded.
+TEST(Datapath, MapSizesComeFromConfigurationAndAChangedSizeReplacesThePin) {
+  ScratchBpffs fs;
+  auto max_entries = [](int fd) {
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    EXPECT_EQ(bpf_obj_get_info_by_fd(fd, &info, &len), 0);
+    return info.max_entries;
+  };
+  sluice_ct4_key key{};
+  key.proto = IPPROTO_TCP;
+  {
+    auto dp = loader::Datapath::Load(fs.path(), {{maps::name::sluice_ct4, 1024},
+                                                 {maps::name::sluice_lb4_be, 64}});
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    EXPECT_EQ(max_entries((*dp)->ct4().fd()), 1024u);
+    EXPECT_EQ(max_entries((*dp)->lb4_backends().fd()), 64u);
+    EXPECT_EQ(max_entries((*dp)->ct4_any().fd()), SLUICE_CT4_ANY_MAX_ENTRIES);
+    ASSERT_TRUE((*dp)->ct4().Update(key, sluice_ct4_entry{}).ok());
+  }
+  {
+    auto same = loader::Datapath::Load(fs.path(), {{maps::name::sluice_ct4, 1024},
+                                                   {maps::name::sluice_lb4_be, 64}});
+    ASSERT_TRUE(same.ok()) << same.status();
+    EXPECT_TRUE((*same)->ct4().Lookup(key).ok()) << "same size: the pin and its entries stay";
+  }
+  auto resized = loader::Datapath::Load(fs.path(), {{maps::name::sluice_ct4, 2048}});
+  ASSERT_TRUE(resized.ok()) << resized.status();
+  EXPECT_EQ(max_entries((*resized)->ct4().fd()), 2048u);
+  EXPECT_EQ(max_entries((*resized)->lb4_backends().fd()), SLUICE_LB4_BACKENDS_MAX_ENTRIES);
+  EXPECT_FALSE((*resized)->ct4().Lookup(key).ok()) << "a new size starts empty";
+  auto pinned = maps::Ct4Map::Open(maps::PinPath(fs.path(), maps::name::sluice_ct4));
+  ASSERT_TRUE(pinned.ok());
+  EXPECT_EQ(max_entries(pinned->fd()), 2048u) << "every object shares the resized pin";
+
+  EXPECT_FALSE(loader::Datapath::Load(fs.path(), {{maps::name::sluice_node, 2}}).ok());
+  EXPECT_FALSE(loader::Datapath::Load(fs.path(), {{maps::name::sluice_ct4, 0}}).ok());
+}
+
 TEST(Tc, AttachingTwiceLeavesOneFilterRunningTheProgram) {
   ScratchBpffs fs;
   auto dp = loader::Datapath::Load(fs.path());

@@ -62,7 +62,8 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
   }
   std::unique_ptr<BpfLbMaps> MakeMaps() {
     return std::make_unique<BpfLbMaps>(dp_->lb4_services(), dp_->lb4_backends(), dp_->lb4_revnat(),
-                                       dp_->lb4_source_ranges(), dp_->ct4(), &dp_->lb4_affinity());
+                                       dp_->lb4_source_ranges(), dp_->ct4_any(),
+                                       &dp_->lb4_affinity());
   }
   std::unique_ptr<ServiceReconciler> NewReconciler() {
     auto r = ServiceReconciler::Create(*lb_);
@@ -93,6 +94,8 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
     return out;
   }
   size_t Entries(auto& map) { return *map.Count(); }
+  // Both conntrack maps: TCP (sluice_ct4) and the rest (sluice_ct4_any).
+  size_t CtEntries() { return Entries(dp_->ct4()) + Entries(dp_->ct4_any()); }
   void AddFlow(uint16_t sport, uint8_t proto, uint32_t rev_nat_id, uint32_t backend_id) {
     for (uint8_t dir : {SLUICE_CT_DIR_FORWARD, SLUICE_CT_DIR_REPLY}) {
       sluice_ct4_key k{};
@@ -105,7 +108,7 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
       sluice_ct4_entry e{};
       e.backend_id = backend_id;
       e.rev_nat_id = rev_nat_id;
-      ASSERT_TRUE(dp_->ct4().Update(k, e).ok());
+      ASSERT_TRUE(dp_->ct4_of(proto).Update(k, e).ok());
     }
   }
   bool HasFlow(uint16_t sport, uint8_t proto) {
@@ -115,7 +118,7 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
     k.sport = htons(sport);
     k.dport = htons(53);
     k.proto = proto;
-    return dp_->ct4().Lookup(k).ok();
+    return dp_->ct4_of(proto).Lookup(k).ok();
   }
 
   std::unique_ptr<BpfLbMaps> lb_;
@@ -213,13 +216,13 @@ TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsUdpFlowsButKeepsTcpOnes)
   AddFlow(1001, IPPROTO_UDP, udp_r, r->BackendId(Ip("10.244.2.5"), 8080, IPPROTO_UDP));
   AddFlow(1002, IPPROTO_UDP, udp_r, r->BackendId(Ip("10.244.1.4"), 8080, IPPROTO_UDP));
   AddFlow(1003, IPPROTO_TCP, tcp_r, r->BackendId(Ip("10.244.2.5"), 8080, IPPROTO_TCP));
-  ASSERT_EQ(Entries(dp_->ct4()), 6u);
+  ASSERT_EQ(CtEntries(), 6u);
 
   ASSERT_TRUE(r->Apply("kube-system/dns", both({"10.244.1.4"})).ok());
   EXPECT_FALSE(HasFlow(1001, IPPROTO_UDP));
   EXPECT_TRUE(HasFlow(1002, IPPROTO_UDP));
   EXPECT_TRUE(HasFlow(1003, IPPROTO_TCP));
-  EXPECT_EQ(Entries(dp_->ct4()), 4u);  // both directions of the UDP flow went
+  EXPECT_EQ(CtEntries(), 4u);  // both directions of the UDP flow went
   EXPECT_EQ(r->stats().ct_flushed, 2u);
 }
 
@@ -293,7 +296,7 @@ TEST_F(ServiceReconcilerPrivTest, FailedBatchedWriteLeavesNoMasterAndIsWrittenAg
   ASSERT_GE(fd, 0) << std::strerror(errno);
   maps::Lb4BackendMap small{maps::MapFd(fd)};
   BpfLbMaps lb(dp_->lb4_services(), small, dp_->lb4_revnat(), dp_->lb4_source_ranges(),
-               dp_->ct4(), &dp_->lb4_affinity());
+               dp_->ct4_any(), &dp_->lb4_affinity());
   auto r = ServiceReconciler::Create(lb);
   ASSERT_TRUE(r.ok()) << r.status();
   std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> both = {

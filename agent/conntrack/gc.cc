@@ -1,0 +1,269 @@
+#include "agent/conntrack/gc.h"
+
+#include <bpf/bpf.h>
+#include <netinet/in.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <tuple>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "agent/base/errno.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::conntrack {
+namespace {
+
+constexpr uint32_t kBatch = 4096;
+
+struct Entry {
+  sluice_ct4_key key;
+  sluice_ct4_entry value;
+};
+
+// Every entry of the map, read with BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map).
+// Entries the datapath adds or deletes meanwhile may be missed or seen: the next pass sees them.
+absl::Status ReadAll(const maps::Ct4Map& map, std::vector<Entry>& out) {
+  std::vector<sluice_ct4_key> keys(kBatch);
+  std::vector<sluice_ct4_entry> values(kBatch);
+  // The batch token is the hash bucket to continue from (4 bytes); room for a key to be safe.
+  sluice_ct4_key in{}, next{};
+  void* in_batch = nullptr;
+  while (true) {
+    uint32_t count = kBatch;
+    int rc = bpf_map_lookup_batch(map.fd(), in_batch, &next, keys.data(), values.data(), &count,
+                                  nullptr);
+    const int err = rc != 0 ? errno : 0;
+    for (uint32_t i = 0; i < count; ++i) out.push_back({keys[i], values[i]});
+    if (rc != 0) {
+      if (err == ENOENT) return absl::OkStatus();  // the end of the map
+      return ErrnoStatus(err, "conntrack batch lookup");
+    }
+    in = next;
+    in_batch = &in;
+  }
+}
+
+// Deletes `keys` with BPF_MAP_DELETE_BATCH. A key the datapath or an LRU eviction removed
+// meanwhile stops a batch (ENOENT): it is skipped and the rest go on. Returns how many went.
+absl::StatusOr<uint64_t> DeleteAll(maps::Ct4Map& map, const std::vector<sluice_ct4_key>& keys) {
+  uint64_t deleted = 0;
+  size_t i = 0;
+  while (i < keys.size()) {
+    uint32_t count = static_cast<uint32_t>(std::min<size_t>(kBatch, keys.size() - i));
+    int rc = bpf_map_delete_batch(map.fd(), &keys[i], &count, nullptr);
+    const int err = rc != 0 ? errno : 0;
+    deleted += count;
+    i += count;
+    if (rc != 0) {
+      if (err != ENOENT) return ErrnoStatus(err, "conntrack batch delete");
+      ++i;  // keys[i] was already gone
+    }
+  }
+  return deleted;
+}
+
+// A load-balanced flow's two entries (forward: client -> frontend, reply: backend -> client)
+// expire together: a one-way flow refreshes only one of them, and the other must live as long.
+// Both carry the backend and rev_nat id; the client's address and port are the forward key's
+// source and the reply key's destination (a hairpinned flow's reply goes to the gateway, and its
+// client is the backend itself).
+using FlowKey = std::tuple<uint8_t, uint32_t, uint32_t, uint16_t, uint32_t, uint16_t>;
+bool FlowOf(const Entry& e, FlowKey* out) {
+  const auto& k = e.key;
+  const auto& v = e.value;
+  if (k.dir == SLUICE_CT_DIR_FORWARD) {
+    *out = {k.proto, v.rev_nat_id, v.backend_addr, v.backend_port, k.saddr, k.sport};
+    return true;
+  }
+  if (k.dir == SLUICE_CT_DIR_REPLY) {
+    uint32_t client = (v.flags & SLUICE_CT_F_HAIRPIN) ? k.saddr : k.daddr;
+    *out = {k.proto, v.rev_nat_id, v.backend_addr, v.backend_port, client, k.dport};
+    return true;
+  }
+  return false;  // policy entries stand alone
+}
+
+uint64_t CapacityOf(const maps::Ct4Map& map) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(map.fd(), &info, &len) != 0) return 0;
+  return info.max_entries;
+}
+
+uint64_t SumStat(maps::CtStatsMap& stats, uint32_t slot) {
+  uint64_t n = 0;
+  if (auto v = stats.Lookup(slot); v.ok())
+    for (uint64_t c : *v) n += c;
+  return n;
+}
+
+}  // namespace
+
+uint64_t MonotonicNowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+absl::Duration TimeoutOf(uint8_t proto, uint8_t flags, const Timeouts& t) {
+  if (proto == IPPROTO_TCP) {
+    if (flags & SLUICE_CT_F_CLOSING) return t.tcp_closing;
+    return (flags & SLUICE_CT_F_ESTABLISHED) ? t.tcp_established : t.tcp_syn;
+  }
+  if (proto == IPPROTO_UDP) return t.udp;
+  return t.other;
+}
+
+ConntrackGc::ConntrackGc(maps::Ct4Map& tcp, maps::Ct4Map& any, maps::CtStatsMap* stats,
+                         GcOptions opts, NowNs now)
+    : tcp_(tcp), any_(any), stats_(stats), opts_(opts), now_(std::move(now)) {}
+
+ConntrackGc::~ConntrackGc() { Stop(); }
+
+absl::Status ConntrackGc::Collect(maps::Ct4Map& map, bool tcp_map, uint64_t now,
+                                  MapTotals& totals) {
+  std::vector<Entry> entries;
+  entries.reserve(static_cast<size_t>(CapacityOf(map)) / 4);
+  if (auto st = ReadAll(map, entries); !st.ok()) return st;
+
+  // Per flow: the latest time either direction was seen and the most advanced state.
+  struct Flow {
+    uint64_t last_seen = 0;
+    uint8_t flags = 0;
+  };
+  absl::flat_hash_map<FlowKey, Flow> flows;
+  flows.reserve(entries.size() / 2 + 1);
+  FlowKey fk;
+  for (const Entry& e : entries) {
+    if (!FlowOf(e, &fk)) continue;
+    Flow& f = flows[fk];
+    f.last_seen = std::max<uint64_t>(f.last_seen, e.value.last_seen_ns);
+    f.flags |= e.value.flags;
+  }
+  auto state_of = [&](const Entry& e) -> Flow {
+    if (FlowOf(e, &fk)) return flows.at(fk);
+    return {e.value.last_seen_ns, e.value.flags};
+  };
+
+  std::vector<sluice_ct4_key> doomed;
+  std::vector<std::pair<uint64_t, size_t>> spare;  // (last seen, index): deletable for room
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const Entry& e = entries[i];
+    const Flow f = state_of(e);
+    const uint64_t timeout =
+        static_cast<uint64_t>(absl::ToInt64Nanoseconds(TimeoutOf(e.key.proto, f.flags,
+                                                                 opts_.timeouts)));
+    // The coarse clock may run a tick ahead of this one: such an entry is fresh.
+    if (now > f.last_seen && now - f.last_seen > timeout) {
+      doomed.push_back(e.key);
+    } else if (tcp_map && (!(f.flags & SLUICE_CT_F_ESTABLISHED) ||
+                           (f.flags & SLUICE_CT_F_CLOSING))) {
+      spare.emplace_back(f.last_seen, i);
+    }
+  }
+  const uint64_t expired = doomed.size();
+  uint64_t pressure = 0;
+  const uint64_t capacity = CapacityOf(map);
+  const uint64_t left = entries.size() - expired;
+  if (tcp_map && capacity > 0 && left > opts_.tcp_high_water * capacity) {
+    const uint64_t target = static_cast<uint64_t>(opts_.tcp_low_water * capacity);
+    // Least recently seen first; a flow's two entries share their time, so they go together.
+    std::sort(spare.begin(), spare.end());
+    for (const auto& [seen, i] : spare) {
+      if (left - pressure <= target) break;
+      doomed.push_back(entries[i].key);
+      ++pressure;
+    }
+  }
+  auto deleted = DeleteAll(map, doomed);
+  if (!deleted.ok()) return deleted.status();
+  absl::MutexLock lock(&mu_);
+  totals.scanned += entries.size();
+  totals.expired += expired;
+  totals.pressure += pressure;
+  totals.live = entries.size() - std::min<uint64_t>(*deleted, entries.size());
+  return absl::OkStatus();
+}
+
+absl::Status ConntrackGc::RunOnce() {
+  absl::MutexLock run(&run_mu_);
+  const uint64_t now = now_();
+  // The creation counter is read before the walk: what is created during the walk counts next
+  // time, and the estimate never goes below zero.
+  const uint64_t any_created =
+      stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_ANY_CREATED) : 0;
+  absl::Status st = Collect(tcp_, /*tcp_map=*/true, now, totals_.tcp);
+  uint64_t any_scanned_before;
+  {
+    absl::MutexLock lock(&mu_);
+    any_scanned_before = totals_.any.scanned;
+  }
+  absl::Status any_st = Collect(any_, /*tcp_map=*/false, now, totals_.any);
+  absl::MutexLock lock(&mu_);
+  if (any_st.ok() && stats_ != nullptr) {
+    const uint64_t found = totals_.any.scanned - any_scanned_before;
+    if (have_baseline_) {
+      const uint64_t expected = any_left_ + (any_created - any_created_);
+      if (expected > found) totals_.any.lru_evictions += expected - found;
+    }
+    have_baseline_ = true;
+    any_created_ = any_created;
+    any_left_ = totals_.any.live;
+  }
+  ++totals_.runs;
+  st.Update(any_st);
+  if (!st.ok()) ++totals_.errors;
+  return st;
+}
+
+void ConntrackGc::Start(const Clock* clock) {
+  thread_ = std::thread([this, clock] {
+    while (clock->SleepFor(opts_.interval, stop_)) {
+      if (auto st = RunOnce(); !st.ok()) spdlog::warn("conntrack GC: {}", st.ToString());
+    }
+  });
+}
+
+void ConntrackGc::Stop() {
+  if (!stop_.HasBeenNotified()) stop_.Notify();
+  if (thread_.joinable()) thread_.join();
+}
+
+GcTotals ConntrackGc::totals() const {
+  absl::MutexLock lock(&mu_);
+  return totals_;
+}
+
+int AddConntrackGcCollector(metrics::Registry& registry, const ConntrackGc* gc) {
+  return registry.AddCollector([gc](metrics::ScrapeSink& out) {
+    const GcTotals t = gc->totals();
+    out.Counter("sluice_ct_gc_runs_total", "Conntrack GC passes over sluice_ct4 and sluice_ct4_any",
+                {}, static_cast<double>(t.runs));
+    out.Counter("sluice_ct_gc_errors_total", "Conntrack GC passes that failed (logged)", {},
+                static_cast<double>(t.errors));
+    for (const auto& [name, m] : {std::pair<const char*, const MapTotals&>{
+                                      maps::name::sluice_ct4, t.tcp},
+                                  {maps::name::sluice_ct4_any, t.any}}) {
+      out.Counter("sluice_ct_gc_scanned_total", "Conntrack entries the GC looked at, per map",
+                  {{"map_name", name}}, static_cast<double>(m.scanned));
+      out.Counter("sluice_ct_gc_deleted_total",
+                  "Conntrack entries the GC deleted, per map and reason (expired: idle past "
+                  "their timeout; pressure: unanswered or closing TCP entries deleted early to "
+                  "keep headroom in sluice_ct4)",
+                  {{"map_name", name}, {"reason", "expired"}}, static_cast<double>(m.expired));
+      out.Counter("sluice_ct_gc_deleted_total", "", {{"map_name", name}, {"reason", "pressure"}},
+                  static_cast<double>(m.pressure));
+    }
+    out.Counter("sluice_ct_lru_evictions_total",
+                "Conntrack entries that left the LRU map sluice_ct4_any other than through the GC "
+                "(estimated per GC pass from the datapath's creation counter: LRU evictions, and "
+                "the agent's or sluicectl's flushes)",
+                {{"map_name", maps::name::sluice_ct4_any}},
+                static_cast<double>(t.any.lru_evictions));
+  });
+}
+
+}  // namespace sluice::conntrack
