@@ -127,6 +127,7 @@ struct CompiledRule {
 };
 
 struct CompiledPolicy {
+  std::shared_ptr<const k8s::NetworkPolicy> source;  // set with a cache
   std::string key;
   std::string ns;
   LabelSelector pod_selector;  // validated
@@ -352,9 +353,28 @@ struct TranslationCache::State {
   struct Peers {
     uint64_t gen = 0;  // the views_gen `targets` was made for
     std::vector<uint32_t> targets;
+    uint64_t version = 0;  // unique among all entries; new whenever targets or their views change
     uint64_t used = 0;
   };
   std::map<const CompiledRule*, Peers> peers;  // rules of `policies`' entries
+  uint64_t next_version = 1;
+  // An endpoint's result with everything it was computed from: equal inputs, equal result.
+  struct EndpointInputs {
+    uint32_t identity = 0;
+    std::string pod_key;
+    std::shared_ptr<const k8s::Pod> pod;
+    std::vector<std::shared_ptr<const k8s::NetworkPolicy>> policies;  // those that apply to it
+    std::vector<uint64_t> peer_versions;  // of their rules, in order
+    uint64_t views_gen = 0;  // when a rule reads every identity (egress named port to anyone)
+    std::vector<uint32_t> host_ids;
+    bool operator==(const EndpointInputs&) const = default;
+  };
+  struct Endpoint {
+    EndpointInputs inputs;
+    EndpointPolicy result;
+    uint64_t used = 0;
+  };
+  std::map<uint32_t, Endpoint> endpoints;
 };
 
 TranslationCache::TranslationCache() : state_(std::make_unique<State>()) {}
@@ -397,6 +417,7 @@ std::vector<const CompiledPolicy*> CompileAll(const PolicyInput& in,
       e.np = *np;
       e.key = key;
       e.compiled = CompilePolicy(**np, &e.problems);
+      e.compiled.source = *np;
     }
     e.used = cache->batch;
     if (problems) problems->insert(problems->end(), e.problems.begin(), e.problems.end());
@@ -709,9 +730,9 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
   // Only the local endpoints' pods are needed.
   std::set<std::string_view> ep_namespaces;
   for (const PolicyEndpoint& ep : in.endpoints) ep_namespaces.insert(ep.pod_namespace);
-  std::map<std::string, const k8s::Pod*> pods_by_key;
+  std::map<std::string, const std::shared_ptr<const k8s::Pod>*> pods_by_key;
   for (const auto& p : in.pods) {
-    if (p && ep_namespaces.contains(p->meta.namespace_)) pods_by_key[p->meta.Key()] = p.get();
+    if (p && ep_namespaces.contains(p->meta.namespace_)) pods_by_key[p->meta.Key()] = &p;
   }
   std::vector<uint32_t> host_ids;
   for (const auto& [id, view] : views) {
@@ -761,11 +782,14 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
       for (uint32_t id : cache->added) {
         if (matches(policy, rule, views.at(id))) fresh.push_back(id);
       }
+      // An identity that stayed a target but changed its labels is in both lists: a change.
+      if (kept.size() != e.targets.size() || !fresh.empty()) e.version = cache->next_version++;
       e.targets.clear();
       std::merge(kept.begin(), kept.end(), fresh.begin(), fresh.end(),
                  std::back_inserter(e.targets));
     } else {
       all_peers(policy, rule, &e.targets);
+      e.version = cache->next_version++;
     }
     e.gen = cache->views_gen;
     return e.targets;
@@ -783,7 +807,45 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
       if (it != identity_of.end()) result.identity = it->second;
     }
     auto pit = pods_by_key.find(result.pod);
-    const k8s::Pod* pod = pit == pods_by_key.end() ? nullptr : pit->second;
+    const k8s::Pod* pod = pit == pods_by_key.end() ? nullptr : pit->second->get();
+
+    CacheState::Endpoint* entry = nullptr;
+    if (cache) {
+      // What the result depends on, walked as below; an entry made from the same is reused.
+      CacheState::EndpointInputs inputs;
+      inputs.identity = result.identity;
+      inputs.pod_key = result.pod;
+      if (pod != nullptr) inputs.pod = *pit->second;
+      inputs.host_ids = host_ids;
+      for (const CompiledPolicy* pp : policies) {
+        const CompiledPolicy& policy = *pp;
+        if (policy.ns != ep.pod_namespace) continue;
+        if (pod != nullptr && !Selects(policy, *pod)) continue;
+        inputs.policies.push_back(policy.source);
+        if (pod == nullptr) continue;
+        for (const auto& [on, rules, dir] :
+             {std::tuple{policy.ingress, &policy.ingress_rules, kIngress},
+              std::tuple{policy.egress, &policy.egress_rules, kEgress}}) {
+          if (!on) continue;
+          for (const CompiledRule& rule : *rules) {
+            peers_of(policy, rule);
+            inputs.peer_versions.push_back(cache->peers.at(&rule).version);
+            if (dir != kEgress || !rule.peers.empty()) continue;
+            for (const CompiledPort& port : rule.ports) {
+              if (!port.name.empty()) inputs.views_gen = cache->views_gen;
+            }
+          }
+        }
+      }
+      auto [it, inserted] = cache->endpoints.try_emplace(ep.endpoint_id);
+      entry = &it->second;
+      entry->used = cache->batch;
+      if (!inserted && entry->inputs == inputs) {
+        out.endpoints.push_back(entry->result);
+        continue;
+      }
+      entry->inputs = std::move(inputs);
+    }
 
     std::set<PolicyAllow> allows;
     auto add_rule = [&](const CompiledPolicy& policy, const CompiledRule& rule, uint8_t dir) {
@@ -852,6 +914,7 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
       for (uint32_t id : host_ids) allows.insert({id, kIngress, 0, 0, 0});
     }
     result.allows = Minimal(allows);
+    if (entry) entry->result = result;
     out.endpoints.push_back(std::move(result));
   }
   return out;
@@ -884,6 +947,7 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids,
     std::erase_if(state->peers, [&](const auto& e) { return e.second.used != state->batch; });
     std::erase_if(state->policies, [&](const auto& e) { return e.second.used != state->batch; });
     std::erase_if(state->pods, [&](const auto& e) { return e.second.used != state->batch; });
+    std::erase_if(state->endpoints, [&](const auto& e) { return e.second.used != state->batch; });
   }
   return out;
 }
