@@ -9,6 +9,7 @@
 #include <set>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -323,6 +324,16 @@ IdentityView ViewOf(uint32_t id, const LabelSet& labels) {
   }
   return v;
 }
+
+// Thousands of addresses share a few hundred label sets: hashed once each instead of compared
+// along a tree path.
+struct LabelSetHash {
+  size_t operator()(const LabelSet& labels) const {
+    size_t h = labels.size();
+    for (const std::string& l : labels) h = h * 1000003u ^ std::hash<std::string_view>{}(l);
+    return h;
+  }
+};
 
 }  // namespace
 
@@ -682,8 +693,13 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
   PolicyTranslation out;
   std::map<IpPrefix, uint32_t> identity_of;
   std::map<uint32_t, const LabelSet*> labels_of;
+  std::unordered_map<LabelSet, uint32_t, LabelSetHash> found;
   for (const PolicyAddress& a : addresses) {
-    uint32_t id = ids.Find(a.labels).value_or(SLUICE_IDENTITY_UNMANAGED);
+    auto fit = found.find(a.labels);
+    if (fit == found.end()) {
+      fit = found.emplace(a.labels, ids.Find(a.labels).value_or(SLUICE_IDENTITY_UNMANAGED)).first;
+    }
+    uint32_t id = fit->second;
     out.ipcache.push_back({a.prefix, id});
     identity_of[a.prefix] = id;
     labels_of.try_emplace(id, ids.Labels(id));
@@ -937,8 +953,9 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids,
   CacheState* state = cache ? &cache->state() : nullptr;
   if (state) ++state->batch;
   std::vector<PolicyAddress> addresses = ClassifyAddressesImpl(in, state);
-  std::set<LabelSet> wanted;
-  for (const PolicyAddress& a : addresses) wanted.insert(a.labels);
+  std::unordered_set<LabelSet, LabelSetHash> unique;
+  for (const PolicyAddress& a : addresses) unique.insert(a.labels);
+  std::set<LabelSet> wanted(unique.begin(), unique.end());
   absl::Status st = ids->Assign(wanted);
   PolicyTranslation out = TranslateImpl(in, addresses, *ids, state);
   if (!st.ok()) out.problems.insert(out.problems.begin(), {"", "identities", std::string(st.message())});
