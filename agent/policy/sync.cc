@@ -70,14 +70,15 @@ PolicyInput PolicySync::Snapshot() const {
 }
 
 absl::Status PolicySync::Reconcile(const controller::Batch&) {
-  // The whole view each time: identities and peers span the cluster. Batches coalesce changes.
+  // The whole view each time: identities and peers span the cluster; the cache makes what did
+  // not change cheap. Batches coalesce changes.
   PolicyInput in = Snapshot();
   PolicyTranslation t;
   std::vector<IdentityRecord> records;
   bool save = false;
   {
     absl::MutexLock l(&mu_);
-    t = TranslatePolicy(in, &ids_);
+    t = TranslatePolicy(in, &ids_, cache_.get());
     records = ids_.Records();
     save = records != saved_;
     std::set<std::tuple<std::string, std::string, std::string>> now;
@@ -148,6 +149,15 @@ absl::Status PolicySync::EndpointRemoved(const Endpoint& ep) {
 PolicySyncStats PolicySync::stats() const {
   absl::MutexLock l(&mu_);
   return stats_;
+}
+
+void PolicySync::UseTranslationCache(bool on) {
+  absl::MutexLock l(&mu_);
+  if (!on) {
+    cache_.reset();
+  } else if (!cache_) {
+    cache_ = std::make_unique<TranslationCache>();
+  }
 }
 
 std::vector<IdentityRecord> PolicySync::Identities() const {

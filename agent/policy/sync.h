@@ -2,7 +2,8 @@
 // endpoints: Pod, Namespace, Node and NetworkPolicy listeners and the endpoint service mark keys
 // dirty ("cluster" for a change of the cluster's objects, "ep/<id>" for an endpoint that came or
 // went), a controller (agent/controller/) translates the whole view once per batch
-// (TranslatePolicy, numbering identities) and the PolicyReconciler writes the difference. The
+// (TranslatePolicy, numbering identities, with a TranslationCache so that only what changed is
+// computed again) and the PolicyReconciler writes the difference. The
 // identities survive restarts in <state_dir>/identities.json. Nothing is applied before every
 // watch has synced. Rejected rules (PolicyProblem) are logged once per change and counted.
 #pragma once
@@ -64,6 +65,9 @@ class PolicySync final : public EndpointPolicyHook {
   PolicySyncStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The identities numbered so far (for sluicectl and tests).
   std::vector<IdentityRecord> Identities() const ABSL_LOCKS_EXCLUDED(mu_);
+  // false: every batch translates without the TranslationCache (the result is the same; for
+  // benchmarks comparing the two).
+  void UseTranslationCache(bool on) ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   absl::Status Reconcile(const controller::Batch& batch);
@@ -77,6 +81,8 @@ class PolicySync final : public EndpointPolicyHook {
 
   mutable absl::Mutex mu_;
   IdentityAllocator ids_ ABSL_GUARDED_BY(mu_);
+  std::unique_ptr<TranslationCache> cache_ ABSL_GUARDED_BY(mu_) =
+      std::make_unique<TranslationCache>();
   std::vector<IdentityRecord> saved_ ABSL_GUARDED_BY(mu_);
   std::set<std::tuple<std::string, std::string, std::string>> problems_ ABSL_GUARDED_BY(mu_);
   PolicySyncStats stats_ ABSL_GUARDED_BY(mu_);

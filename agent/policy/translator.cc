@@ -7,6 +7,9 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
+#include <unordered_map>
+#include <unordered_set>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -125,6 +128,7 @@ struct CompiledRule {
 };
 
 struct CompiledPolicy {
+  std::shared_ptr<const k8s::NetworkPolicy> source;  // set with a cache
   std::string key;
   std::string ns;
   LabelSelector pod_selector;  // validated
@@ -266,18 +270,6 @@ CompiledPolicy CompilePolicy(const k8s::NetworkPolicy& np, std::vector<PolicyPro
   return out;
 }
 
-std::vector<CompiledPolicy> CompileAll(const PolicyInput& in,
-                                       std::vector<PolicyProblem>* problems) {
-  std::vector<std::shared_ptr<const k8s::NetworkPolicy>> sorted;
-  for (const auto& np : in.policies) {
-    if (np) sorted.push_back(np);
-  }
-  std::sort(sorted.begin(), sorted.end(),
-            [](const auto& a, const auto& b) { return a->meta.Key() < b->meta.Key(); });
-  std::vector<CompiledPolicy> out;
-  for (const auto& np : sorted) out.push_back(CompilePolicy(*np, problems));
-  return out;
-}
 
 bool Selects(const CompiledPolicy& p, const k8s::Pod& pod) {
   return p.ns == pod.meta.namespace_ && Matches(p.pod_selector, pod.meta.labels);
@@ -331,6 +323,118 @@ IdentityView ViewOf(uint32_t id, const LabelSet& labels) {
     }
   }
   return v;
+}
+
+// Thousands of addresses share a few hundred label sets: hashed once each instead of compared
+// along a tree path.
+struct LabelSetHash {
+  size_t operator()(const LabelSet& labels) const {
+    size_t h = labels.size();
+    for (const std::string& l : labels) h = h * 1000003u ^ std::hash<std::string_view>{}(l);
+    return h;
+  }
+};
+
+}  // namespace
+
+struct TranslationCache::State {
+  uint64_t batch = 0;  // entries not used in the latest batch are dropped at its end
+  struct Policy {
+    std::shared_ptr<const k8s::NetworkPolicy> np;
+    std::string key;
+    CompiledPolicy compiled;
+    std::vector<PolicyProblem> problems;
+    uint64_t used = 0;
+  };
+  std::unordered_map<const k8s::NetworkPolicy*, Policy> policies;
+  struct Pod {
+    std::shared_ptr<const k8s::Pod> pod;
+    std::shared_ptr<const k8s::Namespace> ns;  // the Namespace object its labels were read from
+    std::string key;
+    LabelSet labels;  // sorted, unique; without cidr: labels
+    uint64_t used = 0;
+  };
+  std::unordered_map<const k8s::Pod*, Pod> pods;
+  std::set<std::pair<uint8_t, std::string>> named;  // the egress named ports of `pods`' labels
+  // The identities of the latest translation, and how they differ from the one before.
+  std::map<uint32_t, LabelSet> view_labels;
+  std::map<uint32_t, IdentityView> views;
+  uint64_t views_gen = 0;
+  std::vector<uint32_t> removed, added;  // from views_gen - 1 to views_gen, sorted
+  struct Peers {
+    uint64_t gen = 0;  // the views_gen `targets` was made for
+    std::vector<uint32_t> targets;
+    uint64_t version = 0;  // unique among all entries; new whenever targets or their views change
+    uint64_t used = 0;
+  };
+  std::map<const CompiledRule*, Peers> peers;  // rules of `policies`' entries
+  uint64_t next_version = 1;
+  // An endpoint's result with everything it was computed from: equal inputs, equal result.
+  struct EndpointInputs {
+    uint32_t identity = 0;
+    std::string pod_key;
+    std::shared_ptr<const k8s::Pod> pod;
+    std::vector<std::shared_ptr<const k8s::NetworkPolicy>> policies;  // those that apply to it
+    std::vector<uint64_t> peer_versions;  // of their rules, in order
+    uint64_t views_gen = 0;  // when a rule reads every identity (egress named port to anyone)
+    std::vector<uint32_t> host_ids;
+    bool operator==(const EndpointInputs&) const = default;
+  };
+  struct Endpoint {
+    EndpointInputs inputs;
+    EndpointPolicy result;
+    uint64_t used = 0;
+  };
+  std::map<uint32_t, Endpoint> endpoints;
+};
+
+TranslationCache::TranslationCache() : state_(std::make_unique<State>()) {}
+TranslationCache::~TranslationCache() = default;
+
+namespace {
+
+using CacheState = TranslationCache::State;
+
+// The policies sorted by key, compiled (from `cache` when it has the object); `storage` holds the
+// ones compiled without a cache.
+std::vector<const CompiledPolicy*> CompileAll(const PolicyInput& in,
+                                              std::vector<PolicyProblem>* problems,
+                                              CacheState* cache,
+                                              std::vector<std::unique_ptr<CompiledPolicy>>* storage) {
+  std::vector<std::pair<std::string, const std::shared_ptr<const k8s::NetworkPolicy>*>> sorted;
+  for (const auto& np : in.policies) {
+    if (!np) continue;
+    if (cache) {
+      auto it = cache->policies.find(np.get());
+      if (it != cache->policies.end()) {
+        sorted.emplace_back(it->second.key, &np);
+        continue;
+      }
+    }
+    sorted.emplace_back(np->meta.Key(), &np);
+  }
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<const CompiledPolicy*> out;
+  for (const auto& [key, np] : sorted) {
+    if (!cache) {
+      storage->push_back(std::make_unique<CompiledPolicy>(CompilePolicy(**np, problems)));
+      out.push_back(storage->back().get());
+      continue;
+    }
+    auto [it, inserted] = cache->policies.try_emplace(np->get());
+    CacheState::Policy& e = it->second;
+    if (inserted) {
+      e.np = *np;
+      e.key = key;
+      e.compiled = CompilePolicy(**np, &e.problems);
+      e.compiled.source = *np;
+    }
+    e.used = cache->batch;
+    if (problems) problems->insert(problems->end(), e.problems.begin(), e.problems.end());
+    out.push_back(&e.compiled);
+  }
+  return out;
 }
 
 bool PeerMatches(const CompiledPeer& p, const std::string& policy_ns, const IdentityView& v) {
@@ -420,11 +524,15 @@ std::vector<std::pair<uint16_t, int>> PortRangePrefixes(uint16_t first, uint16_t
   return out;
 }
 
-std::vector<PolicyAddress> ClassifyAddresses(const PolicyInput& in) {
-  std::vector<CompiledPolicy> policies = CompileAll(in, nullptr);
+namespace {
+
+std::vector<PolicyAddress> ClassifyAddressesImpl(const PolicyInput& in, CacheState* cache) {
+  std::vector<std::unique_ptr<CompiledPolicy>> storage;
+  std::vector<const CompiledPolicy*> policies = CompileAll(in, nullptr, cache, &storage);
   std::set<IpPrefix> referenced;
   std::set<std::pair<uint8_t, std::string>> named;  // egress named ports
-  for (const CompiledPolicy& p : policies) {
+  for (const CompiledPolicy* pp : policies) {
+    const CompiledPolicy& p = *pp;
     for (const auto* rules : {&p.ingress_rules, &p.egress_rules}) {
       for (const CompiledRule& r : *rules) {
         for (const CompiledPeer& peer : r.peers) {
@@ -440,27 +548,26 @@ std::vector<PolicyAddress> ClassifyAddresses(const PolicyInput& in) {
     }
   }
 
-  std::map<std::string, const StringMap*> ns_labels;
+  std::map<std::string, const std::shared_ptr<const k8s::Namespace>*> namespaces;
   for (const auto& ns : in.namespaces) {
-    if (ns) ns_labels[ns->meta.name] = &ns->meta.labels;
+    if (ns) namespaces[ns->meta.name] = &ns;
   }
-  std::map<std::string, const k8s::Pod*> pods_by_key;
-  std::vector<const k8s::Pod*> pods;
-  for (const auto& p : in.pods) {
-    if (!p) continue;
-    pods_by_key[p->meta.Key()] = p.get();
-    if (PodHasAddresses(*p)) pods.push_back(p.get());
+  if (cache && cache->named != named) {
+    cache->pods.clear();
+    cache->named = named;
   }
-  // Two pods claiming one address (one is going away): the live one, then the first by key.
-  std::sort(pods.begin(), pods.end(), [](const k8s::Pod* a, const k8s::Pod* b) {
-    if (a->meta.deleting != b->meta.deleting) return !a->meta.deleting;
-    return a->meta.Key() < b->meta.Key();
-  });
-
-  std::map<IpPrefix, LabelSet> out;  // the first claim of a prefix wins
-  auto pod_labels = [&](const k8s::Pod& pod) {
-    auto it = ns_labels.find(pod.meta.namespace_);
-    LabelSet labels = PodLabelSet(pod, it == ns_labels.end() ? nullptr : it->second);
+  // A pod's key and label set (sorted, unique), from the cache when it has the pod and the
+  // namespace object its labels were read from.
+  struct PodRef {
+    const k8s::Pod* pod;
+    const std::string* key;
+    const LabelSet* cached;  // nullptr: not computed yet (no cache)
+    std::string own_key;
+  };
+  auto pod_labels_of = [&](const k8s::Pod& pod) {
+    auto it = namespaces.find(pod.meta.namespace_);
+    LabelSet labels =
+        PodLabelSet(pod, it == namespaces.end() ? nullptr : &(*it->second)->meta.labels);
     for (const auto& [proto, name] : named) {
       for (const k8s::ContainerPort& cp : pod.container_ports) {
         if (cp.name == name && IpProto(cp.protocol) == proto && cp.port > 0 && cp.port <= 65535) {
@@ -470,21 +577,65 @@ std::vector<PolicyAddress> ClassifyAddresses(const PolicyInput& in) {
         }
       }
     }
+    std::sort(labels.begin(), labels.end());
+    labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
     return labels;
+  };
+  std::vector<PodRef> refs;
+  refs.reserve(in.pods.size());
+  for (const auto& p : in.pods) {
+    if (!p) continue;
+    if (!cache) {
+      refs.push_back({p.get(), nullptr, nullptr, p->meta.Key()});
+      refs.back().key = &refs.back().own_key;
+      continue;
+    }
+    auto nit = namespaces.find(p->meta.namespace_);
+    const std::shared_ptr<const k8s::Namespace> ns =
+        nit == namespaces.end() ? nullptr : *nit->second;
+    auto [it, inserted] = cache->pods.try_emplace(p.get());
+    CacheState::Pod& e = it->second;
+    if (inserted || e.ns != ns) {
+      e.pod = p;
+      e.ns = ns;
+      e.key = p->meta.Key();
+      e.labels = pod_labels_of(*p);
+    }
+    e.used = cache->batch;
+    refs.push_back({p.get(), &e.key, &e.labels, {}});
+  }
+  std::map<std::string_view, const PodRef*> pods_by_key;
+  std::vector<const PodRef*> pods;
+  for (const PodRef& r : refs) {
+    pods_by_key[*r.key] = &r;
+    if (PodHasAddresses(*r.pod)) pods.push_back(&r);
+  }
+  // Two pods claiming one address (one is going away): the live one, then the first by key.
+  std::sort(pods.begin(), pods.end(), [](const PodRef* a, const PodRef* b) {
+    if (a->pod->meta.deleting != b->pod->meta.deleting) return !a->pod->meta.deleting;
+    return *a->key < *b->key;
+  });
+
+  std::map<IpPrefix, LabelSet> out;  // the first claim of a prefix wins
+  auto claim = [&](const IpPrefix& prefix, const PodRef& r) {
+    if (out.contains(prefix)) return;
+    out.emplace(prefix, r.cached ? *r.cached : pod_labels_of(*r.pod));
   };
   // Local endpoints first: their address is known before the Pod's status says it.
   for (const PolicyEndpoint& ep : in.endpoints) {
     if (!ep.address.is_v4()) continue;
     auto it = pods_by_key.find(absl::StrCat(ep.pod_namespace, "/", ep.pod_name));
-    out.emplace(Host32(ep.address), it == pods_by_key.end()
-                                        ? ReservedLabels(SLUICE_IDENTITY_UNMANAGED)
-                                        : pod_labels(*it->second));
+    if (it == pods_by_key.end()) {
+      out.emplace(Host32(ep.address), ReservedLabels(SLUICE_IDENTITY_UNMANAGED));
+    } else {
+      claim(Host32(ep.address), *it->second);
+    }
   }
-  for (const k8s::Pod* pod : pods) {
-    for (const std::string& ip : pod->pod_ips) {
+  for (const PodRef* r : pods) {
+    for (const std::string& ip : r->pod->pod_ips) {
       absl::StatusOr<IpAddress> a = IpAddress::Parse(ip);
       if (!a.ok() || !a->is_v4()) continue;
-      out.emplace(Host32(*a), pod_labels(*pod));
+      claim(Host32(*a), *r);
     }
   }
   std::vector<IpPrefix> pod_cidrs;
@@ -512,61 +663,152 @@ std::vector<PolicyAddress> ClassifyAddresses(const PolicyInput& in) {
   std::vector<PolicyAddress> result;
   result.reserve(out.size());
   for (auto& [prefix, labels] : out) {
+    // Every label set above is sorted and unique already; a cidr: label makes it unsorted.
+    bool added = false;
     for (const IpPrefix& r : referenced) {
-      if (Covers(r, prefix)) labels.push_back(absl::StrCat(std::string(kCidrSource), r.ToString()));
+      if (Covers(r, prefix)) {
+        labels.push_back(absl::StrCat(std::string(kCidrSource), r.ToString()));
+        added = true;
+      }
     }
-    std::sort(labels.begin(), labels.end());
-    labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+    if (added) {
+      std::sort(labels.begin(), labels.end());
+      labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
+    }
     result.push_back({prefix, std::move(labels)});
   }
   return result;
 }
 
-PolicyTranslation TranslatePolicy(const PolicyInput& in,
-                                  const std::vector<PolicyAddress>& addresses,
-                                  const IdentityAllocator& ids) {
+}  // namespace
+
+std::vector<PolicyAddress> ClassifyAddresses(const PolicyInput& in) {
+  return ClassifyAddressesImpl(in, nullptr);
+}
+
+namespace {
+
+PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyAddress>& addresses,
+                                const IdentityAllocator& ids, CacheState* cache) {
   PolicyTranslation out;
   std::map<IpPrefix, uint32_t> identity_of;
-  std::map<uint32_t, IdentityView> views;
+  std::map<uint32_t, const LabelSet*> labels_of;
+  std::unordered_map<LabelSet, uint32_t, LabelSetHash> found;
   for (const PolicyAddress& a : addresses) {
-    uint32_t id = ids.Find(a.labels).value_or(SLUICE_IDENTITY_UNMANAGED);
+    auto fit = found.find(a.labels);
+    if (fit == found.end()) {
+      fit = found.emplace(a.labels, ids.Find(a.labels).value_or(SLUICE_IDENTITY_UNMANAGED)).first;
+    }
+    uint32_t id = fit->second;
     out.ipcache.push_back({a.prefix, id});
     identity_of[a.prefix] = id;
-    if (!views.contains(id)) {
-      const LabelSet* labels = ids.Labels(id);
-      views[id] = ViewOf(id, labels ? *labels : LabelSet{});
-    }
+    labels_of.try_emplace(id, ids.Labels(id));
   }
   std::sort(out.ipcache.begin(), out.ipcache.end());
+  static const LabelSet kNoLabels;
+  std::map<uint32_t, IdentityView> own_views;
+  if (cache) {
+    // The identities that came, went or changed their labels since the last translation.
+    std::vector<uint32_t> removed, added;
+    for (const auto& [id, labels] : cache->view_labels) {
+      auto it = labels_of.find(id);
+      if (it == labels_of.end() || *(it->second ? it->second : &kNoLabels) != labels) {
+        removed.push_back(id);
+      }
+    }
+    for (const auto& [id, labels] : labels_of) {
+      auto it = cache->view_labels.find(id);
+      if (it == cache->view_labels.end() || it->second != *(labels ? labels : &kNoLabels)) {
+        added.push_back(id);
+      }
+    }
+    if (!removed.empty() || !added.empty()) {
+      for (uint32_t id : removed) {
+        cache->view_labels.erase(id);
+        cache->views.erase(id);
+      }
+      for (uint32_t id : added) {
+        const LabelSet& l = labels_of[id] ? *labels_of[id] : kNoLabels;
+        cache->view_labels[id] = l;
+        cache->views[id] = ViewOf(id, l);
+      }
+      ++cache->views_gen;
+      cache->removed = std::move(removed);
+      cache->added = std::move(added);
+    }
+  } else {
+    for (const auto& [id, labels] : labels_of) own_views[id] = ViewOf(id, labels ? *labels : kNoLabels);
+  }
+  const std::map<uint32_t, IdentityView>& views = cache ? cache->views : own_views;
 
-  std::vector<CompiledPolicy> policies = CompileAll(in, &out.problems);
-  std::map<std::string, const k8s::Pod*> pods_by_key;
+  std::vector<std::unique_ptr<CompiledPolicy>> storage;
+  std::vector<const CompiledPolicy*> policies = CompileAll(in, &out.problems, cache, &storage);
+  // Only the local endpoints' pods are needed.
+  std::set<std::string_view> ep_namespaces;
+  for (const PolicyEndpoint& ep : in.endpoints) ep_namespaces.insert(ep.pod_namespace);
+  std::map<std::string, const std::shared_ptr<const k8s::Pod>*> pods_by_key;
   for (const auto& p : in.pods) {
-    if (p) pods_by_key[p->meta.Key()] = p.get();
+    if (p && ep_namespaces.contains(p->meta.namespace_)) pods_by_key[p->meta.Key()] = &p;
+  }
+  std::vector<uint32_t> host_ids;
+  for (const auto& [id, view] : views) {
+    if (view.is_host) host_ids.push_back(id);
   }
 
   // The peer identities of a rule depend on the rule alone, not on the endpoint it is applied
   // to: found once per translation (a scan of every identity), shared by every endpoint its
   // policy selects.
   std::map<const CompiledRule*, std::vector<uint32_t>> peers_of_rule;
-  auto peers_of = [&](const CompiledPolicy& policy,
-                      const CompiledRule& rule) -> const std::vector<uint32_t>& {
-    auto [it, inserted] = peers_of_rule.try_emplace(&rule);
-    if (!inserted) return it->second;
-    std::vector<uint32_t>& targets = it->second;
+  auto matches = [](const CompiledPolicy& policy, const CompiledRule& rule,
+                    const IdentityView& view) {
+    for (const CompiledPeer& peer : rule.peers) {
+      if (PeerMatches(peer, policy.ns, view)) return true;
+    }
+    return false;
+  };
+  auto all_peers = [&](const CompiledPolicy& policy, const CompiledRule& rule,
+                       std::vector<uint32_t>* targets) {
+    targets->clear();
     if (rule.peers.empty()) {
-      targets.push_back(SLUICE_IDENTITY_ANY);
-      return targets;
+      targets->push_back(SLUICE_IDENTITY_ANY);
+      return;
     }
     for (const auto& [id, view] : views) {
-      for (const CompiledPeer& peer : rule.peers) {
-        if (PeerMatches(peer, policy.ns, view)) {
-          targets.push_back(id);
-          break;
-        }
-      }
+      if (matches(policy, rule, view)) targets->push_back(id);
     }
-    return targets;
+  };
+  auto peers_of = [&](const CompiledPolicy& policy,
+                      const CompiledRule& rule) -> const std::vector<uint32_t>& {
+    if (!cache) {
+      auto [it, inserted] = peers_of_rule.try_emplace(&rule);
+      if (inserted) all_peers(policy, rule, &it->second);
+      return it->second;
+    }
+    auto [it, inserted] = cache->peers.try_emplace(&rule);
+    CacheState::Peers& e = it->second;
+    e.used = cache->batch;
+    if (!inserted && e.gen == cache->views_gen) return e.targets;
+    if (!inserted && e.gen + 1 == cache->views_gen && !rule.peers.empty()) {
+      // Only the identities that changed since: the others match as they did.
+      std::vector<uint32_t> kept;
+      kept.reserve(e.targets.size() + cache->added.size());
+      std::set_difference(e.targets.begin(), e.targets.end(), cache->removed.begin(),
+                          cache->removed.end(), std::back_inserter(kept));
+      std::vector<uint32_t> fresh;
+      for (uint32_t id : cache->added) {
+        if (matches(policy, rule, views.at(id))) fresh.push_back(id);
+      }
+      // An identity that stayed a target but changed its labels is in both lists: a change.
+      if (kept.size() != e.targets.size() || !fresh.empty()) e.version = cache->next_version++;
+      e.targets.clear();
+      std::merge(kept.begin(), kept.end(), fresh.begin(), fresh.end(),
+                 std::back_inserter(e.targets));
+    } else {
+      all_peers(policy, rule, &e.targets);
+      e.version = cache->next_version++;
+    }
+    e.gen = cache->views_gen;
+    return e.targets;
   };
 
   std::vector<PolicyEndpoint> endpoints = in.endpoints;
@@ -581,7 +823,45 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in,
       if (it != identity_of.end()) result.identity = it->second;
     }
     auto pit = pods_by_key.find(result.pod);
-    const k8s::Pod* pod = pit == pods_by_key.end() ? nullptr : pit->second;
+    const k8s::Pod* pod = pit == pods_by_key.end() ? nullptr : pit->second->get();
+
+    CacheState::Endpoint* entry = nullptr;
+    if (cache) {
+      // What the result depends on, walked as below; an entry made from the same is reused.
+      CacheState::EndpointInputs inputs;
+      inputs.identity = result.identity;
+      inputs.pod_key = result.pod;
+      if (pod != nullptr) inputs.pod = *pit->second;
+      inputs.host_ids = host_ids;
+      for (const CompiledPolicy* pp : policies) {
+        const CompiledPolicy& policy = *pp;
+        if (policy.ns != ep.pod_namespace) continue;
+        if (pod != nullptr && !Selects(policy, *pod)) continue;
+        inputs.policies.push_back(policy.source);
+        if (pod == nullptr) continue;
+        for (const auto& [on, rules, dir] :
+             {std::tuple{policy.ingress, &policy.ingress_rules, kIngress},
+              std::tuple{policy.egress, &policy.egress_rules, kEgress}}) {
+          if (!on) continue;
+          for (const CompiledRule& rule : *rules) {
+            peers_of(policy, rule);
+            inputs.peer_versions.push_back(cache->peers.at(&rule).version);
+            if (dir != kEgress || !rule.peers.empty()) continue;
+            for (const CompiledPort& port : rule.ports) {
+              if (!port.name.empty()) inputs.views_gen = cache->views_gen;
+            }
+          }
+        }
+      }
+      auto [it, inserted] = cache->endpoints.try_emplace(ep.endpoint_id);
+      entry = &it->second;
+      entry->used = cache->batch;
+      if (!inserted && entry->inputs == inputs) {
+        out.endpoints.push_back(entry->result);
+        continue;
+      }
+      entry->inputs = std::move(inputs);
+    }
 
     std::set<PolicyAllow> allows;
     auto add_rule = [&](const CompiledPolicy& policy, const CompiledRule& rule, uint8_t dir) {
@@ -623,13 +903,14 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in,
           if (t == SLUICE_IDENTITY_ANY) {
             for (const auto& [id, view] : views) add_for(view);
           } else {
-            add_for(views[t]);
+            add_for(views.at(t));
           }
         }
       }
     };
 
-    for (const CompiledPolicy& policy : policies) {
+    for (const CompiledPolicy* pp : policies) {
+      const CompiledPolicy& policy = *pp;
       if (policy.ns != ep.pod_namespace) continue;
       // Without its Pod the endpoint's labels are unknown: any policy of its namespace may
       // select it, and none of their allows is trusted.
@@ -646,23 +927,45 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in,
     }
     // The node itself (kubelet probes) always reaches its pods.
     if (result.enforce_ingress) {
-      for (const auto& [id, view] : views) {
-        if (view.is_host) allows.insert({id, kIngress, 0, 0, 0});
-      }
+      for (uint32_t id : host_ids) allows.insert({id, kIngress, 0, 0, 0});
     }
     result.allows = Minimal(allows);
+    if (entry) entry->result = result;
     out.endpoints.push_back(std::move(result));
   }
   return out;
 }
 
+}  // namespace
+
+PolicyTranslation TranslatePolicy(const PolicyInput& in,
+                                  const std::vector<PolicyAddress>& addresses,
+                                  const IdentityAllocator& ids) {
+  return TranslateImpl(in, addresses, ids, nullptr);
+}
+
 PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids) {
-  std::vector<PolicyAddress> addresses = ClassifyAddresses(in);
-  std::set<LabelSet> wanted;
-  for (const PolicyAddress& a : addresses) wanted.insert(a.labels);
+  return TranslatePolicy(in, ids, nullptr);
+}
+
+PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids,
+                                  TranslationCache* cache) {
+  CacheState* state = cache ? &cache->state() : nullptr;
+  if (state) ++state->batch;
+  std::vector<PolicyAddress> addresses = ClassifyAddressesImpl(in, state);
+  std::unordered_set<LabelSet, LabelSetHash> unique;
+  for (const PolicyAddress& a : addresses) unique.insert(a.labels);
+  std::set<LabelSet> wanted(unique.begin(), unique.end());
   absl::Status st = ids->Assign(wanted);
-  PolicyTranslation out = TranslatePolicy(in, addresses, *ids);
+  PolicyTranslation out = TranslateImpl(in, addresses, *ids, state);
   if (!st.ok()) out.problems.insert(out.problems.begin(), {"", "identities", std::string(st.message())});
+  if (state) {
+    // What this batch did not use is gone from the cluster (or unused by policy): drop it.
+    std::erase_if(state->peers, [&](const auto& e) { return e.second.used != state->batch; });
+    std::erase_if(state->policies, [&](const auto& e) { return e.second.used != state->batch; });
+    std::erase_if(state->pods, [&](const auto& e) { return e.second.used != state->batch; });
+    std::erase_if(state->endpoints, [&](const auto& e) { return e.second.used != state->batch; });
+  }
   return out;
 }
 

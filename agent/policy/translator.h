@@ -106,6 +106,31 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in,
 // with policy "".
 PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids);
 
+// What one translation can hand to the next so that a batch after a change costs what the change
+// affects: each Pod's label set, each NetworkPolicy compiled, each identity read back from its
+// labels and each rule's peer identities (updated by the identities that came and went). An
+// entry is reused only for the very object it was made from (the cache holds the shared_ptr, so a
+// pointer seen again is the same content) and the same surroundings (the Pod's Namespace object,
+// the named ports egress rules use); everything else is computed as without a cache. The result
+// is the one TranslatePolicy(in, ids) gives (tests/agent/policy/translator_cache_test.cc checks
+// random change sequences). Not thread-safe; one cache per allocator.
+class TranslationCache {
+ public:
+  TranslationCache();
+  ~TranslationCache();
+  TranslationCache(const TranslationCache&) = delete;
+  TranslationCache& operator=(const TranslationCache&) = delete;
+  struct State;
+  State& state() { return *state_; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+// TranslatePolicy(in, ids) with `cache` (nullptr: none): the same result.
+PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids,
+                                  TranslationCache* cache);
+
 // [first, last] (host order, first <= last) as the fewest port prefixes: (port, n) pairs.
 std::vector<std::pair<uint16_t, int>> PortRangePrefixes(uint16_t first, uint16_t last);
 
