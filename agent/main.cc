@@ -431,6 +431,42 @@ int Run() {
         *policy_reconciler, k8s->node_name(), absl::GetFlag(FLAGS_state_dir));
     service.SetPolicyHook(policy_sync.get());
   }
+  std::optional<metrics::ScopedCollector> policy_metrics;  // reads policy_sync: after it
+  if (policy_sync) {
+    policy_metrics.emplace(
+        metrics::Default(),
+        metrics::Default().AddCollector([s = policy_sync.get(), r = policy_reconciler.get()](
+                                            metrics::ScrapeSink& out) {
+          PolicySyncStats st = s->stats();
+          PolicyApplyStats ap = r->stats();
+          out.Counter("sluice_policy_applies_total",
+                      "NetworkPolicy translations written to the policy maps", {},
+                      static_cast<double>(st.applies));
+          out.Counter("sluice_policy_problems_total",
+                      "Rejected NetworkPolicy parts (they allow nothing), counted once each "
+                      "time they appear",
+                      {}, static_cast<double>(st.problems));
+          out.Counter("sluice_policy_skipped_updates_total",
+                      "Pod, Namespace and Node updates that change nothing policy reads (no "
+                      "translation run)",
+                      {}, static_cast<double>(st.skipped_updates));
+          out.Counter("sluice_policy_identity_saves_total", "Writes of identities.json",
+                      {{"result", "ok"}}, static_cast<double>(st.identity_saves));
+          out.Counter("sluice_policy_identity_saves_total", "Writes of identities.json",
+                      {{"result", "error"}}, static_cast<double>(st.identity_save_failures));
+          out.Gauge("sluice_policy_identities", "Label-set identities numbered on this node", {},
+                    static_cast<double>(s->identity_count()));
+          const std::pair<const char*, uint64_t> writes[] = {
+              {"ipcache_upsert", ap.ipcache_writes}, {"ipcache_delete", ap.ipcache_deletes},
+              {"allow_upsert", ap.allow_writes},     {"allow_delete", ap.allow_deletes},
+              {"endpoint_upsert", ap.endpoint_writes}, {"endpoint_delete", ap.endpoint_deletes}};
+          for (const auto& [op, n] : writes) {
+            out.Counter("sluice_policy_map_writes_total",
+                        "Policy map entries written or deleted by the agent", {{"op", op}},
+                        static_cast<double>(n));
+          }
+        }));
+  }
 
   api::EndpointApiServerOptions server_opts;
   server_opts.socket_path = absl::GetFlag(FLAGS_socket);

@@ -39,7 +39,9 @@ absl::Status SyncDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteAllAndSync(int fd, absl::string_view data, absl::string_view what) {
+namespace {
+
+absl::Status WriteAll(int fd, absl::string_view data, absl::string_view what) {
   while (!data.empty()) {
     ssize_t n = write(fd, data.data(), data.size());
     if (n < 0) {
@@ -48,17 +50,26 @@ absl::Status WriteAllAndSync(int fd, absl::string_view data, absl::string_view w
     }
     data.remove_prefix(static_cast<size_t>(n));
   }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteAllAndSync(int fd, absl::string_view data, absl::string_view what) {
+  if (absl::Status st = WriteAll(fd, data, what); !st.ok()) return st;
   if (fsync(fd) != 0) return ErrnoStatus(errno, what);
   return absl::OkStatus();
 }
 
 absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
-                                 absl::string_view data, mode_t mode) {
+                                 absl::string_view data, mode_t mode, Durability durability) {
   const std::string path = absl::StrCat(dir, "/", name);
   const std::string tmp = absl::StrCat(path, kTmpSuffix);
   int fd = open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("create ", tmp));
-  absl::Status st = WriteAllAndSync(fd, data, absl::StrCat("write ", tmp));
+  const bool sync = durability == Durability::kPowerLoss;
+  absl::Status st = sync ? WriteAllAndSync(fd, data, absl::StrCat("write ", tmp))
+                         : WriteAll(fd, data, absl::StrCat("write ", tmp));
   // The mode of an existing temporary file is not changed by open(2).
   if (st.ok() && fchmod(fd, mode) != 0) st = ErrnoStatus(errno, absl::StrCat("chmod ", tmp));
   close(fd);
@@ -69,7 +80,7 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& name
     unlink(tmp.c_str());
     return st;
   }
-  return SyncDir(dir);
+  return sync ? SyncDir(dir) : absl::OkStatus();
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {

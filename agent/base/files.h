@@ -25,10 +25,19 @@ namespace sluice::agent {
 [[nodiscard]] absl::Status WriteAllAndSync(int fd, absl::string_view data,
                                            absl::string_view what);
 
+// How long a WriteFileAtomically must last.
+enum class Durability {
+  kPowerLoss,     // fsync of the file and of the directory: survives a node crash
+  kProcessCrash,  // no fsync: the page cache keeps the rename when the process dies, a node
+                  // crash may lose it (for state that describes only what a reboot clears, such
+                  // as the pinned BPF maps)
+};
+
 // Replaces dir/name so that readers see the old or the new content, never a mix: a temporary
-// "<name>.tmp" in the same directory, fsync, rename, fsync of the directory.
+// "<name>.tmp" in the same directory, (fsync,) rename(, fsync of the directory).
 [[nodiscard]] absl::Status WriteFileAtomically(const std::string& dir, const std::string& name,
-                                               absl::string_view data, mode_t mode = 0600);
+                                               absl::string_view data, mode_t mode = 0600,
+                                               Durability durability = Durability::kPowerLoss);
 
 // Reads a file of at most 1 MiB.
 [[nodiscard]] absl::StatusOr<std::string> ReadSmallFile(const std::string& path);

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "agent/base/errno.h"
 #include "agent/base/files.h"
 #include "nlohmann/json.hpp"
@@ -34,6 +35,26 @@ LabelSet ReservedLabels(uint32_t identity) {
   if (name.empty()) return {};
   return {absl::StrCat(std::string(kReservedSource), std::string(name))};
 }
+
+namespace {
+
+// The reserved identity whose label set `labels` is, or 0; without building the sets again.
+uint32_t ReservedIdentityOf(const LabelSet& labels) {
+  if (labels.size() != 1 || !labels[0].starts_with(kReservedSource)) return 0;
+  static const auto* const kSets = [] {
+    auto* v = new std::vector<std::pair<LabelSet, uint32_t>>;
+    for (uint32_t r = SLUICE_IDENTITY_HOST; r <= SLUICE_IDENTITY_REMOTE_NODE; ++r) {
+      v->emplace_back(ReservedLabels(r), r);
+    }
+    return v;
+  }();
+  for (const auto& [set, id] : *kSets) {
+    if (set == labels) return id;
+  }
+  return 0;
+}
+
+}  // namespace
 
 IdentityAllocator::IdentityAllocator(uint32_t min_id, uint32_t max_id)
     : min_id_(min_id), max_id_(max_id), next_(min_id) {}
@@ -70,6 +91,7 @@ absl::Status IdentityAllocator::Restore(const std::vector<IdentityRecord>& recor
   }
   by_id_ = std::move(by_id);
   by_labels_ = std::move(by_labels);
+  ++generation_;
   next_ = highest == 0 || highest == max_id_ ? min_id_ : highest + 1;
   return absl::OkStatus();
 }
@@ -86,30 +108,40 @@ std::optional<uint32_t> IdentityAllocator::NextFree() {
 }
 
 absl::Status IdentityAllocator::Assign(const std::set<LabelSet>& wanted) {
-  // Release first, so that a full range frees room for new label sets.
+  std::vector<const LabelSet*> sorted;
+  sorted.reserve(wanted.size());
+  for (const LabelSet& labels : wanted) sorted.push_back(&labels);
+  return Assign(sorted);
+}
+
+absl::Status IdentityAllocator::Assign(const std::vector<const LabelSet*>& wanted) {
+  // Release first, so that a full range frees room for new label sets. Both sides are sorted:
+  // one walk.
+  size_t w = 0;
   for (auto it = by_labels_.begin(); it != by_labels_.end();) {
-    if (wanted.contains(it->first)) {
+    while (w < wanted.size() && *wanted[w] < it->first) ++w;
+    if (w < wanted.size() && *wanted[w] == it->first) {
       ++it;
       continue;
     }
     by_id_.erase(it->second);
     it = by_labels_.erase(it);
+    ++generation_;
   }
   size_t unnumbered = 0;
-  for (const LabelSet& labels : wanted) {
-    if (by_labels_.contains(labels)) continue;
-    bool reserved = false;
-    for (uint32_t r = SLUICE_IDENTITY_HOST; r <= SLUICE_IDENTITY_REMOTE_NODE; ++r) {
-      if (labels == ReservedLabels(r)) reserved = true;
-    }
-    if (reserved) continue;
+  auto next = by_labels_.begin();  // the first numbered set not below the current wanted one
+  for (const LabelSet* labels : wanted) {
+    while (next != by_labels_.end() && next->first < *labels) ++next;
+    if (next != by_labels_.end() && next->first == *labels) continue;
+    if (ReservedIdentityOf(*labels) != 0) continue;
     std::optional<uint32_t> id = NextFree();
     if (!id) {
       ++unnumbered;
       continue;
     }
-    by_id_[*id] = labels;
-    by_labels_[labels] = *id;
+    by_id_[*id] = *labels;
+    next = std::next(by_labels_.emplace_hint(next, *labels, *id));
+    ++generation_;
   }
   if (unnumbered > 0) {
     return absl::ResourceExhaustedError(absl::StrCat("identities: ", unnumbered,
@@ -120,9 +152,7 @@ absl::Status IdentityAllocator::Assign(const std::set<LabelSet>& wanted) {
 }
 
 std::optional<uint32_t> IdentityAllocator::Find(const LabelSet& labels) const {
-  for (uint32_t r = SLUICE_IDENTITY_HOST; r <= SLUICE_IDENTITY_REMOTE_NODE; ++r) {
-    if (labels == ReservedLabels(r)) return r;
-  }
+  if (uint32_t r = ReservedIdentityOf(labels); r != 0) return r;
   auto it = by_labels_.find(labels);
   if (it == by_labels_.end()) return std::nullopt;
   return it->second;
@@ -148,12 +178,44 @@ std::vector<IdentityRecord> IdentityAllocator::Records() const {
   return out;
 }
 
-std::string IdentitiesToJson(const std::vector<IdentityRecord>& records) {
-  nlohmann::json list = nlohmann::json::array();
-  for (const IdentityRecord& r : records) {
-    list.push_back({{"id", r.id}, {"labels", r.labels}});
+namespace {
+
+// A JSON string literal of `s` (valid UTF-8, as the decoder admits label text).
+void AppendJsonString(std::string* out, std::string_view s) {
+  out->push_back('"');
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '"' || c == '\\') {
+      out->push_back('\\');
+      out->push_back(c);
+    } else if (u < 0x20) {
+      absl::StrAppend(out, absl::StrFormat("\\u%04x", u));
+    } else {
+      out->push_back(c);
+    }
   }
-  return nlohmann::json{{"identities", list}}.dump();
+  out->push_back('"');
+}
+
+}  // namespace
+
+std::string IdentitiesToJson(const std::vector<IdentityRecord>& records) {
+  // Written by hand: the file is rewritten on every numbering change, on the policy batch's
+  // path, and building a json tree of thousands of label sets first costs ~10 ms.
+  std::string out = R"({"identities":[)";
+  bool first = true;
+  for (const IdentityRecord& r : records) {
+    if (!first) out.push_back(',');
+    first = false;
+    absl::StrAppend(&out, R"({"id":)", r.id, R"(,"labels":[)");
+    for (size_t i = 0; i < r.labels.size(); ++i) {
+      if (i > 0) out.push_back(',');
+      AppendJsonString(&out, r.labels[i]);
+    }
+    out += "]}";
+  }
+  out += "]}";
+  return out;
 }
 
 absl::StatusOr<std::vector<IdentityRecord>> IdentitiesFromJson(std::string_view text) {
@@ -182,7 +244,10 @@ absl::StatusOr<std::vector<IdentityRecord>> IdentitiesFromJson(std::string_view 
 }
 
 absl::Status SaveIdentities(const std::string& dir, const std::vector<IdentityRecord>& records) {
-  return WriteFileAtomically(dir, kIdentityStateFile, IdentitiesToJson(records));
+  // The numbers describe the pinned maps, which a node crash clears too: surviving the agent's
+  // own crash is enough, and an fsync per change would cost the policy batch tens of ms.
+  return WriteFileAtomically(dir, kIdentityStateFile, IdentitiesToJson(records), 0600,
+                             Durability::kProcessCrash);
 }
 
 absl::StatusOr<std::vector<IdentityRecord>> LoadIdentities(const std::string& dir) {

@@ -64,6 +64,12 @@ class IdentityAllocator {
   // ResourceExhausted when the range is full (the label sets that got no number are unknown to
   // Find; the translator then treats their addresses as unmanaged).
   [[nodiscard]] absl::Status Assign(const std::set<LabelSet>& wanted);
+  // The same for label sets held elsewhere: `wanted` sorted by content and unique. One walk
+  // over the numbered sets, nothing copied but the new ones (the per-batch path).
+  [[nodiscard]] absl::Status Assign(const std::vector<const LabelSet*>& wanted);
+  // Moves whenever a number is given or released (Restore, Assign): equal generations, equal
+  // Records().
+  uint64_t generation() const { return generation_; }
 
   // Reserved identities are always found.
   std::optional<uint32_t> Find(const LabelSet& labels) const;
@@ -80,6 +86,7 @@ class IdentityAllocator {
   uint32_t next_;  // where the search for a free number starts
   std::map<uint32_t, LabelSet> by_id_;
   std::map<LabelSet, uint32_t> by_labels_;
+  uint64_t generation_ = 0;
 };
 
 // The state file: {"identities":[{"id":256,"labels":["k8s:app=a", ...]}, ...]}.

@@ -2,6 +2,9 @@
 
 #include <arpa/inet.h>
 
+#include <algorithm>
+#include <functional>
+#include <iterator>
 #include <map>
 #include <utility>
 #include <vector>
@@ -145,59 +148,85 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   std::map<uint32_t, std::set<PolicyAllow>>& allows = allows_;
   std::map<uint32_t, sluice_policy_ep_entry>& endpoints = endpoints_;
 
-  // Only the endpoints that are still the pods the translation saw.
-  PolicyTranslation t;
-  t.ipcache = full.ipcache;
-  std::set<uint32_t> desired_eps;
+  // Only the endpoints that are still the pods the translation saw, each with its allows sorted
+  // and unique (as the translator gives them; sorted here otherwise).
+  struct Desired {
+    const EndpointPolicy* ep = nullptr;
+    bool resorted = false;  // ep->allows was not sorted and unique: `sorted` is
+    std::vector<PolicyAllow> sorted;
+    const std::vector<PolicyAllow>& allows() const { return resorted ? sorted : ep->allows; }
+  };
+  std::map<uint32_t, Desired> desired;
   for (const EndpointPolicy& ep : full.endpoints) {
     std::optional<std::string> now = owner(ep.endpoint_id);
     if (!now || *now != ep.pod) continue;
-    t.endpoints.push_back(ep);
-    desired_eps.insert(ep.endpoint_id);
+    Desired d;
+    d.ep = &ep;
+    if (std::adjacent_find(ep.allows.begin(), ep.allows.end(), std::greater_equal<>()) !=
+        ep.allows.end()) {
+      std::set<PolicyAllow> unique(ep.allows.begin(), ep.allows.end());
+      d.sorted.assign(unique.begin(), unique.end());
+      d.resorted = true;
+    }
+    desired[ep.endpoint_id] = std::move(d);
   }
 
   // 1. New allows.
-  for (const EndpointPolicy& ep : t.endpoints) {
-    std::set<PolicyAllow>& have = allows[ep.endpoint_id];
-    for (const PolicyAllow& a : ep.allows) {
-      if (have.contains(a)) continue;
-      RETURN_IF_ERROR(Context(maps_.UpsertAllow(ep.endpoint_id, a),
-                              absl::StrCat("allow for endpoint ", ep.endpoint_id)));
+  for (const auto& [id, d] : desired) {
+    std::set<PolicyAllow>& have = allows[id];
+    auto h = have.begin();
+    for (const PolicyAllow& a : d.allows()) {
+      while (h != have.end() && *h < a) ++h;
+      if (h != have.end() && *h == a) continue;
+      RETURN_IF_ERROR(
+          Context(maps_.UpsertAllow(id, a), absl::StrCat("allow for endpoint ", id)));
       ++stats_.allow_writes;
-      have.insert(a);
+      h = std::next(have.insert(h, a));
     }
   }
-  // 2. New and changed ipcache entries.
-  std::set<IpPrefix> desired_prefixes;
-  for (const IpcacheEntry& e : t.ipcache) {
-    desired_prefixes.insert(e.prefix);
-    auto it = ipcache.find(e.prefix);
-    if (it != ipcache.end() && it->second == e.identity) continue;
-    RETURN_IF_ERROR(Context(maps_.UpsertIpcache(e.prefix, e.identity),
-                            absl::StrCat("ipcache entry ", e.prefix.ToString())));
-    ++stats_.ipcache_writes;
-    ipcache[e.prefix] = e.identity;
+  // 2. New and changed ipcache entries (both sides sorted by prefix: one walk).
+  std::vector<IpcacheEntry> wanted_ipcache;
+  const std::vector<IpcacheEntry>* ipcache_in = &full.ipcache;
+  if (!std::is_sorted(full.ipcache.begin(), full.ipcache.end())) {
+    wanted_ipcache = full.ipcache;
+    std::sort(wanted_ipcache.begin(), wanted_ipcache.end());
+    ipcache_in = &wanted_ipcache;
+  }
+  {
+    auto it = ipcache.begin();
+    for (const IpcacheEntry& e : *ipcache_in) {
+      while (it != ipcache.end() && it->first < e.prefix) ++it;
+      if (it != ipcache.end() && it->first == e.prefix && it->second == e.identity) continue;
+      RETURN_IF_ERROR(Context(maps_.UpsertIpcache(e.prefix, e.identity),
+                              absl::StrCat("ipcache entry ", e.prefix.ToString())));
+      ++stats_.ipcache_writes;
+      if (it != ipcache.end() && it->first == e.prefix) {
+        it->second = e.identity;
+      } else {
+        it = ipcache.emplace_hint(it, e.prefix, e.identity);
+      }
+    }
   }
   // 3. Endpoint entries (enforce bits).
-  for (const EndpointPolicy& ep : t.endpoints) {
+  for (const auto& [id, d] : desired) {
     sluice_policy_ep_entry want{};
-    want.identity = ep.identity;
-    want.flags = FlagsOf(ep);
-    auto it = endpoints.find(ep.endpoint_id);
+    want.identity = d.ep->identity;
+    want.flags = FlagsOf(*d.ep);
+    auto it = endpoints.find(id);
     if (it != endpoints.end() && it->second.identity == want.identity &&
         it->second.flags == want.flags) {
       continue;
     }
-    RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(ep.endpoint_id, want),
-                            absl::StrCat("policy entry of endpoint ", ep.endpoint_id)));
+    RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(id, want),
+                            absl::StrCat("policy entry of endpoint ", id)));
     ++stats_.endpoint_writes;
-    endpoints[ep.endpoint_id] = want;
+    endpoints[id] = want;
   }
   // Endpoints with an entry the translation does not know: still there (newer than the
   // translation's view) or gone (their DEL was missed, e.g. while the agent was down).
   std::set<uint32_t> gone;
   for (const auto& [id, e] : endpoints) {
-    if (!desired_eps.contains(id) && !owner(id).has_value()) gone.insert(id);
+    if (!desired.contains(id) && !owner(id).has_value()) gone.insert(id);
   }
   for (uint32_t id : gone) {
     RETURN_IF_ERROR(
@@ -207,19 +236,16 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   // (The copy loses the gone entries after the loop below, which still needs to know them.)
   // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
   // any entry (left over). An endpoint that exists but is not in the translation keeps its own.
-  std::map<uint32_t, std::set<PolicyAllow>> wanted;
-  for (const EndpointPolicy& ep : t.endpoints) {
-    wanted[ep.endpoint_id].insert(ep.allows.begin(), ep.allows.end());
-  }
+  static const std::vector<PolicyAllow> kNone;
   for (auto& [id, have] : allows) {
-    bool managed = desired_eps.contains(id);
+    auto dit = desired.find(id);
+    bool managed = dit != desired.end();
     bool kept = !managed && endpoints.contains(id) && !gone.contains(id);
     if (kept) continue;
-    const std::set<PolicyAllow>& want = wanted[id];
+    const std::vector<PolicyAllow>& want = managed ? dit->second.allows() : kNone;
     std::vector<PolicyAllow> stale;
-    for (const PolicyAllow& a : have) {
-      if (!want.contains(a)) stale.push_back(a);
-    }
+    std::set_difference(have.begin(), have.end(), want.begin(), want.end(),
+                        std::back_inserter(stale));
     for (const PolicyAllow& a : stale) {
       RETURN_IF_ERROR(
           Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
@@ -229,10 +255,14 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   }
   for (uint32_t id : gone) endpoints.erase(id);
   std::erase_if(allows, [](const auto& kv) { return kv.second.empty(); });
-  // 5. Stale ipcache prefixes.
+  // 5. Stale ipcache prefixes (one walk again).
   std::vector<IpPrefix> stale_prefixes;
-  for (const auto& [prefix, id] : ipcache) {
-    if (!desired_prefixes.contains(prefix)) stale_prefixes.push_back(prefix);
+  {
+    auto w = ipcache_in->begin();
+    for (const auto& [prefix, id] : ipcache) {
+      while (w != ipcache_in->end() && w->prefix < prefix) ++w;
+      if (w == ipcache_in->end() || w->prefix != prefix) stale_prefixes.push_back(prefix);
+    }
   }
   for (const IpPrefix& prefix : stale_prefixes) {
     RETURN_IF_ERROR(Context(maps_.DeleteIpcache(prefix),

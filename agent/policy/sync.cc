@@ -15,6 +15,23 @@ constexpr char kClusterKey[] = "cluster";
 
 std::string EndpointKey(uint32_t id) { return absl::StrCat("ep/", id); }
 
+// Marks the cluster dirty on every change of `store` that alters what the translator reads of
+// its objects (SameForPolicy): status churn (readiness, conditions, a new resourceVersion) costs
+// no batch, and a policy change does not queue behind such batches. Additions and deletions
+// always count; the others are counted in `skipped`.
+template <typename T>
+void MarkRelevantChanges(k8s::Store<T>& store, std::shared_ptr<controller::DirtyKeys> keys,
+                         std::shared_ptr<std::atomic<uint64_t>> skipped) {
+  store.AddListener([keys, skipped](const k8s::Change<T>& c) {
+    if (c.type == k8s::ChangeType::kUpdated && c.old_obj && c.new_obj &&
+        SameForPolicy(*c.old_obj, *c.new_obj)) {
+      skipped->fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    keys->Mark(kClusterKey);
+  });
+}
+
 }  // namespace
 
 PolicySync::PolicySync(PolicySources sources, std::function<bool()> synced,
@@ -35,7 +52,7 @@ PolicySync::PolicySync(PolicySources sources, std::function<bool()> synced,
       spdlog::warn("policy: identity state in {} rejected, numbering afresh: {}", state_dir_,
                    st.ToString());
     } else {
-      saved_ = *records;
+      saved_generation_ = ids_.generation();
       spdlog::info("policy: restored {} identities", records->size());
     }
   }
@@ -46,12 +63,11 @@ PolicySync::PolicySync(PolicySources sources, std::function<bool()> synced,
   controller_ = std::make_unique<controller::Controller>(
       std::move(options), [this](const controller::Batch& b) { return Reconcile(b); });
   auto keys = controller_->keys();
-  src_.pods.AddListener([keys](const k8s::Change<k8s::Pod>&) { keys->Mark(kClusterKey); });
-  src_.namespaces.AddListener(
-      [keys](const k8s::Change<k8s::Namespace>&) { keys->Mark(kClusterKey); });
+  MarkRelevantChanges(src_.pods, keys, skipped_);
+  MarkRelevantChanges(src_.namespaces, keys, skipped_);
+  MarkRelevantChanges(src_.nodes, keys, skipped_);
   src_.policies.AddListener(
       [keys](const k8s::Change<k8s::NetworkPolicy>&) { keys->Mark(kClusterKey); });
-  src_.nodes.AddListener([keys](const k8s::Change<k8s::Node>&) { keys->Mark(kClusterKey); });
 }
 
 PolicyInput PolicySync::Snapshot() const {
@@ -75,12 +91,15 @@ absl::Status PolicySync::Reconcile(const controller::Batch&) {
   PolicyInput in = Snapshot();
   PolicyTranslation t;
   std::vector<IdentityRecord> records;
+  uint64_t generation = 0;
   bool save = false;
   {
     absl::MutexLock l(&mu_);
     t = TranslatePolicy(in, &ids_, cache_.get());
-    records = ids_.Records();
-    save = records != saved_;
+    generation = ids_.generation();
+    // The numbers changed since the file was written (or the last write failed): write again.
+    save = !state_dir_.empty() && generation != saved_generation_;
+    if (save) records = ids_.Records();
     std::set<std::tuple<std::string, std::string, std::string>> now;
     for (const PolicyProblem& p : t.problems) {
       auto key = std::make_tuple(p.policy, p.where, p.reason);
@@ -94,11 +113,11 @@ absl::Status PolicySync::Reconcile(const controller::Batch&) {
   }
   // Identities are written before the maps use them: a crash in between restores numbers that
   // the maps may not hold yet, never maps holding numbers the file lacks.
-  if (save && !state_dir_.empty()) {
+  if (save) {
     absl::Status st = SaveIdentities(state_dir_, records);
     absl::MutexLock l(&mu_);
     if (st.ok()) {
-      saved_ = records;
+      saved_generation_ = generation;
       ++stats_.identity_saves;
     } else {
       ++stats_.identity_save_failures;
@@ -148,7 +167,9 @@ absl::Status PolicySync::EndpointRemoved(const Endpoint& ep) {
 
 PolicySyncStats PolicySync::stats() const {
   absl::MutexLock l(&mu_);
-  return stats_;
+  PolicySyncStats s = stats_;
+  s.skipped_updates = skipped_->load(std::memory_order_relaxed);
+  return s;
 }
 
 void PolicySync::UseTranslationCache(bool on) {
@@ -158,6 +179,11 @@ void PolicySync::UseTranslationCache(bool on) {
   } else if (!cache_) {
     cache_ = std::make_unique<TranslationCache>();
   }
+}
+
+size_t PolicySync::identity_count() const {
+  absl::MutexLock l(&mu_);
+  return ids_.size();
 }
 
 std::vector<IdentityRecord> PolicySync::Identities() const {

@@ -1,13 +1,15 @@
 // Keeps the policy maps equal to the cluster's NetworkPolicies as they apply to this node's
 // endpoints: Pod, Namespace, Node and NetworkPolicy listeners and the endpoint service mark keys
-// dirty ("cluster" for a change of the cluster's objects, "ep/<id>" for an endpoint that came or
-// went), a controller (agent/controller/) translates the whole view once per batch
-// (TranslatePolicy, numbering identities, with a TranslationCache so that only what changed is
-// computed again) and the PolicyReconciler writes the difference. The
-// identities survive restarts in <state_dir>/identities.json. Nothing is applied before every
-// watch has synced. Rejected rules (PolicyProblem) are logged once per change and counted.
+// dirty ("cluster" for a change of the cluster's objects that alters what the translator reads
+// (status-only updates are skipped and counted), "ep/<id>" for an endpoint that came or went), a
+// controller (agent/controller/) translates the whole view once per batch (TranslatePolicy,
+// numbering identities, with a TranslationCache so that only what changed is computed again) and
+// the PolicyReconciler writes the difference. The identities survive restarts in
+// <state_dir>/identities.json. Nothing is applied before every watch has synced. Rejected rules
+// (PolicyProblem) are logged once per change and counted.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -42,6 +44,7 @@ struct PolicySyncStats {
   uint64_t problems = 0;        // rejected rules, counted once per appearance
   uint64_t identity_saves = 0;  // state file writes
   uint64_t identity_save_failures = 0;
+  uint64_t skipped_updates = 0;  // Pod/Namespace/Node updates that change nothing policy reads
 };
 
 class PolicySync final : public EndpointPolicyHook {
@@ -65,6 +68,7 @@ class PolicySync final : public EndpointPolicyHook {
   PolicySyncStats stats() const ABSL_LOCKS_EXCLUDED(mu_);
   // The identities numbered so far (for sluicectl and tests).
   std::vector<IdentityRecord> Identities() const ABSL_LOCKS_EXCLUDED(mu_);
+  size_t identity_count() const ABSL_LOCKS_EXCLUDED(mu_);
   // false: every batch translates without the TranslationCache (the result is the same; for
   // benchmarks comparing the two).
   void UseTranslationCache(bool on) ABSL_LOCKS_EXCLUDED(mu_);
@@ -83,9 +87,12 @@ class PolicySync final : public EndpointPolicyHook {
   IdentityAllocator ids_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TranslationCache> cache_ ABSL_GUARDED_BY(mu_) =
       std::make_unique<TranslationCache>();
-  std::vector<IdentityRecord> saved_ ABSL_GUARDED_BY(mu_);
+  // ids_' generation when the state file was last written (or restored from).
+  uint64_t saved_generation_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<std::tuple<std::string, std::string, std::string>> problems_ ABSL_GUARDED_BY(mu_);
   PolicySyncStats stats_ ABSL_GUARDED_BY(mu_);
+  // Counted on the watch threads by listeners that may outlive this object.
+  std::shared_ptr<std::atomic<uint64_t>> skipped_ = std::make_shared<std::atomic<uint64_t>>(0);
 
   // Last: its thread calls Reconcile, which uses everything above.
   std::unique_ptr<controller::Controller> controller_;

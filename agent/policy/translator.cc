@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -334,6 +335,25 @@ struct LabelSetHash {
     return h;
   }
 };
+// The same for label sets held elsewhere (a cache entry, an Addresses' storage), by content.
+struct LabelSetPtrHash {
+  size_t operator()(const LabelSet* labels) const { return LabelSetHash{}(*labels); }
+};
+struct LabelSetPtrEq {
+  bool operator()(const LabelSet* a, const LabelSet* b) const { return *a == *b; }
+};
+
+// The label set of a reserved identity, built once.
+const LabelSet& ReservedSet(uint32_t identity) {
+  static const auto* const kSets = [] {
+    auto* m = new std::map<uint32_t, LabelSet>;
+    for (uint32_t r = SLUICE_IDENTITY_HOST; r <= SLUICE_IDENTITY_REMOTE_NODE; ++r) {
+      (*m)[r] = ReservedLabels(r);
+    }
+    return m;
+  }();
+  return kSets->at(identity);
+}
 
 }  // namespace
 
@@ -347,17 +367,65 @@ struct TranslationCache::State {
     uint64_t used = 0;
   };
   std::unordered_map<const k8s::NetworkPolicy*, Policy> policies;
+  // Every label set the entries below hold, once: equal sets share one entry, so that a batch
+  // hashes and compares pointers, and the ones addresses have, walked in order, are the sorted
+  // list Assign takes.
+  struct Interned {
+    uint64_t used = 0;       // the latest batch an entry below held it (else it is dropped)
+    uint64_t addressed = 0;  // the latest batch an address had it
+    uint64_t resolved = 0;   // the batch `id` was found in
+    bool numbered = false;   // `id` is the allocator's (else the set had no number)
+    uint32_t id = 0;
+    uint64_t serial = 0;     // unique to this entry: equal serials, equal label sets
+  };
+  std::map<LabelSet, Interned> interned;
+  uint64_t next_serial = 1;
+  using Handle = std::map<LabelSet, Interned>::value_type*;
+  Handle Intern(LabelSet labels) {
+    auto [it, inserted] = interned.try_emplace(std::move(labels));
+    if (inserted) it->second.serial = next_serial++;
+    it->second.used = batch;
+    return &*it;
+  }
+  // Whether the addresses' label sets are those of the batch before: counted as they are marked.
+  size_t addressed_before = 0;  // how many the batch before had
+  size_t addressed_kept = 0;    // of this batch's, how many the batch before had too
+  size_t addressed_now = 0;
+  void MarkAddressed(Interned& e) {
+    if (e.addressed == batch) return;
+    if (e.addressed + 1 == batch) ++addressed_kept;
+    ++addressed_now;
+    e.addressed = batch;
+  }
+  bool AddressedUnchanged() const {
+    return addressed_kept == addressed_before && addressed_now == addressed_before;
+  }
+  absl::Status last_assign;  // what Assign said the last time it ran
+  bool assigned = false;     // it has run with this cache
   struct Pod {
     std::shared_ptr<const k8s::Pod> pod;
     std::shared_ptr<const k8s::Namespace> ns;  // the Namespace object its labels were read from
     std::string key;
-    LabelSet labels;  // sorted, unique; without cidr: labels
+    Handle labels = nullptr;   // sorted, unique; without cidr: labels
+    std::vector<IpPrefix> v4;  // its IPv4 pod IPs, as /32s
+    // The label set of each address it claimed, where cidr: labels make it differ from
+    // `labels`.
+    struct Addressed {
+      IpPrefix prefix;
+      Handle labels = nullptr;  // nullptr: `labels`; else with the cidr: labels of `prefix`
+    };
+    std::vector<Addressed> addressed;
     uint64_t used = 0;
   };
   std::unordered_map<const k8s::Pod*, Pod> pods;
+  // Each pod key's latest object in `pods`: a new object of a pod that reads the same to the
+  // translator (status churn) takes its previous object's entry instead of computing it again.
+  std::unordered_map<std::string, const k8s::Pod*> pod_by_key;
   std::set<std::pair<uint8_t, std::string>> named;  // the egress named ports of `pods`' labels
+  std::set<IpPrefix> referenced;  // the ipBlock prefixes of `pods`' addressed labels
   // The identities of the latest translation, and how they differ from the one before.
   std::map<uint32_t, LabelSet> view_labels;
+  std::map<uint32_t, uint64_t> view_serials;  // the interned entry each view was made from
   std::map<uint32_t, IdentityView> views;
   uint64_t views_gen = 0;
   std::vector<uint32_t> removed, added;  // from views_gen - 1 to views_gen, sorted
@@ -505,7 +573,33 @@ bool PodHasAddresses(const k8s::Pod& pod) {
   return !pod.host_network && pod.phase != "Succeeded" && pod.phase != "Failed";
 }
 
+std::vector<IpPrefix> V4HostPrefixes(const k8s::Pod& pod) {
+  std::vector<IpPrefix> out;
+  for (const std::string& ip : pod.pod_ips) {
+    absl::StatusOr<IpAddress> a = IpAddress::Parse(ip);
+    if (a.ok() && a->is_v4()) out.push_back(Host32(*a));
+  }
+  return out;
+}
+
 }  // namespace
+
+bool SameForPolicy(const k8s::Pod& a, const k8s::Pod& b) {
+  auto terminal = [](const k8s::Pod& p) { return p.phase == "Succeeded" || p.phase == "Failed"; };
+  return a.meta.namespace_ == b.meta.namespace_ && a.meta.name == b.meta.name &&
+         a.meta.labels == b.meta.labels && a.meta.deleting == b.meta.deleting &&
+         a.host_network == b.host_network && terminal(a) == terminal(b) &&
+         a.pod_ips == b.pod_ips && a.container_ports == b.container_ports;
+}
+
+bool SameForPolicy(const k8s::Namespace& a, const k8s::Namespace& b) {
+  return a.meta.name == b.meta.name && a.meta.labels == b.meta.labels;
+}
+
+bool SameForPolicy(const k8s::Node& a, const k8s::Node& b) {
+  return a.meta.name == b.meta.name && a.internal_ips == b.internal_ips &&
+         a.pod_cidrs == b.pod_cidrs;
+}
 
 std::vector<std::pair<uint16_t, int>> PortRangePrefixes(uint16_t first, uint16_t last) {
   std::vector<std::pair<uint16_t, int>> out;
@@ -526,7 +620,22 @@ std::vector<std::pair<uint16_t, int>> PortRangePrefixes(uint16_t first, uint16_t
 
 namespace {
 
-std::vector<PolicyAddress> ClassifyAddressesImpl(const PolicyInput& in, CacheState* cache) {
+// An address and its label set, which lives in the TranslationCache or in `owned`.
+struct AddressRef {
+  IpPrefix prefix;
+  const LabelSet* labels;
+  CacheState::Handle interned = nullptr;  // with a cache: the entry of `labels`
+};
+struct Addresses {
+  std::vector<AddressRef> refs;  // sorted by prefix
+  std::deque<LabelSet> owned;
+  const LabelSet* Own(LabelSet labels) {
+    owned.push_back(std::move(labels));
+    return &owned.back();
+  }
+};
+
+Addresses ClassifyAddressesImpl(const PolicyInput& in, CacheState* cache) {
   std::vector<std::unique_ptr<CompiledPolicy>> storage;
   std::vector<const CompiledPolicy*> policies = CompileAll(in, nullptr, cache, &storage);
   std::set<IpPrefix> referenced;
@@ -552,16 +661,19 @@ std::vector<PolicyAddress> ClassifyAddressesImpl(const PolicyInput& in, CacheSta
   for (const auto& ns : in.namespaces) {
     if (ns) namespaces[ns->meta.name] = &ns;
   }
-  if (cache && cache->named != named) {
+  if (cache && (cache->named != named || cache->referenced != referenced)) {
     cache->pods.clear();
+    cache->pod_by_key.clear();
     cache->named = named;
+    cache->referenced = referenced;
   }
+  Addresses result;
   // A pod's key and label set (sorted, unique), from the cache when it has the pod and the
   // namespace object its labels were read from.
   struct PodRef {
     const k8s::Pod* pod;
     const std::string* key;
-    const LabelSet* cached;  // nullptr: not computed yet (no cache)
+    CacheState::Pod* entry;  // nullptr: no cache, the label set is computed when claimed
     std::string own_key;
   };
   auto pod_labels_of = [&](const k8s::Pod& pod) {
@@ -595,47 +707,88 @@ std::vector<PolicyAddress> ClassifyAddressesImpl(const PolicyInput& in, CacheSta
         nit == namespaces.end() ? nullptr : *nit->second;
     auto [it, inserted] = cache->pods.try_emplace(p.get());
     CacheState::Pod& e = it->second;
-    if (inserted || e.ns != ns) {
+    bool current = !inserted && e.ns == ns;
+    if (inserted) {
+      std::string key = p->meta.Key();
+      auto [kit, new_key] = cache->pod_by_key.try_emplace(key, p.get());
+      if (!new_key && kit->second != p.get()) {
+        auto prev = cache->pods.find(kit->second);
+        if (prev != cache->pods.end() && prev->second.ns == ns &&
+            SameForPolicy(*prev->second.pod, *p)) {
+          e = prev->second;  // the previous entry stays until the batch's end drops it
+          e.pod = p;
+          current = true;
+        }
+      }
+      kit->second = p.get();
+    }
+    if (!current) {
       e.pod = p;
       e.ns = ns;
       e.key = p->meta.Key();
-      e.labels = pod_labels_of(*p);
+      e.labels = cache->Intern(pod_labels_of(*p));
+      e.v4 = V4HostPrefixes(*p);
+      e.addressed.clear();
     }
     e.used = cache->batch;
-    refs.push_back({p.get(), &e.key, &e.labels, {}});
+    // What the entry holds stays interned as long as the entry stays.
+    e.labels->second.used = cache->batch;
+    for (const auto& a : e.addressed) {
+      if (a.labels) a.labels->second.used = cache->batch;
+    }
+    refs.push_back({p.get(), &e.key, &e, {}});
   }
-  std::map<std::string_view, const PodRef*> pods_by_key;
-  std::vector<const PodRef*> pods;
-  for (const PodRef& r : refs) {
-    pods_by_key[*r.key] = &r;
-    if (PodHasAddresses(*r.pod)) pods.push_back(&r);
-  }
-  // Two pods claiming one address (one is going away): the live one, then the first by key.
-  std::sort(pods.begin(), pods.end(), [](const PodRef* a, const PodRef* b) {
-    if (a->pod->meta.deleting != b->pod->meta.deleting) return !a->pod->meta.deleting;
-    return *a->key < *b->key;
-  });
-
-  std::map<IpPrefix, LabelSet> out;  // the first claim of a prefix wins
-  auto claim = [&](const IpPrefix& prefix, const PodRef& r) {
-    if (out.contains(prefix)) return;
-    out.emplace(prefix, r.cached ? *r.cached : pod_labels_of(*r.pod));
-  };
-  // Local endpoints first: their address is known before the Pod's status says it.
+  // Only the local endpoints' pods are looked up by key.
+  std::vector<std::string> endpoint_keys;
+  endpoint_keys.reserve(in.endpoints.size());  // the views below point into it
+  std::unordered_map<std::string_view, const PodRef*> endpoint_pods;
   for (const PolicyEndpoint& ep : in.endpoints) {
+    endpoint_keys.push_back(absl::StrCat(ep.pod_namespace, "/", ep.pod_name));
+    endpoint_pods.try_emplace(endpoint_keys.back(), nullptr);
+  }
+  for (const PodRef& r : refs) {
+    auto it = endpoint_pods.find(*r.key);
+    if (it != endpoint_pods.end()) it->second = &r;
+  }
+
+  struct Claim {
+    const LabelSet* labels = nullptr;  // without cidr: labels
+    CacheState::Pod* entry = nullptr;  // a cached pod's claim
+    const PodRef* pod = nullptr;       // a pod's claim by its address (others are never taken over)
+  };
+  std::map<IpPrefix, Claim> out;
+  // Two pods claiming one address (one is going away): the live one, then the first by key.
+  auto before = [](const PodRef& a, const PodRef& b) {
+    if (a.pod->meta.deleting != b.pod->meta.deleting) return !a.pod->meta.deleting;
+    return *a.key < *b.key;
+  };
+  auto claim = [&](const IpPrefix& prefix, const PodRef& r, bool by_address) {
+    auto [it, inserted] = out.try_emplace(prefix);
+    if (!inserted && (it->second.pod == nullptr || !by_address || !before(r, *it->second.pod))) {
+      return;
+    }
+    it->second.entry = r.entry;
+    it->second.labels = r.entry ? &r.entry->labels->first : result.Own(pod_labels_of(*r.pod));
+    it->second.pod = by_address ? &r : nullptr;
+  };
+  auto reserved = [](uint32_t id) { return Claim{&ReservedSet(id), nullptr, nullptr}; };
+  // Local endpoints first: their address is known before the Pod's status says it.
+  for (size_t i = 0; i < in.endpoints.size(); ++i) {
+    const PolicyEndpoint& ep = in.endpoints[i];
     if (!ep.address.is_v4()) continue;
-    auto it = pods_by_key.find(absl::StrCat(ep.pod_namespace, "/", ep.pod_name));
-    if (it == pods_by_key.end()) {
-      out.emplace(Host32(ep.address), ReservedLabels(SLUICE_IDENTITY_UNMANAGED));
+    const PodRef* r = endpoint_pods.at(endpoint_keys[i]);
+    if (r == nullptr) {
+      out.emplace(Host32(ep.address), reserved(SLUICE_IDENTITY_UNMANAGED));
     } else {
-      claim(Host32(ep.address), *it->second);
+      claim(Host32(ep.address), *r, /*by_address=*/false);
     }
   }
-  for (const PodRef* r : pods) {
-    for (const std::string& ip : r->pod->pod_ips) {
-      absl::StatusOr<IpAddress> a = IpAddress::Parse(ip);
-      if (!a.ok() || !a->is_v4()) continue;
-      claim(Host32(*a), *r);
+  for (const PodRef& r : refs) {
+    if (!PodHasAddresses(*r.pod)) continue;
+    if (r.entry) {
+      for (const IpPrefix& a : r.entry->v4) claim(a, r, /*by_address=*/true);
+    } else {
+      for (const IpPrefix& a : V4HostPrefixes(*r.pod)) claim(a, r, /*by_address=*/true);
     }
   }
   std::vector<IpPrefix> pod_cidrs;
@@ -645,37 +798,62 @@ std::vector<PolicyAddress> ClassifyAddressesImpl(const PolicyInput& in, CacheSta
                                                     : SLUICE_IDENTITY_REMOTE_NODE;
     for (const std::string& ip : node->internal_ips) {
       absl::StatusOr<IpAddress> a = IpAddress::Parse(ip);
-      if (a.ok() && a->is_v4()) out.emplace(Host32(*a), ReservedLabels(base));
+      if (a.ok() && a->is_v4()) out.emplace(Host32(*a), reserved(base));
     }
     for (const std::string& c : node->pod_cidrs) {
       absl::StatusOr<IpPrefix> p = ParseMaskedPrefix(c);
       if (p.ok() && p->network().is_v4()) pod_cidrs.push_back(*p);
     }
   }
-  for (const IpPrefix& p : pod_cidrs) out.emplace(p, ReservedLabels(SLUICE_IDENTITY_UNMANAGED));
+  for (const IpPrefix& p : pod_cidrs) out.emplace(p, reserved(SLUICE_IDENTITY_UNMANAGED));
   for (const IpPrefix& r : referenced) {
     bool in_pods = std::any_of(pod_cidrs.begin(), pod_cidrs.end(),
                                [&](const IpPrefix& c) { return Covers(c, r); });
-    out.emplace(r, ReservedLabels(in_pods ? SLUICE_IDENTITY_UNMANAGED : SLUICE_IDENTITY_WORLD));
+    out.emplace(r, reserved(in_pods ? SLUICE_IDENTITY_UNMANAGED : SLUICE_IDENTITY_WORLD));
   }
-  out.emplace(*IpPrefix::Make(IpAddress::V4(0), 0), ReservedLabels(SLUICE_IDENTITY_WORLD));
+  out.emplace(*IpPrefix::Make(IpAddress::V4(0), 0), reserved(SLUICE_IDENTITY_WORLD));
 
-  std::vector<PolicyAddress> result;
-  result.reserve(out.size());
-  for (auto& [prefix, labels] : out) {
-    // Every label set above is sorted and unique already; a cidr: label makes it unsorted.
-    bool added = false;
+  // Every label set above is sorted and unique already; a cidr: label makes it unsorted.
+  auto with_cidrs = [&](const IpPrefix& prefix, const LabelSet& labels) -> std::optional<LabelSet> {
+    std::optional<LabelSet> l;
     for (const IpPrefix& r : referenced) {
-      if (Covers(r, prefix)) {
-        labels.push_back(absl::StrCat(std::string(kCidrSource), r.ToString()));
-        added = true;
+      if (!Covers(r, prefix)) continue;
+      if (!l) l = labels;
+      l->push_back(absl::StrCat(std::string(kCidrSource), r.ToString()));
+    }
+    if (l) {
+      std::sort(l->begin(), l->end());
+      l->erase(std::unique(l->begin(), l->end()), l->end());
+    }
+    return l;
+  };
+  result.refs.reserve(out.size());
+  for (const auto& [prefix, c] : out) {
+    if (cache == nullptr) {
+      std::optional<LabelSet> l = with_cidrs(prefix, *c.labels);
+      result.refs.push_back({prefix, l ? result.Own(std::move(*l)) : c.labels});
+      continue;
+    }
+    CacheState::Handle h = nullptr;
+    if (c.entry == nullptr) {
+      // Reserved and endpoint-only claims: few, interned again each batch.
+      std::optional<LabelSet> l = with_cidrs(prefix, *c.labels);
+      h = cache->Intern(l ? std::move(*l) : *c.labels);
+    } else {
+      // A cached pod: what its address was found to be, the first time.
+      auto& seen = c.entry->addressed;
+      auto it = std::find_if(seen.begin(), seen.end(), [&](const CacheState::Pod::Addressed& a) {
+        return a.prefix == prefix;
+      });
+      if (it == seen.end()) {
+        std::optional<LabelSet> l = with_cidrs(prefix, *c.labels);
+        seen.push_back({prefix, l ? cache->Intern(std::move(*l)) : nullptr});
+        it = std::prev(seen.end());
       }
+      h = it->labels ? it->labels : c.entry->labels;
     }
-    if (added) {
-      std::sort(labels.begin(), labels.end());
-      labels.erase(std::unique(labels.begin(), labels.end()), labels.end());
-    }
-    result.push_back({prefix, std::move(labels)});
+    cache->MarkAddressed(h->second);
+    result.refs.push_back({prefix, &h->first, h});
   }
   return result;
 }
@@ -683,45 +861,80 @@ std::vector<PolicyAddress> ClassifyAddressesImpl(const PolicyInput& in, CacheSta
 }  // namespace
 
 std::vector<PolicyAddress> ClassifyAddresses(const PolicyInput& in) {
-  return ClassifyAddressesImpl(in, nullptr);
+  Addresses a = ClassifyAddressesImpl(in, nullptr);
+  std::vector<PolicyAddress> out;
+  out.reserve(a.refs.size());
+  for (const AddressRef& r : a.refs) out.push_back({r.prefix, *r.labels});
+  return out;
 }
 
 namespace {
 
-PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyAddress>& addresses,
+PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<AddressRef>& addresses,
                                 const IdentityAllocator& ids, CacheState* cache) {
   PolicyTranslation out;
-  std::map<IpPrefix, uint32_t> identity_of;
   std::map<uint32_t, const LabelSet*> labels_of;
-  std::unordered_map<LabelSet, uint32_t, LabelSetHash> found;
-  for (const PolicyAddress& a : addresses) {
-    auto fit = found.find(a.labels);
-    if (fit == found.end()) {
-      fit = found.emplace(a.labels, ids.Find(a.labels).value_or(SLUICE_IDENTITY_UNMANAGED)).first;
+  std::map<uint32_t, uint64_t> serial_of;  // numbers whose label set is that interned entry's
+  std::unordered_map<const LabelSet*, uint32_t, LabelSetPtrHash, LabelSetPtrEq> found;
+  out.ipcache.reserve(addresses.size());
+  for (const AddressRef& a : addresses) {
+    if (a.interned) {
+      // Once per label set and batch; a set that had a number in the batch before and is
+      // still wanted kept it (Assign's promise).
+      CacheState::Interned& e = a.interned->second;
+      if (e.resolved != cache->batch) {
+        if (!(e.numbered && e.resolved + 1 == cache->batch)) {
+          std::optional<uint32_t> id = ids.Find(*a.labels);
+          e.numbered = id.has_value();
+          e.id = id.value_or(SLUICE_IDENTITY_UNMANAGED);
+        }
+        e.resolved = cache->batch;
+        labels_of.try_emplace(e.id, ids.Labels(e.id));
+        if (e.numbered) serial_of[e.id] = e.serial;
+      }
+      out.ipcache.push_back({a.prefix, e.id});
+      continue;
     }
-    uint32_t id = fit->second;
-    out.ipcache.push_back({a.prefix, id});
-    identity_of[a.prefix] = id;
-    labels_of.try_emplace(id, ids.Labels(id));
+    auto [fit, inserted] = found.try_emplace(a.labels, SLUICE_IDENTITY_UNMANAGED);
+    if (inserted) {
+      fit->second = ids.Find(*a.labels).value_or(SLUICE_IDENTITY_UNMANAGED);
+      labels_of.try_emplace(fit->second, ids.Labels(fit->second));
+    }
+    out.ipcache.push_back({a.prefix, fit->second});
   }
-  std::sort(out.ipcache.begin(), out.ipcache.end());
+  std::sort(out.ipcache.begin(), out.ipcache.end());  // sorted already: one pass
+  // ipcache prefixes are unique: the identity of one, by binary search.
+  auto identity_of = [&](const IpPrefix& prefix) -> std::optional<uint32_t> {
+    auto it = std::lower_bound(
+        out.ipcache.begin(), out.ipcache.end(), prefix,
+        [](const IpcacheEntry& e, const IpPrefix& p) { return e.prefix < p; });
+    if (it == out.ipcache.end() || it->prefix != prefix) return std::nullopt;
+    return it->identity;
+  };
   static const LabelSet kNoLabels;
   std::map<uint32_t, IdentityView> own_views;
   if (cache) {
     // The identities that came, went or changed their labels since the last translation.
+    // The same interned entry both times means the same labels, without comparing them.
+    auto same = [&](uint32_t id, const LabelSet* now, const LabelSet& before) {
+      auto s = serial_of.find(id);
+      auto b = cache->view_serials.find(id);
+      if (s != serial_of.end() && b != cache->view_serials.end() && s->second == b->second) {
+        return true;
+      }
+      return *(now ? now : &kNoLabels) == before;
+    };
     std::vector<uint32_t> removed, added;
     for (const auto& [id, labels] : cache->view_labels) {
       auto it = labels_of.find(id);
-      if (it == labels_of.end() || *(it->second ? it->second : &kNoLabels) != labels) {
-        removed.push_back(id);
-      }
+      if (it == labels_of.end() || !same(id, it->second, labels)) removed.push_back(id);
     }
     for (const auto& [id, labels] : labels_of) {
       auto it = cache->view_labels.find(id);
-      if (it == cache->view_labels.end() || it->second != *(labels ? labels : &kNoLabels)) {
-        added.push_back(id);
-      }
+      if (it == cache->view_labels.end() || !same(id, labels, it->second)) added.push_back(id);
     }
+    // Serials follow the entries whatever else changed.
+    cache->view_serials = serial_of;
     if (!removed.empty() || !added.empty()) {
       for (uint32_t id : removed) {
         cache->view_labels.erase(id);
@@ -743,12 +956,16 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
 
   std::vector<std::unique_ptr<CompiledPolicy>> storage;
   std::vector<const CompiledPolicy*> policies = CompileAll(in, &out.problems, cache, &storage);
-  // Only the local endpoints' pods are needed.
-  std::set<std::string_view> ep_namespaces;
-  for (const PolicyEndpoint& ep : in.endpoints) ep_namespaces.insert(ep.pod_namespace);
-  std::map<std::string, const std::shared_ptr<const k8s::Pod>*> pods_by_key;
+  // Only the local endpoints' pods are needed: (namespace, name) -> the Pod (nullptr: none).
+  std::map<std::pair<std::string_view, std::string_view>, const std::shared_ptr<const k8s::Pod>*>
+      pods_by_key;
+  for (const PolicyEndpoint& ep : in.endpoints) {
+    pods_by_key.try_emplace({ep.pod_namespace, ep.pod_name}, nullptr);
+  }
   for (const auto& p : in.pods) {
-    if (p && ep_namespaces.contains(p->meta.namespace_)) pods_by_key[p->meta.Key()] = &p;
+    if (!p) continue;
+    auto it = pods_by_key.find({p->meta.namespace_, p->meta.name});
+    if (it != pods_by_key.end()) it->second = &p;
   }
   std::vector<uint32_t> host_ids;
   for (const auto& [id, view] : views) {
@@ -819,11 +1036,11 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
     result.endpoint_id = ep.endpoint_id;
     result.pod = absl::StrCat(ep.pod_namespace, "/", ep.pod_name);
     if (ep.address.is_v4()) {
-      auto it = identity_of.find(Host32(ep.address));
-      if (it != identity_of.end()) result.identity = it->second;
+      if (auto id = identity_of(Host32(ep.address))) result.identity = *id;
     }
-    auto pit = pods_by_key.find(result.pod);
-    const k8s::Pod* pod = pit == pods_by_key.end() ? nullptr : pit->second->get();
+    const std::shared_ptr<const k8s::Pod>* found_pod =
+        pods_by_key.at({ep.pod_namespace, ep.pod_name});
+    const k8s::Pod* pod = found_pod ? found_pod->get() : nullptr;
 
     CacheState::Endpoint* entry = nullptr;
     if (cache) {
@@ -831,7 +1048,7 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
       CacheState::EndpointInputs inputs;
       inputs.identity = result.identity;
       inputs.pod_key = result.pod;
-      if (pod != nullptr) inputs.pod = *pit->second;
+      if (pod != nullptr) inputs.pod = *found_pod;
       inputs.host_ids = host_ids;
       for (const CompiledPolicy* pp : policies) {
         const CompiledPolicy& policy = *pp;
@@ -941,7 +1158,10 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<PolicyA
 PolicyTranslation TranslatePolicy(const PolicyInput& in,
                                   const std::vector<PolicyAddress>& addresses,
                                   const IdentityAllocator& ids) {
-  return TranslateImpl(in, addresses, ids, nullptr);
+  std::vector<AddressRef> refs;
+  refs.reserve(addresses.size());
+  for (const PolicyAddress& a : addresses) refs.push_back({a.prefix, &a.labels});
+  return TranslateImpl(in, refs, ids, nullptr);
 }
 
 PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids) {
@@ -952,19 +1172,44 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids,
                                   TranslationCache* cache) {
   CacheState* state = cache ? &cache->state() : nullptr;
   if (state) ++state->batch;
-  std::vector<PolicyAddress> addresses = ClassifyAddressesImpl(in, state);
-  std::unordered_set<LabelSet, LabelSetHash> unique;
-  for (const PolicyAddress& a : addresses) unique.insert(a.labels);
-  std::set<LabelSet> wanted(unique.begin(), unique.end());
-  absl::Status st = ids->Assign(wanted);
-  PolicyTranslation out = TranslateImpl(in, addresses, *ids, state);
+  Addresses addresses = ClassifyAddressesImpl(in, state);
+  std::vector<const LabelSet*> wanted;  // the addresses' label sets, sorted, unique
+  if (state) {
+    for (const auto& [labels, e] : state->interned) {
+      if (e.addressed == state->batch) wanted.push_back(&labels);
+    }
+  } else {
+    std::unordered_set<const LabelSet*, LabelSetPtrHash, LabelSetPtrEq> unique;
+    for (const AddressRef& a : addresses.refs) unique.insert(a.labels);
+    wanted.assign(unique.begin(), unique.end());
+    std::sort(wanted.begin(), wanted.end(),
+              [](const LabelSet* a, const LabelSet* b) { return *a < *b; });
+  }
+  absl::Status st;
+  if (state && state->assigned && state->AddressedUnchanged()) {
+    st = state->last_assign;  // the same label sets: Assign would change nothing
+  } else {
+    st = ids->Assign(wanted);
+    if (state) {
+      state->last_assign = st;
+      state->assigned = true;
+    }
+  }
+  if (state) {
+    state->addressed_before = state->addressed_now;
+    state->addressed_now = state->addressed_kept = 0;
+  }
+  PolicyTranslation out = TranslateImpl(in, addresses.refs, *ids, state);
   if (!st.ok()) out.problems.insert(out.problems.begin(), {"", "identities", std::string(st.message())});
   if (state) {
     // What this batch did not use is gone from the cluster (or unused by policy): drop it.
     std::erase_if(state->peers, [&](const auto& e) { return e.second.used != state->batch; });
     std::erase_if(state->policies, [&](const auto& e) { return e.second.used != state->batch; });
     std::erase_if(state->pods, [&](const auto& e) { return e.second.used != state->batch; });
+    std::erase_if(state->pod_by_key, [&](const auto& e) { return !state->pods.contains(e.second); });
     std::erase_if(state->endpoints, [&](const auto& e) { return e.second.used != state->batch; });
+    // After the pods: what no entry holds any more.
+    std::erase_if(state->interned, [&](const auto& e) { return e.second.used != state->batch; });
   }
   return out;
 }

@@ -108,10 +108,12 @@ PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids)
 
 // What one translation can hand to the next so that a batch after a change costs what the change
 // affects: each Pod's label set, each NetworkPolicy compiled, each identity read back from its
-// labels and each rule's peer identities (updated by the identities that came and went). An
-// entry is reused only for the very object it was made from (the cache holds the shared_ptr, so a
-// pointer seen again is the same content) and the same surroundings (the Pod's Namespace object,
-// the named ports egress rules use); everything else is computed as without a cache. The result
+// labels and each rule's peer identities (updated by the identities that came and went), every
+// label set once (interned: a batch compares pointers, and numbers a set again only when the sets
+// changed). An entry is reused only for the very object it was made from (the cache holds the
+// shared_ptr, so a pointer seen again is the same content), or a Pod's new object that is
+// SameForPolicy as the old, and the same surroundings (the Pod's Namespace object, the named
+// ports and ipBlock prefixes policies use); everything else is computed as without a cache. The result
 // is the one TranslatePolicy(in, ids) gives (tests/agent/policy/translator_cache_test.cc checks
 // random change sequences). Not thread-safe; one cache per allocator.
 class TranslationCache {
@@ -130,6 +132,14 @@ class TranslationCache {
 // TranslatePolicy(in, ids) with `cache` (nullptr: none): the same result.
 PolicyTranslation TranslatePolicy(const PolicyInput& in, IdentityAllocator* ids,
                                   TranslationCache* cache);
+
+// Whether two versions of an object read the same to the translator: the fields of a Pod
+// (namespace, name, labels, deletion, hostNetwork, terminal phase, pod IPs, container ports), a
+// Namespace (name, labels) and a Node (name, InternalIPs, pod CIDRs) it uses. Status churn is
+// the same; PolicySync runs no batch for it and the TranslationCache keeps a pod's entry.
+bool SameForPolicy(const k8s::Pod& a, const k8s::Pod& b);
+bool SameForPolicy(const k8s::Namespace& a, const k8s::Namespace& b);
+bool SameForPolicy(const k8s::Node& a, const k8s::Node& b);
 
 // [first, last] (host order, first <= last) as the fewest port prefixes: (port, n) pairs.
 std::vector<std::pair<uint16_t, int>> PortRangePrefixes(uint16_t first, uint16_t last);

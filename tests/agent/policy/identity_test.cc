@@ -1,5 +1,6 @@
 #include "agent/policy/identity.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -106,6 +107,45 @@ TEST(IdentityTest, StateFileRoundTripsAndAbsentFileIsEmpty) {
   ASSERT_TRUE(restarted.Restore(*loaded).ok());
   EXPECT_EQ(restarted.Find(kA), ids.Find(kA));
   EXPECT_EQ(restarted.Find(kB), ids.Find(kB));
+}
+
+TEST(IdentityTest, StateFileKeepsQuotesBackslashesControlAndNonAsciiBytes) {
+  // Label text the state file must carry through unchanged (the file is written by hand).
+  const LabelSet odd = {"k8s:a=\"quoted\"", "k8s:b=back\\slash", "k8s:c=line\nbreak\t\x01",
+                        "k8s:d=\xc3\xa9t\xc3\xa9 \xe2\x80\xa8", "k8s:e="};
+  std::vector<IdentityRecord> records = {{300, odd}, {301, {}}, {302, kA}};
+  auto back = IdentitiesFromJson(IdentitiesToJson(records));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << IdentitiesToJson(records);
+  EXPECT_EQ(*back, records);
+  auto none = IdentitiesFromJson(IdentitiesToJson({}));
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
+TEST(IdentityTest, GenerationMovesExactlyWhenNumbersChange) {
+  IdentityAllocator ids;
+  const uint64_t g0 = ids.generation();
+  ASSERT_TRUE(ids.Assign({kA, kB}).ok());
+  const uint64_t g1 = ids.generation();
+  EXPECT_NE(g1, g0);
+  ASSERT_TRUE(ids.Assign({kA, kB}).ok());  // the same sets: nothing to write
+  EXPECT_EQ(ids.generation(), g1);
+  ASSERT_TRUE(ids.Assign({kA}).ok());  // a release
+  const uint64_t g2 = ids.generation();
+  EXPECT_NE(g2, g1);
+  ASSERT_TRUE(ids.Assign({kA, kC}).ok());  // a new number
+  EXPECT_NE(ids.generation(), g2);
+  // The pointer form walks both sorted lists: the same numbers as the set form.
+  IdentityAllocator by_set, by_ptr;
+  ASSERT_TRUE(by_set.Assign({kA, kB, kC}).ok());
+  std::vector<const LabelSet*> sorted = {&kA, &kB, &kC};
+  std::sort(sorted.begin(), sorted.end(), [](auto* x, auto* y) { return *x < *y; });
+  ASSERT_TRUE(by_ptr.Assign(sorted).ok());
+  EXPECT_EQ(by_ptr.Records(), by_set.Records());
+  sorted = {&kC};
+  ASSERT_TRUE(by_ptr.Assign(sorted).ok());
+  ASSERT_TRUE(by_set.Assign({kC}).ok());
+  EXPECT_EQ(by_ptr.Records(), by_set.Records());
 }
 
 TEST(IdentityTest, CorruptStateFileIsAnError) {

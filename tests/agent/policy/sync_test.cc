@@ -240,5 +240,56 @@ TEST_F(PolicySyncTest, RejectedRuleIsCountedOnceAndDeniesWhatItWouldHaveAllowed)
   EXPECT_EQ(sync_->stats().problems, 1u) << "the same problem again is not counted again";
 }
 
+// Status churn (readiness, resourceVersion, host IP) runs no translation; what the translator
+// reads (labels, addresses, named ports, terminal phase, deletion) does, and lands in the maps.
+TEST_F(PolicySyncTest, StatusOnlyUpdatesRunNoTranslationAndRelevantOnesDo) {
+  synced_ = true;
+  policies_.Upsert(MakePolicy(R"({"podSelector":{},"ingress":[{"from":[{"podSelector":{"matchLabels":{"pod":"b"}}}]}]})"));
+  Idle();
+  const uint64_t applies = sync_->stats().applies;
+  k8s::Pod b = MakePod("x", "b", "10.1.1.11", {{"pod", "b"}});
+  b.ready = true;
+  b.host_ip = "192.168.1.1";
+  b.meta.resource_version = "7";
+  b.meta.annotations = {{"note", "status only"}};
+  pods_.Upsert(b);
+  k8s::Namespace x = MakeNs("x");
+  x.meta.resource_version = "8";
+  namespaces_.Upsert(x);
+  k8s::Node n1 = *nodes_.List()[0];
+  n1.ready = !n1.ready;
+  nodes_.Upsert(n1);
+  Idle();
+  EXPECT_EQ(sync_->stats().applies, applies) << "no batch for status-only updates";
+  EXPECT_EQ(sync_->stats().skipped_updates, 3u);
+
+  // b's label changes: it stops matching the rule, a batch runs and the allow of its identity
+  // goes.
+  auto allowed = [&] {
+    absl::MutexLock l(&maps_.mu);
+    return maps_.allows[a_.endpoint_id].size();
+  };
+  const size_t before = allowed();
+  b.meta.labels["pod"] = "b2";
+  pods_.Upsert(b);
+  Idle();
+  EXPECT_GT(sync_->stats().applies, applies);
+  EXPECT_LT(allowed(), before) << "b's identity no longer allowed";
+  // Each field the translator reads is a change.
+  const uint64_t skipped = sync_->stats().skipped_updates;
+  for (int field = 0; field < 4; ++field) {
+    k8s::Pod c = b;
+    if (field == 0) c.pod_ips = {"10.1.1.12"};
+    if (field == 1) c.container_ports = {{"serve-80-tcp", 80, k8s::Protocol::kTCP}};
+    if (field == 2) c.phase = "Succeeded";
+    if (field == 3) c.meta.deleting = true;
+    pods_.Upsert(c);
+    Idle();
+    EXPECT_EQ(sync_->stats().skipped_updates, skipped) << "field " << field;
+    pods_.Upsert(b);
+    Idle();
+  }
+}
+
 }  // namespace
 }  // namespace sluice::agent

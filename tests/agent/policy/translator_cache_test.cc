@@ -111,8 +111,18 @@ class World {
         switch (Pick(3)) {
           case 0:
             if (!in_.pods.empty()) {
+              // Or with status churn only: what the translator does not read.
               size_t i = Pick(in_.pods.size());
-              in_.pods[i] = std::make_shared<k8s::Pod>(*in_.pods[i]);
+              auto p = std::make_shared<k8s::Pod>(*in_.pods[i]);
+              if (Pick(2) == 0) {
+                p->ready = !p->ready;
+                p->host_ip = absl::StrCat("192.168.0.", Pick(250));
+                p->meta.resource_version = absl::StrCat(Pick(100000));
+                if (p->phase == "Running" || p->phase == "Pending") {
+                  p->phase = p->phase == "Running" ? "Pending" : "Running";
+                }
+              }
+              in_.pods[i] = p;
             }
             break;
           case 1: {
