@@ -83,7 +83,11 @@ void LogRequest(const char* protocol, const std::string& client, const std::stri
   for (char& c : text) {
     if (c == '\n' || c == '\r') c = ' ';
   }
-  spdlog::info("{} request from {}: \"{}\"", protocol, client, text);
+  if (text.empty()) {
+    spdlog::info("{} connection from {} without a request", protocol, client);  // a probe
+  } else {
+    spdlog::info("{} request from {}: \"{}\"", protocol, client, text);
+  }
 }
 
 }  // namespace
