@@ -189,8 +189,8 @@ void ApiServer::Handle(const httplib::Request& req, httplib::Response& res) {
   if (req.method == "GET") {
     auto obj = store_->Get(type, ns, name);
     if (!obj.ok()) return ReplyError(res, obj.status(), &type, name);
-    if (auto table = TableRequested(req.get_header_value("Accept"),
-                                    req.get_param_value("includeObject"))) {
+    if (auto table =
+            TableRequested(req.get_header_value("Accept"), req.get_param_value("includeObject"))) {
       std::string rv = (*obj)["metadata"].value("resourceVersion", "");
       return Reply(res, 200,
                    TableOf(type, {std::make_shared<const json>(std::move(*obj))}, *table,
@@ -360,8 +360,7 @@ void ApiServer::HandlePodLog(const httplib::Request& req, httplib::Response& res
   }
   std::string text;
   bool have_log = false;
-  if (!options_.pod_log_dir.empty() &&
-      (*pod)["status"].value("phase", "") == "Running") {
+  if (!options_.pod_log_dir.empty() && (*pod)["status"].value("phase", "") == "Running") {
     std::ifstream in(absl::StrCat(options_.pod_log_dir, "/", ns, "_", name, ".log"),
                      std::ios::binary);
     if (in) {
@@ -422,8 +421,8 @@ void ApiServer::HandleList(const httplib::Request& req, httplib::Response& res,
   }
   auto list = store_->List(type, opts);
   if (!list.ok()) return ReplyError(res, list.status(), &type);
-  if (auto table = TableRequested(req.get_header_value("Accept"),
-                                  req.get_param_value("includeObject"))) {
+  if (auto table =
+          TableRequested(req.get_header_value("Accept"), req.get_param_value("includeObject"))) {
     // kubectl's server-side printing: the columns kube-apiserver's printers give this resource.
     return Reply(res, 200,
                  TableOf(type, list->items, *table, store_->clock()->Now(),

@@ -24,9 +24,9 @@ absl::Status EventRecorder::Record(const json& object, const std::string& type,
   if (!ns.empty()) involved["namespace"] = ns;
   if (!field_path.empty()) involved["fieldPath"] = field_path;
   if (ns.empty()) ns = "default";
-  const std::string key = absl::StrCat(involved["uid"].get<std::string>(), "|", field_path, "|",
-                                       type, "|", reason, "|", message, "|", source.component,
-                                       "|", source.host);
+  const std::string key =
+      absl::StrCat(involved["uid"].get<std::string>(), "|", field_path, "|", type, "|", reason, "|",
+                   message, "|", source.component, "|", source.host);
   const absl::Time now_time = store_->clock()->Now();
   const std::string now = ObjectStore::FormatTimestamp(now_time);
   const ResourceType& events = Resource("events");
@@ -44,9 +44,9 @@ absl::Status EventRecorder::Record(const json& object, const std::string& type,
     if (bumped.status().code() != absl::StatusCode::kNotFound) return bumped.status();
     // Deleted by someone else: record it afresh.
     by_key_.erase(it);
-    order_.erase(std::remove_if(order_.begin(), order_.end(),
-                                [&](const auto& e) { return e.first == key; }),
-                 order_.end());
+    order_.erase(
+        std::remove_if(order_.begin(), order_.end(), [&](const auto& e) { return e.first == key; }),
+        order_.end());
   }
   // kubelet's naming: the object's name and the time in hex nanoseconds.
   last_suffix_ = std::max(last_suffix_ + 1, absl::ToUnixNanos(now_time));

@@ -389,7 +389,8 @@ void Kubelet::Handle(EventType type, const json& pod) {
     return;
   }
   if (Terminating(pod) || phase == "Succeeded" || phase == "Failed") return;
-  if (auto it = failed_.find(key); it != failed_.end() && it->second["metadata"].value("uid", "") == uid) {
+  if (auto it = failed_.find(key);
+      it != failed_.end() && it->second["metadata"].value("uid", "") == uid) {
     it->second = pod;  // retried by RetryFailed (this is often our own Pending status write)
     return;
   }
@@ -665,12 +666,12 @@ void Kubelet::WritePendingStatus(const json& spec_pod) {
         }
         if (!s.contains("startTime")) s["startTime"] = Now();
         json conditions = json::array();
-        for (const auto& [type, status] :
-             std::vector<std::pair<std::string, std::string>>{{"PodReadyToStartContainers", "False"},
-                                                              {"Initialized", "True"},
-                                                              {"Ready", "False"},
-                                                              {"ContainersReady", "False"},
-                                                              {"PodScheduled", "True"}}) {
+        for (const auto& [type, status] : std::vector<std::pair<std::string, std::string>>{
+                 {"PodReadyToStartContainers", "False"},
+                 {"Initialized", "True"},
+                 {"Ready", "False"},
+                 {"ContainersReady", "False"},
+                 {"PodScheduled", "True"}}) {
           std::string since = Now();
           for (const auto& old : s.value("conditions", json::array())) {
             if (old.value("type", "") == type && old.value("status", "") == status) {

@@ -123,11 +123,11 @@ const Message kServiceSpec = {{{1, "ports", Kind::kRepeatedMessage, &kServicePor
                                {19, "ipFamilies", Kind::kRepeatedString},
                                {21, "loadBalancerClass", Kind::kString},
                                {22, "internalTrafficPolicy", Kind::kString}}};
-const Message kService = {{{1, "metadata", Kind::kMessage, &kObjectMeta},
-                           {2, "spec", Kind::kMessage, &kServiceSpec}}};
+const Message kService = {
+    {{1, "metadata", Kind::kMessage, &kObjectMeta}, {2, "spec", Kind::kMessage, &kServiceSpec}}};
 const Message kNamespaceSpec = {{{1, "finalizers", Kind::kRepeatedString}}};
-const Message kNamespace = {{{1, "metadata", Kind::kMessage, &kObjectMeta},
-                             {2, "spec", Kind::kMessage, &kNamespaceSpec}}};
+const Message kNamespace = {
+    {{1, "metadata", Kind::kMessage, &kObjectMeta}, {2, "spec", Kind::kMessage, &kNamespaceSpec}}};
 
 const Message* MessageOfKind(const std::string& api_version, const std::string& kind) {
   if (api_version != "v1") return nullptr;
@@ -198,8 +198,7 @@ absl::StatusOr<json> Decode(std::string_view bytes, const Message& m) {
     for (const Field& candidate : m.fields) {
       if (candidate.number == number) f = &candidate;
     }
-    const bool varint_field =
-        f != nullptr && (f->kind == Kind::kInt || f->kind == Kind::kBool);
+    const bool varint_field = f != nullptr && (f->kind == Kind::kInt || f->kind == Kind::kBool);
     if (f == nullptr || (varint_field ? wire != 0 : wire != 2)) {
       if (!r.Skip(wire)) return Malformed("field");
       continue;

@@ -172,10 +172,16 @@ absl::StatusOr<FieldSelector> FieldSelector::Parse(std::string_view text, std::s
     if (plural == "events") {
       // What `kubectl describe` selects an object's events by, and kube-apiserver's other
       // event field labels.
-      static const std::set<std::string> kEventFields = {
-          "involvedObject.kind",      "involvedObject.namespace",  "involvedObject.name",
-          "involvedObject.uid",       "involvedObject.apiVersion", "involvedObject.fieldPath",
-          "involvedObject.resourceVersion", "reason", "reportingComponent", "type"};
+      static const std::set<std::string> kEventFields = {"involvedObject.kind",
+                                                         "involvedObject.namespace",
+                                                         "involvedObject.name",
+                                                         "involvedObject.uid",
+                                                         "involvedObject.apiVersion",
+                                                         "involvedObject.fieldPath",
+                                                         "involvedObject.resourceVersion",
+                                                         "reason",
+                                                         "reportingComponent",
+                                                         "type"};
       ok = ok || kEventFields.contains(req.field);
     }
     if (!ok) {

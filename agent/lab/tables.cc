@@ -71,8 +71,8 @@ std::string MapSelector(const json& m) {
   if (!m.is_object() || m.empty()) return kNone;
   std::vector<std::string> parts;
   for (auto it = m.begin(); it != m.end(); ++it) {
-    parts.push_back(absl::StrCat(it.key(), "=", it.value().is_string() ? it.value().get<std::string>()
-                                                                       : it.value().dump()));
+    parts.push_back(absl::StrCat(
+        it.key(), "=", it.value().is_string() ? it.value().get<std::string>() : it.value().dump()));
   }
   std::sort(parts.begin(), parts.end());
   return absl::StrJoin(parts, ",");
@@ -84,9 +84,9 @@ std::string LabelSelectorText(const json& sel) {
   std::vector<std::string> parts;
   if (auto ml = sel.find("matchLabels"); ml != sel.end() && ml->is_object()) {
     for (auto it = ml->begin(); it != ml->end(); ++it) {
-      parts.push_back(absl::StrCat(it.key(), "=", it.value().is_string()
-                                                      ? it.value().get<std::string>()
-                                                      : it.value().dump()));
+      parts.push_back(
+          absl::StrCat(it.key(), "=",
+                       it.value().is_string() ? it.value().get<std::string>() : it.value().dump()));
     }
   }
   for (const auto& e : Array(sel, {"matchExpressions"})) {
@@ -120,13 +120,18 @@ json PodColumns() {
        Column("Restarts",
               "The number of times the containers in this pod have been restarted and when the "
               "last container in this pod has restarted."),
-       AgeColumn(), Column("IP", "IP address allocated to the pod. Routable at least within "
-                                 "the cluster. Empty if not yet allocated.", 1),
+       AgeColumn(),
+       Column("IP",
+              "IP address allocated to the pod. Routable at least within "
+              "the cluster. Empty if not yet allocated.",
+              1),
        Column("Node", "NodeName is a request to schedule this pod onto a specific node.", 1),
        Column("Nominated Node",
               "nominatedNodeName is set only when this pod preempts other pods on the node.", 1),
-       Column("Readiness Gates", "If specified, all readiness gates will be evaluated for pod "
-                                 "readiness.", 1)});
+       Column("Readiness Gates",
+              "If specified, all readiness gates will be evaluated for pod "
+              "readiness.",
+              1)});
 }
 
 json PodCells(const json& pod, absl::Time now) {
@@ -176,15 +181,17 @@ json PodCells(const json& pod, absl::Time now) {
 // ---- services ----
 
 json ServiceColumns() {
-  return json::array(
-      {NameColumn(),
-       Column("Type", "type determines how the Service is exposed."),
-       Column("Cluster-IP", "clusterIP is the IP address of the service."),
-       Column("External-IP", "externalIPs is a list of IP addresses for which nodes in the "
+  return json::array({NameColumn(), Column("Type", "type determines how the Service is exposed."),
+                      Column("Cluster-IP", "clusterIP is the IP address of the service."),
+                      Column("External-IP",
+                             "externalIPs is a list of IP addresses for which nodes in the "
                              "cluster will also accept traffic for this service."),
-       Column("Port(s)", "The list of ports that are exposed by this service."), AgeColumn(),
-       Column("Selector", "Route service traffic to pods with label keys and values matching "
-                          "this selector.", 1)});
+                      Column("Port(s)", "The list of ports that are exposed by this service."),
+                      AgeColumn(),
+                      Column("Selector",
+                             "Route service traffic to pods with label keys and values matching "
+                             "this selector.",
+                             1)});
 }
 
 json ServiceCells(const json& svc, absl::Time now) {
@@ -232,13 +239,19 @@ json NodeColumns() {
                       Column("Version", "Kubelet Version reported by the node."),
                       Column("Internal-IP", "List of addresses reachable to the node.", 1),
                       Column("External-IP", "List of addresses reachable to the node.", 1),
-                      Column("OS-Image", "OS Image reported by the node from /etc/os-release "
-                                         "(e.g. Debian GNU/Linux 7 (wheezy)).", 1),
-                      Column("Kernel-Version", "Kernel Version reported by the node from 'uname "
-                                               "-r' (e.g. 3.16.0-0.bpo.4-amd64).", 1),
-                      Column("Container-Runtime", "Container runtime version reported by the "
-                                                  "node through runtime remote API (e.g. "
-                                                  "containerd://1.4.2).", 1)});
+                      Column("OS-Image",
+                             "OS Image reported by the node from /etc/os-release "
+                             "(e.g. Debian GNU/Linux 7 (wheezy)).",
+                             1),
+                      Column("Kernel-Version",
+                             "Kernel Version reported by the node from 'uname "
+                             "-r' (e.g. 3.16.0-0.bpo.4-amd64).",
+                             1),
+                      Column("Container-Runtime",
+                             "Container runtime version reported by the "
+                             "node through runtime remote API (e.g. "
+                             "containerd://1.4.2).",
+                             1)});
 }
 
 json NodeCells(const json& node, absl::Time now) {
@@ -300,8 +313,7 @@ std::string Abbreviated(const std::vector<std::string>& items) {
 
 json EndpointSliceColumns() {
   return json::array(
-      {NameColumn(),
-       Column("AddressType", "The IP protocol for this slice (IPv4, IPv6 or FQDN)."),
+      {NameColumn(), Column("AddressType", "The IP protocol for this slice (IPv4, IPv6 or FQDN)."),
        Column("Ports", "The ports exposed by the endpoints of this slice."),
        Column("Endpoints", "The addresses of the endpoints of this slice."), AgeColumn()});
 }
@@ -325,8 +337,9 @@ json EndpointSliceCells(const json& slice, absl::Time now) {
 
 json NetworkPolicyColumns() {
   return json::array({NameColumn(),
-                      Column("Pod-Selector", "Selects the pods to which this NetworkPolicy "
-                                             "object applies."),
+                      Column("Pod-Selector",
+                             "Selects the pods to which this NetworkPolicy "
+                             "object applies."),
                       AgeColumn()});
 }
 
@@ -349,12 +362,15 @@ json LeaseCells(const json& lease, absl::Time now) {
 
 json EventColumns() {
   return json::array(
-      {Column("Last Seen", "The time at which the most recent occurrence of this event was "
-                           "recorded."),
-       Column("Type", "Type of this event (Normal, Warning), new types could be added in the "
-                      "future."),
-       Column("Reason", "This should be a short, machine understandable string that gives the "
-                        "reason for this event being generated."),
+      {Column("Last Seen",
+              "The time at which the most recent occurrence of this event was "
+              "recorded."),
+       Column("Type",
+              "Type of this event (Normal, Warning), new types could be added in the "
+              "future."),
+       Column("Reason",
+              "This should be a short, machine understandable string that gives the "
+              "reason for this event being generated."),
        Column("Object", "The object that this event is about."),
        Column("Subobject", "The field of the object this event is about (fieldPath).", 1),
        Column("Source", "The component reporting this event.", 1),
@@ -374,8 +390,8 @@ json EventCells(const json& ev, absl::Time now) {
   }
   int64_t count = 1;
   if (const json* c = Path(ev, {"count"}); c && c->is_number_integer()) count = c->get<int64_t>();
-  std::string object = absl::StrCat(absl::AsciiStrToLower(Str(ev, {"involvedObject", "kind"})),
-                                    "/", Str(ev, {"involvedObject", "name"}));
+  std::string object = absl::StrCat(absl::AsciiStrToLower(Str(ev, {"involvedObject", "kind"})), "/",
+                                    Str(ev, {"involvedObject", "name"}));
   return json::array({Age(ev, {last.c_str()}, now), Str(ev, {"type"}), Str(ev, {"reason"}), object,
                       Str(ev, {"involvedObject", "fieldPath"}), source, Str(ev, {"message"}),
                       Age(ev, {first.c_str()}, now), std::to_string(count),

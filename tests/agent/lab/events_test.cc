@@ -25,9 +25,9 @@ class EventRecorderTest : public ::testing::Test {
     o.clock = &clock_;
     store_ = std::make_unique<ObjectStore>(o);
     ASSERT_TRUE(store_->Create(Resource("namespaces"), {{"metadata", {{"name", "default"}}}}).ok());
-    auto pod = store_->Create(Resource("pods"),
-                              {{"metadata", {{"name", "web"}, {"namespace", "default"}}},
-                               {"spec", {{"nodeName", "node2"}}}});
+    auto pod =
+        store_->Create(Resource("pods"), {{"metadata", {{"name", "web"}, {"namespace", "default"}}},
+                                          {"spec", {{"nodeName", "node2"}}}});
     ASSERT_TRUE(pod.ok()) << pod.status();
     pod_ = *pod;
   }
@@ -50,7 +50,8 @@ class EventRecorderTest : public ::testing::Test {
 
 TEST_F(EventRecorderTest, AnEventNamesItsObjectReasonMessageAndSource) {
   EventRecorder rec(store_.get());
-  ASSERT_TRUE(rec.Record(pod_, "Warning", "FailedCreatePodSandBox", "Failed to create pod sandbox: x",
+  ASSERT_TRUE(rec.Record(pod_, "Warning", "FailedCreatePodSandBox",
+                         "Failed to create pod sandbox: x",
                          {.component = "kubelet", .host = "node2"})
                   .ok());
   auto events = Events();
@@ -84,25 +85,29 @@ TEST_F(EventRecorderTest, AnEventNamesItsObjectReasonMessageAndSource) {
 TEST_F(EventRecorderTest, ARepeatBumpsCountAndLastTimestampOfTheSameEvent) {
   EventRecorder rec(store_.get());
   for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(rec.Record(pod_, "Warning", "FailedCreatePodSandBox", "same", {"kubelet", "node2"})
-                    .ok());
+    ASSERT_TRUE(
+        rec.Record(pod_, "Warning", "FailedCreatePodSandBox", "same", {"kubelet", "node2"}).ok());
     clock_.Advance(absl::Seconds(2));
   }
-  ASSERT_TRUE(rec.Record(pod_, "Warning", "FailedCreatePodSandBox", "different", {"kubelet", "node2"})
-                  .ok());
+  ASSERT_TRUE(
+      rec.Record(pod_, "Warning", "FailedCreatePodSandBox", "different", {"kubelet", "node2"})
+          .ok());
   auto events = Events("involvedObject.name=web");
   ASSERT_EQ(events.size(), 2u);
   const json& same = events[0]["message"] == "same" ? events[0] : events[1];
   EXPECT_EQ(same["count"], 3);
-  EXPECT_EQ(same["firstTimestamp"], ObjectStore::FormatTimestamp(absl::FromUnixSeconds(1'700'000'000)));
-  EXPECT_EQ(same["lastTimestamp"], ObjectStore::FormatTimestamp(absl::FromUnixSeconds(1'700'000'004)));
+  EXPECT_EQ(same["firstTimestamp"],
+            ObjectStore::FormatTimestamp(absl::FromUnixSeconds(1'700'000'000)));
+  EXPECT_EQ(same["lastTimestamp"],
+            ObjectStore::FormatTimestamp(absl::FromUnixSeconds(1'700'000'004)));
   EXPECT_EQ(rec.size(), 2u);
 }
 
 TEST_F(EventRecorderTest, KeepsAtMostTheLimitEvictingTheOldest) {
   EventRecorder rec(store_.get(), /*limit=*/3);
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(rec.Record(pod_, "Normal", "Seen", absl::StrCat("number ", i), {"kubelet", ""}).ok());
+    ASSERT_TRUE(
+        rec.Record(pod_, "Normal", "Seen", absl::StrCat("number ", i), {"kubelet", ""}).ok());
   }
   auto events = Events();
   ASSERT_EQ(events.size(), 3u);
@@ -122,8 +127,8 @@ TEST_F(EventRecorderTest, KeepsAtMostTheLimitEvictingTheOldest) {
 }
 
 TEST(PodLog, ServesTheKubeletsLogFileWithTailAndLimitAnd404ForAnUnknownPod) {
-  std::filesystem::path dir = std::filesystem::temp_directory_path() /
-                              absl::StrCat("sluice-podlog-", getpid());
+  std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / absl::StrCat("sluice-podlog-", getpid());
   std::filesystem::create_directories(dir);
   ApiServerOptions o;
   o.pod_log_dir = dir.string();
@@ -143,10 +148,10 @@ TEST(PodLog, ServesTheKubeletsLogFileWithTailAndLimitAnd404ForAnUnknownPod) {
             std::string::npos)
       << waiting.raw;
   std::ofstream(dir / "default_web.log") << "start\nrequest 1\nrequest 2\n";
-  ASSERT_EQ(api.Patch("/api/v1/namespaces/default/pods/web/status",
-                      {{"status", {{"phase", "Running"}}}})
-                .status,
-            200);
+  ASSERT_EQ(
+      api.Patch("/api/v1/namespaces/default/pods/web/status", {{"status", {{"phase", "Running"}}}})
+          .status,
+      200);
   auto all = api.Get(log);
   EXPECT_EQ(all.status, 200);
   EXPECT_EQ(all.raw, "start\nrequest 1\nrequest 2\n");

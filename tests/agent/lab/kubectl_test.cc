@@ -215,31 +215,33 @@ TEST_F(KubectlTest, GetWatchStreamsChanges) {
 // What an operator sees: kubectl's usual columns from server-side Tables.
 TEST_F(KubectlTest, GetPrintsTheUsualColumnsFromServerSideTables) {
   testing::LabClient api(*server_);
-  ASSERT_EQ(api.Post("/api/v1/nodes",
-                     {{"metadata", {{"name", "node1"}}},
-                      {"status",
-                       {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})},
-                        {"addresses", json::array({{{"type", "InternalIP"},
-                                                    {"address", "172.30.9.11"}}})},
-                        {"nodeInfo", {{"kubeletVersion", "v1.32.0-sluice-lab"}}}}}})
-                .status,
-            201);
+  ASSERT_EQ(
+      api.Post(
+             "/api/v1/nodes",
+             {{"metadata", {{"name", "node1"}}},
+              {"status",
+               {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})},
+                {"addresses", json::array({{{"type", "InternalIP"}, {"address", "172.30.9.11"}}})},
+                {"nodeInfo", {{"kubeletVersion", "v1.32.0-sluice-lab"}}}}}})
+          .status,
+      201);
   ASSERT_EQ(api.Post("/api/v1/namespaces/default/pods",
                      {{"metadata", {{"name", "web-1"}, {"labels", {{"app", "web"}}}}},
                       {"spec", {{"nodeName", "node1"}, {"containers", {{{"name", "app"}}}}}}})
                 .status,
             201);
-  ASSERT_EQ(api.Patch("/api/v1/namespaces/default/pods/web-1/status",
-                      {{"status",
-                        {{"phase", "Running"},
-                         {"podIP", "10.244.0.10"},
-                         {"containerStatuses",
-                          json::array({{{"name", "app"},
-                                        {"ready", true},
-                                        {"restartCount", 0},
-                                        {"state", {{"running", json::object()}}}}})}}}})
-                .status,
-            200);
+  ASSERT_EQ(
+      api.Patch(
+             "/api/v1/namespaces/default/pods/web-1/status",
+             {{"status",
+               {{"phase", "Running"},
+                {"podIP", "10.244.0.10"},
+                {"containerStatuses", json::array({{{"name", "app"},
+                                                    {"ready", true},
+                                                    {"restartCount", 0},
+                                                    {"state", {{"running", json::object()}}}}})}}}})
+          .status,
+      200);
   KubectlRun pods = Kubectl("get pods -o wide");
   ASSERT_EQ(pods.rc, 0) << pods.out;
   for (const char* want : {"NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE",
@@ -260,9 +262,8 @@ spec:
   ASSERT_EQ(Kubectl(absl::StrCat("apply --validate=false -f ", manifest)).rc, 0);
   KubectlRun svc = Kubectl("get svc web -o wide");
   ASSERT_EQ(svc.rc, 0) << svc.out;
-  for (const char* want :
-       {"TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "SELECTOR", "NodePort", "10.96.", "80:3",
-        "/TCP", "app=web"}) {
+  for (const char* want : {"TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "SELECTOR", "NodePort",
+                           "10.96.", "80:3", "/TCP", "app=web"}) {
     EXPECT_NE(svc.out.find(want), std::string::npos) << want << " in\n" << svc.out;
   }
   KubectlRun nodes = Kubectl("get nodes -o wide");
@@ -292,7 +293,8 @@ TEST_F(KubectlTest, CreateServiceClusterIpThenGetSvcShowsIt) {
   ASSERT_EQ(get.rc, 0) << get.out;
   EXPECT_NE(get.out.find("ClusterIP"), std::string::npos) << get.out;
   EXPECT_NE(get.out.find("80/TCP"), std::string::npos) << get.out;
-  KubectlRun spec = Kubectl("get svc web -o jsonpath={.spec.ports[0].targetPort},{.spec.selector.app}");
+  KubectlRun spec =
+      Kubectl("get svc web -o jsonpath={.spec.ports[0].targetPort},{.spec.selector.app}");
   EXPECT_EQ(spec.out, "8080,web");
   // The same typed client (protobuf) creates namespaces.
   KubectlRun ns = Kubectl("create namespace team");
@@ -311,14 +313,15 @@ TEST_F(KubectlTest, DescribePodAndGetEventsShowTheKubeletsEvents) {
   const std::string message =
       "Failed to create pod sandbox: plugin type=\"sluice\" failed (add): pool exhausted";
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(events.Record(pod.body, "Warning", "FailedCreatePodSandBox", message,
-                              {"kubelet", "node2"})
-                    .ok());
+    ASSERT_TRUE(
+        events.Record(pod.body, "Warning", "FailedCreatePodSandBox", message, {"kubelet", "node2"})
+            .ok());
   }
   KubectlRun describe = Kubectl("describe pod stuck");
   ASSERT_EQ(describe.rc, 0) << describe.out;
   EXPECT_NE(describe.out.find("Events:"), std::string::npos) << describe.out;
-  EXPECT_NE(describe.out.find("Warning  FailedCreatePodSandBox"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("Warning  FailedCreatePodSandBox"), std::string::npos)
+      << describe.out;
   EXPECT_NE(describe.out.find("pool exhausted"), std::string::npos) << describe.out;
   EXPECT_NE(describe.out.find("(x2 over"), std::string::npos) << describe.out;
   KubectlRun get = Kubectl("get events");
@@ -336,10 +339,10 @@ TEST_F(KubectlTest, LogsPrintsThePodsLogAndAnUnknownPodIsNotFound) {
                       {"spec", {{"nodeName", "node1"}, {"containers", {{{"name", "app"}}}}}}})
                 .status,
             201);
-  ASSERT_EQ(api.Patch("/api/v1/namespaces/default/pods/web/status",
-                      {{"status", {{"phase", "Running"}}}})
-                .status,
-            200);
+  ASSERT_EQ(
+      api.Patch("/api/v1/namespaces/default/pods/web/status", {{"status", {{"phase", "Running"}}}})
+          .status,
+      200);
   std::ofstream(dir_ / "logs" / "default_web.log")
       << "netexec web serving port 8080 tcp\ntcp request from 10.244.0.9:4000: \"hostname\"\n";
   KubectlRun logs = Kubectl("logs web");
@@ -360,9 +363,9 @@ TEST_F(KubectlTest, GetPodsWatchPrintsRowsOfTheTableEvents) {
                 {"spec", {{"nodeName", "node1"}, {"containers", {{{"name", "c"}}}}}}};
   };
   ASSERT_EQ(api.Post("/api/v1/namespaces/default/pods", pod("first")).status, 201);
-  std::string cmd =
-      absl::StrCat("echo $$; HOME=", dir_.string(), " exec timeout 20 /usr/bin/kubectl --kubeconfig ",
-                   kubeconfig_, " --cache-dir ", (dir_ / "cache").string(), " get pods -w 2>&1");
+  std::string cmd = absl::StrCat("echo $$; HOME=", dir_.string(),
+                                 " exec timeout 20 /usr/bin/kubectl --kubeconfig ", kubeconfig_,
+                                 " --cache-dir ", (dir_ / "cache").string(), " get pods -w 2>&1");
   FILE* p = popen(cmd.c_str(), "r");
   ASSERT_NE(p, nullptr);
   char line[512];

@@ -33,7 +33,8 @@ TEST(K8sProtobuf, DecodesWhatKubectlCreateServiceSends) {
     "metadata": {"name": "web", "labels": {"app": "web"}},
     "spec": {"type": "NodePort", "selector": {"app": "web"},
              "ports": [{"name": "80-8080", "protocol": "TCP", "port": 80, "targetPort": 8080}]}
-  })")) << got->dump();
+  })"))
+      << got->dump();
 }
 
 TEST(K8sProtobuf, RejectsOtherBytesAndKindsItDoesNotKnow) {

@@ -33,8 +33,7 @@ TEST(TableRequested, OnlyWhenATableComesFirstInAccept) {
   EXPECT_EQ(TableRequested(kKubectlAccept, "None")->row_object, TableRowObject::kNone);
   EXPECT_FALSE(TableRequested("application/json", "").has_value());
   EXPECT_FALSE(TableRequested("", "").has_value());
-  EXPECT_FALSE(TableRequested("application/json, application/json;as=Table;v=v1;g=meta.k8s.io",
-                              "")
+  EXPECT_FALSE(TableRequested("application/json, application/json;as=Table;v=v1;g=meta.k8s.io", "")
                    .has_value());
   EXPECT_FALSE(TableRequested("application/json;as=Table;v=v2;g=meta.k8s.io", "").has_value());
   EXPECT_EQ(TableRequested("application/json;as=Table;v=v1beta1;g=meta.k8s.io", "")->api_version,
@@ -62,22 +61,21 @@ const absl::Time kNow = absl::FromUnixSeconds(1'800'000'000);
 std::string Ago(absl::Duration d) { return ObjectStore::FormatTimestamp(kNow - d); }
 
 TEST(TableCells, PodShowsReadinessStatusRestartsAgeIpAndNode) {
-  json pod = {{"metadata", {{"name", "web-1"}, {"creationTimestamp", Ago(absl::Seconds(150))}}},
-              {"spec",
-               {{"nodeName", "node1"},
-                {"containers", json::array({{{"name", "a"}}, {{"name", "b"}}})}}},
-              {"status",
-               {{"phase", "Running"},
-                {"podIP", "10.244.1.7"},
-                {"containerStatuses",
-                 json::array({{{"name", "a"},
-                               {"ready", true},
-                               {"restartCount", 2},
-                               {"state", {{"running", json::object()}}}},
-                              {{"name", "b"},
-                               {"ready", false},
-                               {"restartCount", 1},
-                               {"state", {{"running", json::object()}}}}})}}}};
+  json pod = {
+      {"metadata", {{"name", "web-1"}, {"creationTimestamp", Ago(absl::Seconds(150))}}},
+      {"spec",
+       {{"nodeName", "node1"}, {"containers", json::array({{{"name", "a"}}, {{"name", "b"}}})}}},
+      {"status",
+       {{"phase", "Running"},
+        {"podIP", "10.244.1.7"},
+        {"containerStatuses", json::array({{{"name", "a"},
+                                            {"ready", true},
+                                            {"restartCount", 2},
+                                            {"state", {{"running", json::object()}}}},
+                                           {{"name", "b"},
+                                            {"ready", false},
+                                            {"restartCount", 1},
+                                            {"state", {{"running", json::object()}}}}})}}}};
   EXPECT_EQ(ColumnNames(TableOf(Resource("pods"), {}, {"meta.k8s.io/v1"}, kNow, "1")),
             (std::vector<std::string>{"Name", "Ready", "Status", "Restarts", "Age", "IP", "Node",
                                       "Nominated Node", "Readiness Gates"}));
@@ -85,15 +83,16 @@ TEST(TableCells, PodShowsReadinessStatusRestartsAgeIpAndNode) {
             json::parse(R"(["web-1","1/2","Running","3","2m30s","10.244.1.7","node1","<none>",
                             "<none>"])"));
   // A pod whose sandbox cannot be created; one being deleted.
-  json pending = {{"metadata", {{"name", "p"}, {"creationTimestamp", Ago(absl::Seconds(9))}}},
-                  {"spec", {{"nodeName", "node2"}, {"containers", json::array({{{"name", "c"}}})}}},
-                  {"status",
-                   {{"phase", "Pending"},
-                    {"containerStatuses",
-                     json::array({{{"name", "c"},
-                                   {"ready", false},
-                                   {"restartCount", 0},
-                                   {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}}}})}}}};
+  json pending = {
+      {"metadata", {{"name", "p"}, {"creationTimestamp", Ago(absl::Seconds(9))}}},
+      {"spec", {{"nodeName", "node2"}, {"containers", json::array({{{"name", "c"}}})}}},
+      {"status",
+       {{"phase", "Pending"},
+        {"containerStatuses",
+         json::array({{{"name", "c"},
+                       {"ready", false},
+                       {"restartCount", 0},
+                       {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}}}})}}}};
   EXPECT_EQ(TableCells(Resource("pods"), pending, kNow),
             json::parse(R"(["p","0/1","ContainerCreating","0","9s","<none>","node2","<none>",
                             "<none>"])"));
@@ -110,8 +109,8 @@ TEST(TableCells, ServicesShowTypeAddressesPortsAndSelector) {
                 {"ports", json::array({{{"port", 80}, {"nodePort", 30080}, {"protocol", "TCP"}},
                                        {{"port", 53}, {"protocol", "UDP"}}})}}}};
   EXPECT_EQ(ColumnNames(TableOf(Resource("services"), {}, {"meta.k8s.io/v1"}, kNow, "1")),
-            (std::vector<std::string>{"Name", "Type", "Cluster-IP", "External-IP", "Port(s)",
-                                      "Age", "Selector"}));
+            (std::vector<std::string>{"Name", "Type", "Cluster-IP", "External-IP", "Port(s)", "Age",
+                                      "Selector"}));
   EXPECT_EQ(TableCells(Resource("services"), svc, kNow),
             json::parse(R"(["web","NodePort","10.96.0.20","<none>","80:30080/TCP,53/UDP","42m",
                             "app=web,tier=fe"])"));
@@ -146,12 +145,13 @@ TEST(TableCells, NodesEndpointSlicesPoliciesAndEvents) {
   EXPECT_EQ(cells[1], "IPv4");
   EXPECT_EQ(cells[2], "8080");
   EXPECT_EQ(cells[3], "10.244.0.1,10.244.0.2,10.244.0.3 + 1 more...");
-  json np = {{"metadata", {{"name", "deny"}}},
-             {"spec",
-              {{"podSelector",
-                {{"matchLabels", {{"app", "api"}}},
-                 {"matchExpressions",
-                  json::array({{{"key", "tier"}, {"operator", "In"}, {"values", {"a", "b"}}}})}}}}}};
+  json np = {
+      {"metadata", {{"name", "deny"}}},
+      {"spec",
+       {{"podSelector",
+         {{"matchLabels", {{"app", "api"}}},
+          {"matchExpressions",
+           json::array({{{"key", "tier"}, {"operator", "In"}, {"values", {"a", "b"}}}})}}}}}};
   EXPECT_EQ(TableCells(Resource("networkpolicies"), np, kNow)[1], "app=api,tier in (a,b)");
   np["spec"]["podSelector"] = json::object();
   EXPECT_EQ(TableCells(Resource("networkpolicies"), np, kNow)[1], "<none>");
