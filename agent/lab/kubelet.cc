@@ -461,9 +461,9 @@ absl::StatusOr<std::string> Kubelet::Cni(const std::string& command, const Runni
   auto r = RunProcess(spec, absl::Seconds(60));
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) {
-    // The runtime's words (containerd's), so the pod's Event reads as on a real node.
     spdlog::warn("pod {}/{}: CNI {} exit {}: {}{}", pod.namespace_name, pod.name, command,
                  r->exit_code, r->out, r->err);
+    // The runtime's words (containerd's), so the pod's Event reads as on a real node.
     return absl::InternalError(absl::StrCat(
         "failed to ", command == "ADD" ? "setup" : "destroy", " network for sandbox \"", pod.uid,
         "\": plugin type=\"", type, "\" name=\"", conf->value("name", ""), "\" failed (",
