@@ -53,6 +53,10 @@ struct ApiServerOptions {
   std::string client_ca_pem;
   // Keep the last this-many requests for ApiServer::requests() (0: no request log).
   size_t request_log_limit = 0;
+  // Where the lab's kubelet writes each pod's output (<dir>/<namespace>_<name>.log), served as
+  // the pods/log subresource (`kubectl logs`). Empty: pods have no logs (400, as for a pod whose
+  // containers have not started).
+  std::string pod_log_dir;
 };
 
 // One request as the server understood it (the query decoded), recorded before authentication.
@@ -158,6 +162,8 @@ class ApiServer {
                    const std::string& ns);
   void HandleList(const httplib::Request& req, httplib::Response& res, const ResourceType& type,
                   const std::string& ns);
+  void HandlePodLog(const httplib::Request& req, httplib::Response& res, const std::string& ns,
+                    const std::string& name);
   void ReplyWatchExpired(httplib::Response& res, ExpiredWatchReply how,
                          const std::string& message, const ResourceType& type);
   // A frozen stream's wait; the content provider's result.

@@ -25,6 +25,13 @@ json ApiResourceList(const std::string& group_version) {
     if (!r.short_names.empty()) entry["shortNames"] = r.short_names;
     if (r.plural == "pods" || r.plural == "services") entry["categories"] = {"all"};
     resources.push_back(entry);
+    if (r.plural == "pods") {
+      resources.push_back({{"name", "pods/log"},
+                           {"singularName", ""},
+                           {"namespaced", true},
+                           {"kind", "Pod"},
+                           {"verbs", json::array({"get"})}});
+    }
     if (r.has_status) {
       resources.push_back({{"name", r.plural + "/status"},
                            {"singularName", ""},

@@ -4,6 +4,8 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -12,10 +14,13 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/lab/apiserver.h"
 #include "agent/lab/apiserver_internal.h"
 #include "agent/lab/merge_patch.h"
+#include "agent/lab/protobuf.h"
+#include "agent/lab/tables.h"
 
 namespace sluice::lab {
 
@@ -127,6 +132,11 @@ void ApiServer::Handle(const httplib::Request& req, httplib::Response& res) {
     }
   }
   std::optional<Route> route = ParseRoute(path);
+  if (route && route->type->plural == "pods" && route->subresource == "log" &&
+      !route->name.empty()) {
+    if (req.method != "GET") return ReplyStatus(res, 405, "MethodNotAllowed", "use GET");
+    return HandlePodLog(req, res, route->ns, route->name);
+  }
   if (!route || (!route->subresource.empty() && route->subresource != "status") ||
       (route->subresource == "status" && !route->type->has_status)) {
     return ReplyStatus(res, 404, "NotFound", "the server could not find the requested resource");
@@ -138,6 +148,20 @@ void ApiServer::Handle(const httplib::Request& req, httplib::Response& res) {
                                             : ObjectStore::Subresource::kMain;
 
   auto parse_body = [&](json* out) -> bool {
+    std::string content_type = req.get_header_value("Content-Type");
+    if (content_type.substr(0, content_type.find(';')) == kProtobufContentType) {
+      // kubectl's typed clients (create service, create namespace) send protobuf.
+      auto decoded = DecodeK8sProtobuf(req.body);
+      if (!decoded.ok()) {
+        bool unsupported = decoded.status().code() == absl::StatusCode::kUnimplemented;
+        ReplyStatus(res, unsupported ? 415 : 400,
+                    unsupported ? "UnsupportedMediaType" : "BadRequest",
+                    std::string(decoded.status().message()));
+        return false;
+      }
+      *out = std::move(*decoded);
+      return true;
+    }
     *out = json::parse(req.body, nullptr, false);
     if (out->is_discarded() || !out->is_object()) {
       ReplyStatus(res, 400, "BadRequest", "the request body is not a JSON object");
@@ -165,6 +189,13 @@ void ApiServer::Handle(const httplib::Request& req, httplib::Response& res) {
   if (req.method == "GET") {
     auto obj = store_->Get(type, ns, name);
     if (!obj.ok()) return ReplyError(res, obj.status(), &type, name);
+    if (auto table =
+            TableRequested(req.get_header_value("Accept"), req.get_param_value("includeObject"))) {
+      std::string rv = (*obj)["metadata"].value("resourceVersion", "");
+      return Reply(res, 200,
+                   TableOf(type, {std::make_shared<const json>(std::move(*obj))}, *table,
+                           store_->clock()->Now(), rv));
+    }
     return Reply(res, 200, *obj);
   }
   if (req.method == "POST" && name.empty()) {
@@ -298,6 +329,71 @@ void ApiServer::Handle(const httplib::Request& req, httplib::Response& res) {
               absl::StrCat(req.method, " is not supported on ", path));
 }
 
+// GET pods/NAME/log: what the pod's processes wrote (its netexec servers: a start line and a
+// line per request; a container's `command`), as text/plain. tailLines and limitBytes are
+// honoured; follow serves what is there now and ends.
+void ApiServer::HandlePodLog(const httplib::Request& req, httplib::Response& res,
+                             const std::string& ns, const std::string& name) {
+  const ResourceType& pods = Resource("pods");
+  auto pod = store_->Get(pods, ns, name);
+  if (!pod.ok()) return ReplyError(res, pod.status(), &pods, name);
+  std::vector<std::string> containers;
+  for (const auto& c : (*pod)["spec"].value("containers", json::array())) {
+    containers.push_back(c.value("name", ""));
+  }
+  std::string container = req.get_param_value("container");
+  if (container.empty()) {
+    if (containers.size() != 1) {
+      return ReplyStatus(res, 400, "BadRequest",
+                         absl::StrCat("a container name must be specified for pod ", name,
+                                      ", choose one of: [", absl::StrJoin(containers, " "), "]"));
+    }
+    container = containers.front();
+  } else if (std::find(containers.begin(), containers.end(), container) == containers.end()) {
+    return ReplyStatus(res, 400, "BadRequest",
+                       absl::StrCat("container ", container, " is not valid for pod ", name));
+  }
+  if (ParamTrue(req, "previous")) {
+    return ReplyStatus(res, 400, "BadRequest",
+                       absl::StrCat("previous terminated container \"", container, "\" in pod \"",
+                                    name, "\" not found"));
+  }
+  std::string text;
+  bool have_log = false;
+  if (!options_.pod_log_dir.empty() && (*pod)["status"].value("phase", "") == "Running") {
+    std::ifstream in(absl::StrCat(options_.pod_log_dir, "/", ns, "_", name, ".log"),
+                     std::ios::binary);
+    if (in) {
+      have_log = true;
+      text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+  }
+  if (!have_log) {
+    return ReplyStatus(res, 400, "BadRequest",
+                       absl::StrCat("container \"", container, "\" in pod \"", name,
+                                    "\" is waiting to start: ContainerCreating"));
+  }
+  int64_t tail = -1;
+  if (req.has_param("tailLines") && absl::SimpleAtoi(req.get_param_value("tailLines"), &tail) &&
+      tail >= 0) {
+    const bool trailing_newline = !text.empty() && text.back() == '\n';
+    std::vector<std::string> lines = absl::StrSplit(text, '\n');
+    if (trailing_newline) lines.pop_back();
+    size_t from = lines.size() > static_cast<size_t>(tail) ? lines.size() - tail : 0;
+    std::string kept;
+    for (size_t i = from; i < lines.size(); ++i) absl::StrAppend(&kept, lines[i], "\n");
+    if (!trailing_newline && !kept.empty()) kept.pop_back();
+    text = std::move(kept);
+  }
+  int64_t limit = 0;
+  if (req.has_param("limitBytes") && absl::SimpleAtoi(req.get_param_value("limitBytes"), &limit) &&
+      limit > 0 && static_cast<size_t>(limit) < text.size()) {
+    text.resize(limit);
+  }
+  res.status = 200;
+  res.set_content(text, "text/plain");
+}
+
 void ApiServer::HandleList(const httplib::Request& req, httplib::Response& res,
                            const ResourceType& type, const std::string& ns) {
   ListOptions opts;
@@ -325,6 +421,13 @@ void ApiServer::HandleList(const httplib::Request& req, httplib::Response& res,
   }
   auto list = store_->List(type, opts);
   if (!list.ok()) return ReplyError(res, list.status(), &type);
+  if (auto table =
+          TableRequested(req.get_header_value("Accept"), req.get_param_value("includeObject"))) {
+    // kubectl's server-side printing: the columns kube-apiserver's printers give this resource.
+    return Reply(res, 200,
+                 TableOf(type, list->items, *table, store_->clock()->Now(),
+                         std::to_string(list->resource_version), list->continue_token));
+  }
   std::string out =
       absl::StrCat("{\"kind\":\"", type.kind, "List\",\"apiVersion\":\"", type.ApiVersion(),
                    "\",\"metadata\":{\"resourceVersion\":\"", list->resource_version, "\"");

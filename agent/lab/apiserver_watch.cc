@@ -13,6 +13,7 @@
 #include "absl/time/clock.h"
 #include "agent/lab/apiserver.h"
 #include "agent/lab/apiserver_internal.h"
+#include "agent/lab/tables.h"
 
 namespace sluice::lab {
 
@@ -107,6 +108,9 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
   st->bookmarks = bookmarks;
   st->cut_after = cut_after;
   const ResourceType* t = &type;
+  // `kubectl get -w` asks for Tables: each event's object is then a one-row Table.
+  std::optional<TableRequest> table =
+      TableRequested(req.get_header_value("Accept"), req.get_param_value("includeObject"));
 
   auto bookmark = [t](uint64_t rv, bool initial_end) {
     json obj = {{"kind", t->kind},
@@ -119,7 +123,7 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
   res.status = 200;
   res.set_chunked_content_provider(
       kJson,
-      [this, watch, st, bookmark](size_t, httplib::DataSink& sink) -> bool {
+      [this, watch, st, bookmark, t, table](size_t, httplib::DataSink& sink) -> bool {
         std::string batch;
         auto flush = [&]() -> bool {
           if (batch.empty()) return true;
@@ -153,7 +157,11 @@ void ApiServer::HandleWatch(const httplib::Request& req, httplib::Response& res,
           if (r == WatchStream::Result::kEvent) {
             if (watch->frozen) return HoldFrozen(*watch, st->deadline, sink);
             if (st->initial_left > 0) --st->initial_left;
-            std::string line = EventLine(EventTypeName(ev.type), *ev.object);
+            std::string line =
+                table ? EventLine(EventTypeName(ev.type),
+                                  TableOf(*t, {ev.object}, *table, store_->clock()->Now(),
+                                          (*ev.object)["metadata"].value("resourceVersion", "")))
+                      : EventLine(EventTypeName(ev.type), *ev.object);
             if (st->cut_after >= 0 && st->sent == st->cut_after) {
               if (!flush()) return false;
               std::string half = line.substr(0, line.size() / 2);

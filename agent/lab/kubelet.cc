@@ -389,6 +389,11 @@ void Kubelet::Handle(EventType type, const json& pod) {
     return;
   }
   if (Terminating(pod) || phase == "Succeeded" || phase == "Failed") return;
+  if (auto it = failed_.find(key);
+      it != failed_.end() && it->second["metadata"].value("uid", "") == uid) {
+    it->second = pod;  // retried by RetryFailed (this is often our own Pending status write)
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (bound_[node_name] > 0) --bound_[node_name];
@@ -396,6 +401,7 @@ void Kubelet::Handle(EventType type, const json& pod) {
   if (auto st = StartPod(pod, *node); !st.ok()) {
     spdlog::warn("pod {} on {}: {} (retrying)", key, node_name, st.ToString());
     failed_[key] = pod;
+    WritePendingStatus(pod);
   } else if (options_.on_change) {
     options_.on_change();
   }
@@ -427,6 +433,11 @@ void Kubelet::Schedule(const json& pod) {
     spdlog::warn("schedule pod {}: {}", Key(pod), st.status().ToString());
   } else {
     spdlog::info("scheduled pod {} on {}", Key(pod), best);
+    if (Str(pod, {"spec", "nodeName"}).empty()) {
+      (void)events_.Record(*st, "Normal", "Scheduled",
+                           absl::StrCat("Successfully assigned ", Key(pod), " to ", best),
+                           {.component = "default-scheduler"});
+    }
   }
 }
 
@@ -450,10 +461,29 @@ absl::StatusOr<std::string> Kubelet::Cni(const std::string& command, const Runni
   auto r = RunProcess(spec, absl::Seconds(60));
   if (!r.ok()) return r.status();
   if (r->exit_code != 0) {
-    return absl::InternalError(
-        absl::StrCat("CNI ", command, " exit ", r->exit_code, ": ", r->out, r->err));
+    spdlog::warn("pod {}/{}: CNI {} exit {}: {}{}", pod.namespace_name, pod.name, command,
+                 r->exit_code, r->out, r->err);
+    // The runtime's words (containerd's), so the pod's Event reads as on a real node.
+    return absl::InternalError(absl::StrCat(
+        "failed to ", command == "ADD" ? "setup" : "destroy", " network for sandbox \"", pod.uid,
+        "\": plugin type=\"", type, "\" name=\"", conf->value("name", ""), "\" failed (",
+        command == "ADD" ? "add" : "delete", "): ", CniErrorText(r->out, r->err)));
   }
   return r->out;
+}
+
+std::string CniErrorText(const std::string& out, const std::string& err) {
+  json e = json::parse(out, nullptr, false);
+  if (e.is_object() && e.contains("msg") && e["msg"].is_string()) {
+    std::string text = e["msg"];
+    if (e.contains("details") && e["details"].is_string() && !e["details"].empty()) {
+      absl::StrAppend(&text, "; ", e["details"].get<std::string>());
+    }
+    return text;
+  }
+  std::string text = absl::StrCat(out, err);
+  while (!text.empty() && (text.back() == '\n' || text.back() == ' ')) text.pop_back();
+  return text.empty() ? "no output" : text;
 }
 
 absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
@@ -466,7 +496,13 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
   pod.netns = pod.host_network ? node.netns : topology_.PodNetns(pod.namespace_name, pod.name);
   pod.ready = WantsReady(spec_pod);
   std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
+  const EventSource kubelet{.component = "kubelet", .host = node.name};
   if (!std::filesystem::exists(node.cni_conf_dir() + "/05-sluice.conflist")) {
+    (void)events_.Record(spec_pod, "Warning", "NetworkNotReady",
+                         "network is not ready: container runtime network not ready: "
+                         "NetworkReady=false reason:NetworkPluginNotReady message:Network "
+                         "plugin returns error: cni plugin not initialized",
+                         kubelet);
     return absl::UnavailableError(absl::StrCat("the agent of ", node.name, " is not ready"));
   }
   auto undo = [&](absl::Status st) {
@@ -474,21 +510,32 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
     ReleaseSandbox(pod, node);
     return st;
   };
+  auto failed = [&](absl::Status st) {
+    (void)events_.Record(spec_pod, "Warning", "Failed", absl::StrCat("Error: ", st.message()),
+                         kubelet);
+    return undo(st);
+  };
   if (pod.host_network) {
     // The node's namespace and address; the network plugin is not involved.
     pod.ip = node.ip;
   } else {
     if (auto st = CreatePodNetns(topology_, pod.netns); !st.ok()) return st;
     auto result = Cni("ADD", pod, node);
-    if (!result.ok()) return undo(result.status());
+    if (!result.ok()) {
+      (void)events_.Record(
+          spec_pod, "Warning", "FailedCreatePodSandBox",
+          absl::StrCat("Failed to create pod sandbox: ", result.status().message()), kubelet);
+      return undo(result.status());
+    }
     auto ip = PodIpFromCniResult(*result);
-    if (!ip.ok()) return undo(ip.status());
+    if (!ip.ok()) return failed(ip.status());
     pod.ip = *ip;
   }
 
   std::string log_dir = topology_.dir + "/logs";
   std::filesystem::create_directories(log_dir);
   std::string log = absl::StrCat(log_dir, "/", pod.namespace_name, "_", pod.name, ".log");
+  std::filesystem::remove(log);  // a new pod of the same name starts a new log
   std::string netns_path = topology_.netns_path(pod.netns);
   std::map<int, std::set<std::string>> ports;  // containerPort -> protocols
   const json& containers = spec_pod["spec"].value("containers", json::array());
@@ -504,7 +551,7 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
   std::string notify_dir = topology_.dir + "/notify";
   std::filesystem::create_directories(notify_dir);
   auto notify = NotifySocket::Bind(absl::StrCat(notify_dir, "/", pod.uid));
-  if (!notify.ok()) return undo(notify.status());
+  if (!notify.ok()) return failed(notify.status());
   std::vector<std::string> netexec_env = EnvWithNotifySocket((*notify)->path());
   std::map<pid_t, int> starting;  // netexec pid -> port
   for (const auto& [port, protocols] : ports) {
@@ -515,13 +562,13 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
     if (!protocols.contains("TCP") && !protocols.contains("UDP")) continue;  // SCTP
     auto pid =
         StartProcess({.argv = argv, .env = netexec_env, .netns_path = netns_path, .log_path = log});
-    if (!pid.ok()) return undo(pid.status());
+    if (!pid.ok()) return failed(pid.status());
     pod.pids.push_back(*pid);
     starting[*pid] = port;
   }
   if (auto st = (*notify)->AwaitReady(starting, pod.pids, absl::Now() + kServingTimeout);
       !st.ok()) {
-    return undo(absl::Status(st.code(), absl::StrCat(st.message(), " (see ", log, ")")));
+    return failed(absl::Status(st.code(), absl::StrCat(st.message(), " (see ", log, ")")));
   }
   notify->reset();
   for (const auto& c : containers) {
@@ -533,7 +580,7 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
     }
     if (argv.empty() || !c.contains("command")) continue;
     auto pid = StartProcess({.argv = argv, .netns_path = netns_path, .log_path = log});
-    if (!pid.ok()) return undo(pid.status());
+    if (!pid.ok()) return failed(pid.status());
     pod.pids.push_back(*pid);
   }
   {
@@ -541,6 +588,11 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
     pods_[key] = pod;
   }
   spdlog::info("pod {} running on {} at {}", key, node.name, pod.ip);
+  for (const auto& c : containers) {
+    std::string name = c.value("name", "");
+    (void)events_.Record(spec_pod, "Normal", "Started", absl::StrCat("Started container ", name),
+                         kubelet, absl::StrCat("spec.containers{", name, "}"));
+  }
   if (auto st = WriteStatus(pod, spec_pod); !st.ok()) {
     spdlog::warn("pod {}: status: {}", key, st.ToString());
   }
@@ -595,6 +647,59 @@ absl::Status Kubelet::WriteStatus(const RunningPod& pod, const json& spec_pod) {
       },
       ObjectStore::Subresource::kStatus);
   return result.status();
+}
+
+void Kubelet::WritePendingStatus(const json& spec_pod) {
+  const std::string uid = Str(spec_pod, {"metadata", "uid"});
+  const LabNode* node = topology_.FindNode(Str(spec_pod, {"spec", "nodeName"}));
+  auto result = store_->Update(
+      Resource("pods"), Str(spec_pod, {"metadata", "namespace"}),
+      Str(spec_pod, {"metadata", "name"}),
+      [&](json& p) {
+        if (Str(p, {"metadata", "uid"}) != uid) return absl::NotFoundError("pod replaced");
+        json& s = p["status"];
+        if (s.value("phase", "") == "Running") return absl::OkStatus();  // started meanwhile
+        s["phase"] = "Pending";
+        if (node != nullptr) {
+          s["hostIP"] = node->ip;
+          s["hostIPs"] = json::array({{{"ip", node->ip}}});
+        }
+        if (!s.contains("startTime")) s["startTime"] = Now();
+        json conditions = json::array();
+        for (const auto& [type, status] : std::vector<std::pair<std::string, std::string>>{
+                 {"PodReadyToStartContainers", "False"},
+                 {"Initialized", "True"},
+                 {"Ready", "False"},
+                 {"ContainersReady", "False"},
+                 {"PodScheduled", "True"}}) {
+          std::string since = Now();
+          for (const auto& old : s.value("conditions", json::array())) {
+            if (old.value("type", "") == type && old.value("status", "") == status) {
+              since = old.value("lastTransitionTime", since);
+            }
+          }
+          json c = {{"type", type}, {"status", status}, {"lastTransitionTime", since}};
+          if (type == "Ready" || type == "ContainersReady") c["reason"] = "ContainersNotReady";
+          conditions.push_back(c);
+        }
+        s["conditions"] = conditions;
+        json statuses = json::array();
+        for (const auto& c : spec_pod["spec"].value("containers", json::array())) {
+          statuses.push_back({{"name", c.value("name", "")},
+                              {"image", c.value("image", "")},
+                              {"imageID", ""},
+                              {"ready", false},
+                              {"started", false},
+                              {"restartCount", 0},
+                              {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}}});
+        }
+        s["containerStatuses"] = statuses;
+        return absl::OkStatus();
+      },
+      ObjectStore::Subresource::kStatus);
+  if (!result.ok() && result.status().code() != absl::StatusCode::kNotFound) {
+    spdlog::warn("pod {}: pending status: {}", Key(spec_pod), result.status().ToString());
+  }
 }
 
 void Kubelet::TearDown(const RunningPod& pod) {

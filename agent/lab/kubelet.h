@@ -5,7 +5,9 @@
 // server per containerPort and the container's `command` in that namespace, and, once every
 // netexec server has bound its ports (it says READY=1 on a notify socket, as sd_notify does),
 // reports the pod Running with its IP and Ready condition (off with annotation
-// lab.sluice.dev/ready: "false").
+// lab.sluice.dev/ready: "false"). It records core/v1 Events as kubelet and scheduler do:
+// Scheduled, Started, and Warnings for a failed start (FailedCreatePodSandBox with the CNI
+// plugin's error, NetworkNotReady while the node's agent has not installed its CNI config).
 // A hostNetwork pod (spec.hostNetwork: true) runs in its node's namespace: no namespace of its
 // own, no CNI ADD/DEL, status.podIP is the node's InternalIP (as a real kubelet reports it).
 // A pod keeps running while terminating (deletionTimestamp set) and is torn down — processes
@@ -27,6 +29,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/lab/events.h"
 #include "agent/lab/object_store.h"
 #include "agent/lab/topology.h"
 #include "nlohmann/json.hpp"
@@ -45,6 +48,7 @@ struct KubeletOptions {
   absl::Duration del_retry_cap = absl::Seconds(16);
   absl::Duration del_retry_give_up = absl::Minutes(5);
   std::function<void()> on_change;  // after pods were started or torn down (status file)
+  size_t event_limit = EventRecorder::kDefaultLimit;  // core/v1 Events kept (oldest evicted)
 };
 
 struct RunningPod {
@@ -64,6 +68,9 @@ struct RunningPod {
 absl::StatusOr<nlohmann::json> PluginConfFromConflist(const std::string& conflist_path);
 // ips[0].address of a CNI result, without the prefix length.
 absl::StatusOr<std::string> PodIpFromCniResult(const std::string& result);
+// What a failed plugin said, as libcni reports it: the CNI error object's "msg" (and
+// "; details"), else its raw output.
+std::string CniErrorText(const std::string& out, const std::string& err);
 
 // The schedule of CNI DEL retries, as a real kubelet keeps retrying StopPodSandbox: per pod
 // sandbox (key: pod uid), when the next attempt is due and when to give up.
@@ -117,12 +124,16 @@ class Kubelet {
   void ReleaseSandbox(const RunningPod& pod, const LabNode& node);
   void RetryDels(bool last_chance);
   absl::Status WriteStatus(const RunningPod& pod, const nlohmann::json& spec_pod);
+  // A pod whose start failed: Pending, its containers waiting in ContainerCreating, as a real
+  // kubelet reports a pod whose sandbox cannot be created.
+  void WritePendingStatus(const nlohmann::json& spec_pod);
   absl::StatusOr<std::string> Cni(const std::string& command, const RunningPod& pod,
                                   const LabNode& node);
 
   ObjectStore* store_;
   Topology topology_;
   KubeletOptions options_;
+  EventRecorder events_{store_, options_.event_limit};
   std::unique_ptr<WatchStream> watch_;
   std::thread thread_;
   std::atomic<bool> stopping_{false};

@@ -367,6 +367,7 @@ int RunControlPlane(const std::string& name) {
   api_options.address = t.gateway_ip;
   api_options.port = kUnderlayApiPort;
   api_options.extra_sans = {"127.0.0.1", "localhost"};
+  api_options.pod_log_dir = t.dir + "/logs";  // the kubelet's (kubectl logs)
   ApiServer api(api_options);
   TcpForwarder forwarder;
   std::vector<AgentProcess> agents;

@@ -42,11 +42,15 @@ usage:
                                              run CMD in a pod's network namespace
                                              (POD may also be node/NODE or external)
   sluice-lab probe [--name NAME] --from FROM --to HOST:PORT [--proto tcp|udp] [--timeout S]
-                                             prints CONNECTED, REFUSED or TIMEOUT; with
-                                             --to HOST:PORT,HOST:PORT,... probes them all at
-                                             once and prints "HOST:PORT OUTCOME" per target
+                                             prints CONNECTED, REFUSED, TIMEOUT or UNREACHABLE
+                                             (EHOSTUNREACH/ENETUNREACH) and exits 0, 3, 4 or 5
+                                             (1: error, 2: usage); with --to HOST:PORT,... probes
+                                             them all at once, prints "HOST:PORT OUTCOME" per
+                                             target and exits 0 only if all are CONNECTED, else
+                                             with the code of the first that is not
   sluice-lab request [--name NAME] --from FROM --to HOST:PORT --data TEXT [--proto tcp|udp]
-                     [--timeout S]           prints the reply (one line), or REFUSED / TIMEOUT
+                     [--timeout S]           prints the reply (one line), or REFUSED / TIMEOUT /
+                                             UNREACHABLE (exit 0 in every case)
   sluice-lab fault [--name NAME | --kubeconfig K] ACTION [--seconds S] [--count N]
                    [--mid_event] [--at_next_event]
                                              apiserver fault injection; ACTION: cut-watches,
@@ -161,6 +165,7 @@ int CmdNetexec(const Args& a) {
     o.tcp = a.switches.contains("tcp");
     o.udp = a.switches.contains("udp");
   }
+  o.log_requests = true;
   sigset_t stop = BlockStopSignals();
   auto server = NetexecServer::Start(o);
   if (!server.ok()) return Fail(server.status());
@@ -252,18 +257,21 @@ int CmdProbe(const Args& a, bool request) {
     for (size_t i = 0; i < targets.size(); ++i) {
       if (!outcomes[i].ok()) return Fail(outcomes[i].status());
     }
+    // Exit status: 0 when every target is CONNECTED, else that of the first one that is not.
+    int code = 0;
     for (size_t i = 0; i < targets.size(); ++i) {
       std::cout << targets[i].host << ":" << targets[i].port << " "
                 << ProbeOutcomeName(*outcomes[i]) << "\n";
+      if (code == 0) code = ProbeExitCode(*outcomes[i]);
     }
     std::cout << std::flush;
-    return 0;
+    return code;
   }
   if (!request) {
     auto outcome = Probe(target);
     if (!outcome.ok()) return Fail(outcome.status());
     std::cout << ProbeOutcomeName(*outcome) << std::endl;
-    return 0;
+    return ProbeExitCode(*outcome);
   }
   auto r = Request(target, Get(a, "data"));
   if (!r.ok()) return Fail(r.status());

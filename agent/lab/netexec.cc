@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "agent/base/errno.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::lab {
 namespace {
@@ -74,6 +75,19 @@ absl::Status NotifyReady() {
   close(fd);
   if (n < 0) return ErrnoStatus(err, absl::StrCat("notify ", path));
   return absl::OkStatus();
+}
+
+void LogRequest(const char* protocol, const std::string& client, const std::string& request) {
+  std::string text(absl::StripAsciiWhitespace(request));
+  if (text.size() > 80) text = text.substr(0, 80) + "...";
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  if (text.empty()) {
+    spdlog::info("{} connection from {} without a request", protocol, client);  // a probe
+  } else {
+    spdlog::info("{} request from {}: \"{}\"", protocol, client, text);
+  }
 }
 
 }  // namespace
@@ -150,8 +164,9 @@ void NetexecServer::ServeTcp() {
     socklen_t len = sizeof(peer);
     int fd = accept4(tcp_fd_, reinterpret_cast<sockaddr*>(&peer), &len, SOCK_CLOEXEC);
     if (fd < 0) continue;
-    std::thread([fd, peer, name = options_.name] {
+    std::thread([fd, peer, name = options_.name, log = options_.log_requests] {
       std::string request = ReadRequestLine(fd);
+      if (log) LogRequest("tcp", FormatPeer(peer), request);
       if (!request.empty()) WriteAll(fd, NetexecAnswer(name, request, FormatPeer(peer)));
       shutdown(fd, SHUT_WR);
       close(fd);
@@ -185,6 +200,7 @@ void NetexecServer::ServeUdp() {
         local = info.ipi_addr;
       }
     }
+    if (options_.log_requests) LogRequest("udp", FormatPeer(peer), std::string(buf, n));
     std::string reply = NetexecAnswer(options_.name, std::string(buf, n), FormatPeer(peer));
     iovec out_iov = {reply.data(), reply.size()};
     char out_control[CMSG_SPACE(sizeof(in_pktinfo))] = {};

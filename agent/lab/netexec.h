@@ -23,6 +23,9 @@ struct NetexecOptions {
   std::string name;  // answered to "hostname"
   bool tcp = true;
   bool udp = true;
+  // A line per request served (protocol, client, what it asked) on the default logger: the pod's
+  // log, what `kubectl logs` shows.
+  bool log_requests = false;
 };
 
 // The answer to one request (a line, without its newline, for TCP; a datagram for UDP).

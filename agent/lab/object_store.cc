@@ -37,6 +37,7 @@ const std::vector<ResourceType>& BuiltinResources() {
        {"netpol"},
        false},
       {"coordination.k8s.io", "v1", "leases", "lease", "Lease", true, {}, false},
+      {"", "v1", "events", "event", "Event", true, {"ev"}, false},
   };
   return kResources;
 }

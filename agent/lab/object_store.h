@@ -38,7 +38,7 @@ struct ResourceType {
   std::string ApiVersion() const { return group.empty() ? version : group + "/" + version; }
 };
 
-// namespaces, nodes, pods, services (v1), endpointslices (discovery.k8s.io/v1),
+// namespaces, nodes, pods, services, events (v1), endpointslices (discovery.k8s.io/v1),
 // networkpolicies (networking.k8s.io/v1), leases (coordination.k8s.io/v1).
 const std::vector<ResourceType>& BuiltinResources();
 const ResourceType* FindResource(std::string_view group, std::string_view version,

@@ -47,7 +47,20 @@ absl::StatusOr<sockaddr_in> Address(const ProbeTarget& t) {
 }
 
 ProbeOutcome FromErrno(int err) {
-  return err == ECONNREFUSED ? ProbeOutcome::kRefused : ProbeOutcome::kTimeout;
+  switch (err) {
+    case ECONNREFUSED:
+      return ProbeOutcome::kRefused;
+    case EHOSTUNREACH:
+    case ENETUNREACH:
+      return ProbeOutcome::kUnreachable;
+    default:
+      return ProbeOutcome::kTimeout;
+  }
+}
+
+// An error a connected UDP socket reports (from an ICMP error) that ends the exchange.
+bool EndsUdpExchange(int err) {
+  return err == ECONNREFUSED || err == EHOSTUNREACH || err == ENETUNREACH;
 }
 
 // Non-blocking connect with a deadline; 0 on success, else the errno (ETIMEDOUT for the deadline).
@@ -68,8 +81,8 @@ RequestResult ExchangeUdp(int fd, const std::string& payload, absl::Time deadlin
   absl::Time next_send = absl::InfinitePast();
   while (true) {
     if (absl::Now() >= next_send) {
-      if (send(fd, payload.data(), payload.size(), MSG_NOSIGNAL) < 0 && errno == ECONNREFUSED) {
-        return {ProbeOutcome::kRefused, ""};
+      if (send(fd, payload.data(), payload.size(), MSG_NOSIGNAL) < 0 && EndsUdpExchange(errno)) {
+        return {FromErrno(errno), ""};
       }
       next_send = absl::Now() + absl::Milliseconds(500);
     }
@@ -80,7 +93,7 @@ RequestResult ExchangeUdp(int fd, const std::string& payload, absl::Time deadlin
     char buf[65536];
     ssize_t n = recv(fd, buf, sizeof(buf), 0);
     if (n >= 0) return {ProbeOutcome::kConnected, std::string(buf, n)};
-    if (errno == ECONNREFUSED) return {ProbeOutcome::kRefused, ""};
+    if (EndsUdpExchange(errno)) return {FromErrno(errno), ""};
   }
 }
 
@@ -94,8 +107,24 @@ const char* ProbeOutcomeName(ProbeOutcome outcome) {
       return "REFUSED";
     case ProbeOutcome::kTimeout:
       return "TIMEOUT";
+    case ProbeOutcome::kUnreachable:
+      return "UNREACHABLE";
   }
   return "?";
+}
+
+int ProbeExitCode(ProbeOutcome outcome) {
+  switch (outcome) {
+    case ProbeOutcome::kConnected:
+      return 0;
+    case ProbeOutcome::kRefused:
+      return 3;
+    case ProbeOutcome::kTimeout:
+      return 4;
+    case ProbeOutcome::kUnreachable:
+      return 5;
+  }
+  return 1;
 }
 
 absl::Status ParseHostPort(const std::string& text, ProbeTarget* target) {

@@ -1,6 +1,8 @@
 // One connection attempt from inside a network namespace, for tests and operators: does
-// HOST:PORT answer (CONNECTED), refuse (REFUSED: TCP RST or, for UDP, ICMP port unreachable), or
-// stay silent (TIMEOUT)? And a one-line request/response exchange with a netexec server.
+// HOST:PORT answer (CONNECTED), refuse (REFUSED: TCP RST or, for UDP, ICMP port unreachable), say
+// there is no way there (UNREACHABLE: no route, or EHOSTUNREACH / ENETUNREACH from an ICMP
+// unreachable or a failed neighbour resolution), or stay silent (TIMEOUT)? And a one-line
+// request/response exchange with a netexec server.
 #ifndef SLUICE_AGENT_LAB_PROBE_H_
 #define SLUICE_AGENT_LAB_PROBE_H_
 
@@ -14,8 +16,12 @@
 namespace sluice::lab {
 
 enum class Protocol { kTcp, kUdp };
-enum class ProbeOutcome { kConnected, kRefused, kTimeout };
-const char* ProbeOutcomeName(ProbeOutcome outcome);  // CONNECTED, REFUSED, TIMEOUT
+enum class ProbeOutcome { kConnected, kRefused, kTimeout, kUnreachable };
+// CONNECTED, REFUSED, TIMEOUT, UNREACHABLE
+const char* ProbeOutcomeName(ProbeOutcome outcome);
+// `sluice-lab probe`'s exit status for an outcome: 0 CONNECTED, 3 REFUSED, 4 TIMEOUT,
+// 5 UNREACHABLE (1 is an error, 2 a usage error).
+int ProbeExitCode(ProbeOutcome outcome);
 
 struct ProbeTarget {
   std::string host;  // IPv4 address
@@ -33,7 +39,8 @@ absl::Status EnterNetns(const std::string& path);
 
 // TCP: CONNECTED once the handshake completes. UDP: sends "hostname" (again every 500 ms) on a
 // connected socket; CONNECTED when any reply arrives, REFUSED on ECONNREFUSED (ICMP port
-// unreachable). Anything else (silence, no route) is TIMEOUT. Errors only for bad input.
+// unreachable). UNREACHABLE on EHOSTUNREACH / ENETUNREACH (at connect, or later from an ICMP
+// error); silence is TIMEOUT. Errors only for bad input.
 absl::StatusOr<ProbeOutcome> Probe(const ProbeTarget& target);
 
 // Probe of every target at once, one thread each (started from the calling thread, so in its

@@ -1,6 +1,7 @@
 #include "agent/lab/selectors.h"
 
 #include <algorithm>
+#include <set>
 
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -168,6 +169,21 @@ absl::StatusOr<FieldSelector> FieldSelector::Parse(std::string_view text, std::s
            req.field == "status.podIP";
     }
     if (plural == "services") ok = ok || req.field == "spec.type";
+    if (plural == "events") {
+      // What `kubectl describe` selects an object's events by, and kube-apiserver's other
+      // event field labels.
+      static const std::set<std::string> kEventFields = {"involvedObject.kind",
+                                                         "involvedObject.namespace",
+                                                         "involvedObject.name",
+                                                         "involvedObject.uid",
+                                                         "involvedObject.apiVersion",
+                                                         "involvedObject.fieldPath",
+                                                         "involvedObject.resourceVersion",
+                                                         "reason",
+                                                         "reportingComponent",
+                                                         "type"};
+      ok = ok || kEventFields.contains(req.field);
+    }
     if (!ok) {
       return absl::InvalidArgumentError(absl::StrCat("field label not supported: ", req.field));
     }

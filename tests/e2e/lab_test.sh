@@ -2,10 +2,11 @@
 # sluice-lab end to end: `up` with two nodes, pods applied with kubectl become Ready with
 # addresses from their node's pod CIDR, real TCP/UDP between pods on one node (probe / request),
 # node and external clients reach node addresses, a deleted pod keeps serving while terminating
-# and then goes through CNI DEL, and `down` leaves no namespace, mount, process or file behind.
-# Every address used lives in namespaces the lab creates.
+# and then goes through CNI DEL, kubectl reads it like a cluster (server-side Tables, logs, create
+# service, the Events of a pod whose CNI ADD failed), probe's exit codes, and `down` leaves no
+# namespace, mount, process or file behind. Every address used lives in namespaces the lab creates.
 set -euo pipefail
-NAME=lt$$
+NAME=${SLUICE_LAB_TEST_NAME:-lt$$}
 source "$(dirname "$0")/lablib.sh"
 # fail shows the end of the control plane's log (kubelet, CNI calls), not the agents'.
 fail_logs() { if [ -f "$DIR/controlplane.log" ]; then echo "$DIR/controlplane.log"; fi; }
@@ -149,6 +150,60 @@ wait_for 10 sh -c "! grep -lq '\"podName\": *\"b\"' $DIR/node1/state/endpoints/*
 wait_for 10 sh -c "! ip netns list | grep -q '^$NAME-pod-default-b '" || fail "b's netns survived"
 [ "$(lab probe --from default/a --to "$B:8080" --timeout 1)" != CONNECTED ] || fail "deleted b answers"
 log "ok: b deleted gracefully, CNI DEL ran"
+
+# kubectl as operators use it: server-side Tables, logs, create service, Events; then probe's
+# exit codes. Neither depends on the routing mode: lab_native_test.sh (the same script, native
+# routing) skips them rather than spend 10 s more of CI on them.
+if [ "${SLUICE_ROUTING_MODE:-tunnel}" != native ]; then
+wide=$(K get pods -o wide)
+grep -qE "^a +1/1 +Running +0 +[0-9smhd]+ +$A +node1 " <<<"$wide" || fail "get pods -o wide: $wide"
+K get nodes -o wide | grep -qE "^node1 +Ready .* $NODE1_IP " || fail "get nodes -o wide: $(K get nodes -o wide)"
+lab request --from default/c --to "$A:8080" --data hostname >/dev/null
+logs=$(K logs a)
+grep -q "netexec a serving port 8080 tcp" <<<"$logs" || fail "logs a has no start line: $logs"
+grep -q "tcp request from $C:[0-9]*: \"hostname\"" <<<"$logs" || fail "logs a has no request from c: $logs"
+grep -q 'pods "nobody" not found' <<<"$(K logs nobody 2>&1 || true)" || fail "logs of an unknown pod"
+K create service clusterip kc-web --tcp=80:8080 | grep -q "service/kc-web created" || fail "create service"
+K get svc kc-web | grep -qE "^kc-web +ClusterIP +10\.96\.[0-9.]+ +<none> +80/TCP " ||
+  fail "get svc kc-web: $(K get svc kc-web)"
+log "ok: get -o wide, logs, create service"
+# A pod whose CNI ADD fails (node2's agent held down: the plugin cannot reach it) stays
+# ContainerCreating; describe shows the kubelet's Warning with the plugin's own error text.
+lab agent stop --node node2 >/dev/null
+K apply --validate=false -f - >/dev/null <<'YAML' || fail "apply stuck"
+apiVersion: v1
+kind: Pod
+metadata: {name: stuck}
+spec:
+  nodeName: node2
+  containers:
+  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
+YAML
+sandbox_failed() { K describe pod stuck | grep -q "Warning  FailedCreatePodSandBox"; }
+wait_for 15 sandbox_failed || fail "no FailedCreatePodSandBox: $(K describe pod stuck)"
+described=$(K describe pod stuck)
+grep -q 'plugin type="sluice" name="sluice" failed (add): .*sluice-agent not reachable' <<<"$described" ||
+  fail "describe lacks the plugin's error: $described"
+K get pod stuck | grep -q "ContainerCreating" || fail "stuck is not ContainerCreating: $(K get pod stuck)"
+K get events | grep -qE "Warning +FailedCreatePodSandBox +pod/stuck " || fail "get events: $(K get events)"
+K get events | grep -qE "Normal +Started +pod/a " || fail "no Started event for a: $(K get events)"
+lab agent start --node node2 --wait >/dev/null
+K wait --for=condition=Ready pod/stuck --timeout=30s >/dev/null || fail "stuck never started once the agent was back"
+log "ok: a failed CNI ADD shows in describe and get events, and the pod starts once the agent is back"
+
+# probe's exit status: 0 CONNECTED, 3 REFUSED, 4 TIMEOUT, 5 UNREACHABLE (printed apart from TIMEOUT).
+rc_of() { "$@" >/dev/null 2>&1 && echo 0 || echo $?; }
+expect "probe exit, connected" "$(rc_of lab probe --from default/a --to "$C:8080")" 0
+expect "probe exit, refused" "$(rc_of lab probe --from default/a --to "$C:8081")" 3
+SILENT=${NODE1_IP%.*}.250  # on the underlay, nobody answers its ARP within the timeout
+expect "probe, silent neighbour" "$(lab probe --from external --to "$SILENT:80" --timeout 1 || true)" TIMEOUT
+expect "probe exit, timeout" "$(rc_of lab probe --from external --to "$SILENT:80" --timeout 1)" 4
+ip netns exec "$NAME-external" ip route add unreachable 203.0.113.0/24
+expect "probe, unreachable route" "$(lab probe --from external --to 203.0.113.1:80 || true)" UNREACHABLE
+expect "probe exit, unreachable" "$(rc_of lab probe --from external --to 203.0.113.1:80)" 5
+expect "probe exit, several targets" \
+  "$(rc_of lab probe --from default/a --to "$C:8080,$C:8081")" 3
+fi
 
 # down leaves nothing.
 "$LAB" down --name "$NAME" || fail "down"

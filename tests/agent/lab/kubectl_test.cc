@@ -1,5 +1,6 @@
 // Acceptance: the real kubectl against the lab apiserver over HTTPS with a written kubeconfig.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/lab/apiserver.h"
+#include "agent/lab/events.h"
 #include "agent/lab/lab_client.h"
 
 namespace sluice::lab {
@@ -33,6 +35,8 @@ class KubectlTest : public ::testing::Test {
     ApiServerOptions o;
     o.address = "127.0.0.1";
     o.port = 0;
+    o.pod_log_dir = (dir_ / "logs").string();
+    std::filesystem::create_directories(o.pod_log_dir);
     server_ = std::make_unique<ApiServer>(o);
     ASSERT_TRUE(server_->Start().ok());
     kubeconfig_ = (dir_ / "kubeconfig").string();
@@ -206,6 +210,186 @@ TEST_F(KubectlTest, GetWatchStreamsChanges) {
   }
   pclose(p);
   EXPECT_TRUE(seen);
+}
+
+// What an operator sees: kubectl's usual columns from server-side Tables.
+TEST_F(KubectlTest, GetPrintsTheUsualColumnsFromServerSideTables) {
+  testing::LabClient api(*server_);
+  ASSERT_EQ(
+      api.Post(
+             "/api/v1/nodes",
+             {{"metadata", {{"name", "node1"}}},
+              {"status",
+               {{"conditions", json::array({{{"type", "Ready"}, {"status", "True"}}})},
+                {"addresses", json::array({{{"type", "InternalIP"}, {"address", "172.30.9.11"}}})},
+                {"nodeInfo", {{"kubeletVersion", "v1.32.0-sluice-lab"}}}}}})
+          .status,
+      201);
+  ASSERT_EQ(api.Post("/api/v1/namespaces/default/pods",
+                     {{"metadata", {{"name", "web-1"}, {"labels", {{"app", "web"}}}}},
+                      {"spec", {{"nodeName", "node1"}, {"containers", {{{"name", "app"}}}}}}})
+                .status,
+            201);
+  ASSERT_EQ(
+      api.Patch(
+             "/api/v1/namespaces/default/pods/web-1/status",
+             {{"status",
+               {{"phase", "Running"},
+                {"podIP", "10.244.0.10"},
+                {"containerStatuses", json::array({{{"name", "app"},
+                                                    {"ready", true},
+                                                    {"restartCount", 0},
+                                                    {"state", {{"running", json::object()}}}}})}}}})
+          .status,
+      200);
+  KubectlRun pods = Kubectl("get pods -o wide");
+  ASSERT_EQ(pods.rc, 0) << pods.out;
+  for (const char* want : {"NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE",
+                           "NOMINATED NODE", "web-1", "1/1", "Running", "10.244.0.10", "node1"}) {
+    EXPECT_NE(pods.out.find(want), std::string::npos) << want << " in\n" << pods.out;
+  }
+  KubectlRun narrow = Kubectl("get pods");
+  EXPECT_EQ(narrow.out.find("10.244.0.10"), std::string::npos) << narrow.out;  // -o wide only
+
+  std::string manifest = WriteFile("svc.yaml", R"(apiVersion: v1
+kind: Service
+metadata: {name: web}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports: [{port: 80, targetPort: 8080}]
+)");
+  ASSERT_EQ(Kubectl(absl::StrCat("apply --validate=false -f ", manifest)).rc, 0);
+  KubectlRun svc = Kubectl("get svc web -o wide");
+  ASSERT_EQ(svc.rc, 0) << svc.out;
+  for (const char* want : {"TYPE", "CLUSTER-IP", "EXTERNAL-IP", "PORT(S)", "SELECTOR", "NodePort",
+                           "10.96.", "80:3", "/TCP", "app=web"}) {
+    EXPECT_NE(svc.out.find(want), std::string::npos) << want << " in\n" << svc.out;
+  }
+  KubectlRun nodes = Kubectl("get nodes -o wide");
+  ASSERT_EQ(nodes.rc, 0) << nodes.out;
+  for (const char* want : {"STATUS", "ROLES", "VERSION", "INTERNAL-IP", "node1", "Ready",
+                           "v1.32.0-sluice-lab", "172.30.9.11"}) {
+    EXPECT_NE(nodes.out.find(want), std::string::npos) << want << " in\n" << nodes.out;
+  }
+  KubectlRun slices = Kubectl("get endpointslices");
+  ASSERT_EQ(slices.rc, 0) << slices.out;
+  EXPECT_NE(slices.out.find("ADDRESSTYPE"), std::string::npos) << slices.out;
+  // Across namespaces kubectl adds NAMESPACE from each row's object metadata.
+  KubectlRun all = Kubectl("get pods -A");
+  EXPECT_NE(all.out.find("NAMESPACE"), std::string::npos) << all.out;
+  EXPECT_NE(all.out.find("default"), std::string::npos) << all.out;
+  // Sorting needs whole objects in the rows (includeObject=Object).
+  KubectlRun sorted = Kubectl("get pods --sort-by=.metadata.name");
+  EXPECT_EQ(sorted.rc, 0) << sorted.out;
+  EXPECT_NE(sorted.out.find("web-1"), std::string::npos) << sorted.out;
+}
+
+TEST_F(KubectlTest, CreateServiceClusterIpThenGetSvcShowsIt) {
+  KubectlRun create = Kubectl("create service clusterip web --tcp=80:8080");
+  ASSERT_EQ(create.rc, 0) << create.out;
+  EXPECT_NE(create.out.find("service/web created"), std::string::npos) << create.out;
+  KubectlRun get = Kubectl("get svc web");
+  ASSERT_EQ(get.rc, 0) << get.out;
+  EXPECT_NE(get.out.find("ClusterIP"), std::string::npos) << get.out;
+  EXPECT_NE(get.out.find("80/TCP"), std::string::npos) << get.out;
+  KubectlRun spec =
+      Kubectl("get svc web -o jsonpath={.spec.ports[0].targetPort},{.spec.selector.app}");
+  EXPECT_EQ(spec.out, "8080,web");
+  // The same typed client (protobuf) creates namespaces.
+  KubectlRun ns = Kubectl("create namespace team");
+  ASSERT_EQ(ns.rc, 0) << ns.out;
+  KubectlRun get_ns = Kubectl("get namespace team");
+  EXPECT_NE(get_ns.out.find("Active"), std::string::npos) << get_ns.out;
+}
+
+TEST_F(KubectlTest, DescribePodAndGetEventsShowTheKubeletsEvents) {
+  testing::LabClient api(*server_);
+  auto pod = api.Post("/api/v1/namespaces/default/pods",
+                      {{"metadata", {{"name", "stuck"}}},
+                       {"spec", {{"nodeName", "node2"}, {"containers", {{{"name", "app"}}}}}}});
+  ASSERT_EQ(pod.status, 201);
+  EventRecorder events(&server_->store());
+  const std::string message =
+      "Failed to create pod sandbox: plugin type=\"sluice\" failed (add): pool exhausted";
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(
+        events.Record(pod.body, "Warning", "FailedCreatePodSandBox", message, {"kubelet", "node2"})
+            .ok());
+  }
+  KubectlRun describe = Kubectl("describe pod stuck");
+  ASSERT_EQ(describe.rc, 0) << describe.out;
+  EXPECT_NE(describe.out.find("Events:"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("Warning  FailedCreatePodSandBox"), std::string::npos)
+      << describe.out;
+  EXPECT_NE(describe.out.find("pool exhausted"), std::string::npos) << describe.out;
+  EXPECT_NE(describe.out.find("(x2 over"), std::string::npos) << describe.out;
+  KubectlRun get = Kubectl("get events");
+  ASSERT_EQ(get.rc, 0) << get.out;
+  for (const char* want : {"LAST SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE", "Warning",
+                           "FailedCreatePodSandBox", "pod/stuck", "pool exhausted"}) {
+    EXPECT_NE(get.out.find(want), std::string::npos) << want << " in\n" << get.out;
+  }
+}
+
+TEST_F(KubectlTest, LogsPrintsThePodsLogAndAnUnknownPodIsNotFound) {
+  testing::LabClient api(*server_);
+  ASSERT_EQ(api.Post("/api/v1/namespaces/default/pods",
+                     {{"metadata", {{"name", "web"}}},
+                      {"spec", {{"nodeName", "node1"}, {"containers", {{{"name", "app"}}}}}}})
+                .status,
+            201);
+  ASSERT_EQ(
+      api.Patch("/api/v1/namespaces/default/pods/web/status", {{"status", {{"phase", "Running"}}}})
+          .status,
+      200);
+  std::ofstream(dir_ / "logs" / "default_web.log")
+      << "netexec web serving port 8080 tcp\ntcp request from 10.244.0.9:4000: \"hostname\"\n";
+  KubectlRun logs = Kubectl("logs web");
+  ASSERT_EQ(logs.rc, 0) << logs.out;
+  EXPECT_EQ(logs.out,
+            "netexec web serving port 8080 tcp\ntcp request from 10.244.0.9:4000: \"hostname\"\n");
+  KubectlRun tail = Kubectl("logs web --tail=1");
+  EXPECT_EQ(tail.out, "tcp request from 10.244.0.9:4000: \"hostname\"\n");
+  KubectlRun unknown = Kubectl("logs nobody");
+  EXPECT_NE(unknown.rc, 0);
+  EXPECT_NE(unknown.out.find("pods \"nobody\" not found"), std::string::npos) << unknown.out;
+}
+
+TEST_F(KubectlTest, GetPodsWatchPrintsRowsOfTheTableEvents) {
+  testing::LabClient api(*server_);
+  auto pod = [](const std::string& name) {
+    return json{{"metadata", {{"name", name}}},
+                {"spec", {{"nodeName", "node1"}, {"containers", {{{"name", "c"}}}}}}};
+  };
+  ASSERT_EQ(api.Post("/api/v1/namespaces/default/pods", pod("first")).status, 201);
+  std::string cmd = absl::StrCat("echo $$; HOME=", dir_.string(),
+                                 " exec timeout 20 /usr/bin/kubectl --kubeconfig ", kubeconfig_,
+                                 " --cache-dir ", (dir_ / "cache").string(), " get pods -w 2>&1");
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  char line[512];
+  ASSERT_NE(fgets(line, sizeof(line), p), nullptr);
+  const pid_t watcher = atoi(line);  // `timeout`, which passes a SIGTERM on to kubectl
+  ASSERT_GT(watcher, 0);
+  std::vector<std::string> lines;
+  // The header and the first pod's row come from the list, then the watch's one-row Tables.
+  while (lines.size() < 2 && fgets(line, sizeof(line), p) != nullptr) lines.emplace_back(line);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_TRUE(lines[0].starts_with("NAME ")) << lines[0];
+  EXPECT_NE(lines[0].find("STATUS"), std::string::npos) << lines[0];
+  EXPECT_TRUE(lines[1].starts_with("first ")) << lines[1];
+  ASSERT_EQ(api.Post("/api/v1/namespaces/default/pods", pod("second")).status, 201);
+  bool seen = false;
+  while (fgets(line, sizeof(line), p) != nullptr) {
+    if (std::string(line).starts_with("second ")) {
+      seen = std::string(line).find("Pending") != std::string::npos;
+      break;
+    }
+  }
+  kill(watcher, SIGTERM);
+  pclose(p);
+  EXPECT_TRUE(seen) << "no row for the second pod";
 }
 
 TEST_F(KubectlTest, CreateWithoutValidateFalseNeedsOpenApi) {

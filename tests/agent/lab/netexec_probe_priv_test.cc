@@ -1,5 +1,5 @@
 // netexec and probe/request in a private network namespace: answers over TCP and UDP, UDP replies
-// from the address asked, and the three probe outcomes (CONNECTED, REFUSED, TIMEOUT).
+// from the address asked, and the four probe outcomes (CONNECTED, REFUSED, TIMEOUT, UNREACHABLE).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sched.h>
@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,8 @@ namespace {
 constexpr int kPort = 18080;
 constexpr char kSilentHost[] = "10.123.0.2";  // a neighbour that never answers
 constexpr char kSecondAddress[] = "10.124.0.5";
+constexpr char kUnreachableHost[] = "10.125.0.7";  // an `unreachable` route: EHOSTUNREACH
+constexpr char kNoRouteHost[] = "10.126.0.7";      // no route at all: ENETUNREACH
 
 class NetexecProbeTest : public ::testing::Test {
  protected:
@@ -36,6 +39,7 @@ class NetexecProbeTest : public ::testing::Test {
              {"ip", "link", "set", "v1", "up"},
              {"ip", "neigh", "add", kSilentHost, "lladdr", "02:00:00:00:00:99", "dev", "v0",
               "nud", "permanent"},
+             {"ip", "route", "add", "unreachable", "10.125.0.0/24"},
          }) {
       ASSERT_TRUE(RunChecked(argv).ok()) << RunChecked(argv);
     }
@@ -119,6 +123,33 @@ TEST_F(NetexecProbeTest, ProbeOfASilentHostTimesOutAfterTheTimeout) {
     EXPECT_GE(absl::Now() - start, absl::Milliseconds(650));
     EXPECT_LT(absl::Now() - start, absl::Seconds(3));
   }
+}
+
+TEST_F(NetexecProbeTest, ProbeWithoutARouteIsUnreachableNotATimeout) {
+  for (const char* host : {kUnreachableHost, kNoRouteHost}) {
+    for (Protocol p : {Protocol::kTcp, Protocol::kUdp}) {
+      auto r = Probe(Target(host, kPort, p));
+      ASSERT_TRUE(r.ok()) << r.status();
+      EXPECT_EQ(*r, ProbeOutcome::kUnreachable) << host << ": " << ProbeOutcomeName(*r);
+      auto q = Request(Target(host, kPort, p), "hostname");
+      ASSERT_TRUE(q.ok());
+      EXPECT_EQ(q->outcome, ProbeOutcome::kUnreachable) << host;
+    }
+  }
+}
+
+TEST(ProbeOutcomes, EachHasItsOwnNameAndExitCode) {
+  EXPECT_EQ(ProbeExitCode(ProbeOutcome::kConnected), 0);
+  std::set<int> codes;
+  std::set<std::string> names;
+  for (ProbeOutcome o : {ProbeOutcome::kConnected, ProbeOutcome::kRefused, ProbeOutcome::kTimeout,
+                         ProbeOutcome::kUnreachable}) {
+    codes.insert(ProbeExitCode(o));
+    names.insert(ProbeOutcomeName(o));
+    if (o != ProbeOutcome::kConnected) EXPECT_GT(ProbeExitCode(o), 2) << ProbeOutcomeName(o);
+  }
+  EXPECT_EQ(codes.size(), 4u);
+  EXPECT_EQ(names, (std::set<std::string>{"CONNECTED", "REFUSED", "TIMEOUT", "UNREACHABLE"}));
 }
 
 TEST_F(NetexecProbeTest, ProbeAllReportsEachTargetInOrderAndWaitsOneTimeoutNotSix) {
