@@ -531,24 +531,55 @@ void AddPortRange(std::set<PolicyAllow>* out, uint32_t id, uint8_t dir, uint8_t 
   }
 }
 
+// The entry of `a`'s identity, direction (and protocol) that allows the first `bits` of what `a`
+// allows: 0 = every protocol, 8 = every port of the protocol, 8 + n = its top n port bits.
+PolicyAllow Shorter(const PolicyAllow& a, int bits) {
+  PolicyAllow shorter{a.identity, a.direction, 0, 0, static_cast<uint8_t>(bits)};
+  if (bits >= 8) {
+    shorter.proto = a.proto;
+    int port_bits = bits - 8;
+    uint16_t mask = port_bits == 0 ? 0 : static_cast<uint16_t>(0xffffu << (16 - port_bits));
+    shorter.port = a.port & mask;
+  }
+  return shorter;
+}
+
 // Drops entries that a shorter prefix of the same identity and direction already allows.
 std::vector<PolicyAllow> Minimal(const std::set<PolicyAllow>& all) {
   std::vector<PolicyAllow> out;
-  for (const PolicyAllow& a : all) {
-    bool covered = false;
-    for (int bits = 0; bits < a.proto_port_bits && !covered; ++bits) {
-      if (bits > 0 && bits < 8) continue;
-      PolicyAllow shorter{a.identity, a.direction, 0, 0, static_cast<uint8_t>(bits)};
-      if (bits >= 8) {
-        shorter.proto = a.proto;
-        int port_bits = bits - 8;
-        uint16_t mask = port_bits == 0 ? 0 : static_cast<uint16_t>(0xffffu << (16 - port_bits));
-        shorter.port = a.port & mask;
+  // `all` is sorted by identity and direction first: each run of one (identity, direction) is
+  // checked on its own, by comparing its few entries with each other; a long run asks the set.
+  std::vector<const PolicyAllow*> run;
+  auto flush = [&] {
+    const bool small = run.size() <= 16;
+    for (const PolicyAllow* a : run) {
+      bool covered = false;
+      if (small) {
+        for (const PolicyAllow* b : run) {
+          int bits = b->proto_port_bits;
+          if (bits >= a->proto_port_bits || (bits > 0 && bits < 8)) continue;
+          if (Shorter(*a, bits) == *b) {
+            covered = true;
+            break;
+          }
+        }
+      } else {
+        for (int bits = 0; bits < a->proto_port_bits && !covered; ++bits) {
+          if (bits > 0 && bits < 8) continue;
+          covered = all.contains(Shorter(*a, bits));
+        }
       }
-      covered = all.contains(shorter);
+      if (!covered) out.push_back(*a);
     }
-    if (!covered) out.push_back(a);
+    run.clear();
+  };
+  for (const PolicyAllow& a : all) {
+    if (!run.empty() && (run[0]->identity != a.identity || run[0]->direction != a.direction)) {
+      flush();
+    }
+    run.push_back(&a);
   }
+  flush();
   return out;
 }
 
