@@ -61,6 +61,9 @@ usage:
                                              back-off); ACTION: kill (SIGKILL), restart
                                              (SIGTERM), stop (held down until start), start;
                                              --wait: until the new agent process runs
+  sluice-lab restart-agent [--name NAME] NODE
+                                             agent restart --node NODE --wait: prints
+                                             "OLD_PID -> NEW_PID" once the new agent runs
   sluice-lab serve [--listen A] [--port P] [--kubeconfig K] [--token T] [--verbose]
                                              only the apiserver (no nodes), until SIGTERM
   sluice-lab netexec --port P --name NAME [--tcp] [--udp]
@@ -323,6 +326,16 @@ int CmdAgent(const Args& a) {
   return 0;
 }
 
+int CmdRestartAgent(const Args& a) {
+  if (a.positional.size() != 1) return UsageError("restart-agent NODE");
+  auto lab = ResolveLab(Get(a, "name"));
+  if (!lab.ok()) return Fail(lab.status());
+  auto r = AgentAction(*lab, a.positional[0], "restart", /*wait=*/true);
+  if (!r.ok()) return Fail(r.status());
+  std::cout << *r << std::endl;
+  return 0;
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help" ||
       std::string(argv[1]) == "-h") {
@@ -350,6 +363,7 @@ int Main(int argc, char** argv) {
   if (cmd == "request") return CmdProbe(a, true);
   if (cmd == "exec") return CmdExec(a);
   if (cmd == "agent") return CmdAgent(a);
+  if (cmd == "restart-agent") return CmdRestartAgent(a);
   if (cmd == "controlplane") {
     if (Get(a, "name").empty()) return UsageError("controlplane --name NAME");
     return RunControlPlane(Get(a, "name"));

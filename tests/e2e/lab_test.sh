@@ -189,6 +189,10 @@ K get events | grep -qE "Warning +FailedCreatePodSandBox +pod/stuck " || fail "g
 K get events | grep -qE "Normal +Started +pod/a " || fail "no Started event for a: $(K get events)"
 lab agent start --node node2 --wait >/dev/null
 K wait --for=condition=Ready pod/stuck --timeout=30s >/dev/null || fail "stuck never started once the agent was back"
+# restart-agent NODE: a new agent process (the DaemonSet pod's restart), and the node keeps serving.
+restarted=$(lab restart-agent node2) || fail "restart-agent node2"
+[[ $restarted =~ ^([0-9]+)\ -\>\ ([0-9]+)$ && ${BASH_REMATCH[1]} != "${BASH_REMATCH[2]}" ]] ||
+  fail "restart-agent printed '$restarted', not OLD -> NEW"
 log "ok: a failed CNI ADD shows in describe and get events, and the pod starts once the agent is back"
 
 # probe's exit status: 0 CONNECTED, 3 REFUSED, 4 TIMEOUT, 5 UNREACHABLE (printed apart from TIMEOUT).
