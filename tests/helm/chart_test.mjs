@@ -268,6 +268,17 @@ cases.push(['values file, then --set over it', ['-f', `${valuesDir}/values.yaml`
   assert.equal(config(r).k8s_service_host, '10.0.0.2', '--set wins over -f');
 }]);
 
+cases.push(['map sizes', ['--set', 'bpf.ctTcpMax=524288,bpf.ctAnyMax=1048576,bpf.natMax=131072,bpf.lbMapMax=131072'], (r) => {
+  const c = config(r);
+  assert.equal(c.bpf_ct_tcp_max, '524288');
+  assert.equal(c.bpf_ct_any_max, '1048576');
+  assert.equal(c.bpf_nat_max, '131072');
+  for (const k of ['bpf_lb_service_max', 'bpf_lb_backend_max', 'bpf_lb_revnat_max']) assert.equal(c[k], '131072', k);
+}]);
+cases.push(['map sizes unset: the compiled-in ones', [], (r) => {
+  for (const k of ['bpf_ct_tcp_max', 'bpf_ct_any_max', 'bpf_nat_max', 'bpf_lb_service_max']) assert.equal(config(r)[k], undefined, k);
+}]);
+
 // [values, message the schema gives, message the chart's checks give (schema skipped)]
 const refused = [
   [['--set', 'ipam.mode=eni'], 'ipam.mode must be one of the following', 'ipam.mode=eni is not supported'],
@@ -275,7 +286,8 @@ const refused = [
   [['--set', 'kubeProxyReplacement=partial'], 'kubeProxyReplacement', 'kubeProxyReplacement=partial is not supported'],
   [['--set', 'kubeProxyReplacement=strict'], 'kubeProxyReplacement', 'kubeProxyReplacement=strict is not supported'],
   [['--set', 'tunnelProtocol=geneve'], 'tunnelProtocol', 'tunnelProtocol=geneve is not supported'],
-  [['--set', 'bpf.ctTcpMax=524288'], 'bpf.ctTcpMax: Invalid type', 'bpf.ctTcpMax is not supported: map sizes are fixed'],
+  [['--set', 'bpf.policyMapMax=65536'], 'bpf.policyMapMax: Invalid type', 'bpf.policyMapMax is not supported: the policy maps'],
+  [['--set', 'bpf.ctTcpMax=100'], 'bpf.ctTcpMax', 'bpf.ctTcpMax=100: a map size of 1024 to 16777216 entries'],
   [['--set', 'ipv6.enabled=true'], 'ipv6.enabled', 'ipv6.enabled=true is not supported'],
   [['--set', 'policyEnforcementMode=always'], 'policyEnforcementMode', 'policyEnforcementMode=always is not supported'],
   [['--set', 'cni.chainingMode=aws-cni'], 'cni.chainingMode', 'cni.chainingMode=aws-cni is not supported'],

@@ -53,9 +53,15 @@ refuses the same values first; these checks keep the message clear when a schema
 {{- if ne $v.cni.chainingMode "none" -}}
 {{- fail (printf "cni.chainingMode=%s is not supported: Sluice is the only CNI of a node (none)" $v.cni.chainingMode) -}}
 {{- end -}}
-{{- range $k := list "ctTcpMax" "ctAnyMax" "natMax" "lbMapMax" "policyMapMax" -}}
-{{- if not (kindIs "invalid" (index $v.bpf $k)) -}}
-{{- fail (printf "bpf.%s is not supported: map sizes are fixed when the datapath is built (maps/*.h); leave it unset" $k) -}}
+{{- if not (kindIs "invalid" $v.bpf.policyMapMax) -}}
+{{- fail "bpf.policyMapMax is not supported: the policy maps' sizes are fixed when the datapath is built (maps/policy.h); leave it unset" -}}
+{{- end -}}
+{{- range $k := list "ctTcpMax" "ctAnyMax" "natMax" "lbMapMax" -}}
+{{- $n := index $v.bpf $k -}}
+{{- if not (kindIs "invalid" $n) -}}
+{{- if or (lt (int64 $n) 1024) (gt (int64 $n) 16777216) -}}
+{{- fail (printf "bpf.%s=%v: a map size of 1024 to 16777216 entries" $k $n) -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}
 {{- if $v.prometheus.serviceMonitor.enabled -}}
