@@ -20,6 +20,8 @@
 # (Names and labels are quoted: YAML 1.1 reads a bare y as true.)
 set -euo pipefail
 NAME=npc$$
+# The agents' /metrics (node-local): the policy counters are checked after the cases.
+export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0.0.1:9879"
 source "$(dirname "$0")/lablib.sh"
 WORK=$(mktemp -d /tmp/sluice-netpol-test.XXXXXX)
 KEEP_LOGS=/tmp/netpol_test-$NAME
@@ -740,4 +742,16 @@ PY
 start=$SECONDS
 python3 "$WORK/netpol.py" "$LAB" "$NAME" "$KUBECONFIG_PATH" || fail "netpol cases"
 log "ok: every netpol case in $((SECONDS - start)) s"
+# What the agent did is on /metrics: translations applied, allow entries written and deleted,
+# identities numbered; status-only Pod updates counted as skipped (a sample, maybe 0).
+metrics=$("$LAB" exec --name "$NAME" node/node1 -- curl -sf -m 5 http://127.0.0.1:9879/metrics) ||
+  fail "node1's /metrics"
+sample() { awk -v n="$1" '$1 == n {v = $2} END {print v + 0}' <<<"$metrics"; }
+for m in sluice_policy_applies_total 'sluice_policy_map_writes_total{op="allow_upsert"}' \
+         'sluice_policy_map_writes_total{op="allow_delete"}' sluice_policy_identities; do
+  v=$(sample "$m")
+  awk -v v="$v" 'BEGIN {exit !(v > 0)}' || fail "$m is $v after the netpol cases"
+done
+grep -q '^sluice_policy_skipped_updates_total ' <<<"$metrics" || fail "no sluice_policy_skipped_updates_total"
+log "ok: policy metrics: applies $(sample sluice_policy_applies_total), identities $(sample sluice_policy_identities), skipped updates $(sample sluice_policy_skipped_updates_total)"
 "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" drops | grep policy_denied >&2 || true
