@@ -152,7 +152,7 @@ int Status() {
   auto progs = AttachedPrograms();
   for (const auto& [dev, p] : progs) out["programs"][dev] = p;
   uint64_t dropped = 0;
-  std::vector<std::pair<std::string, uint64_t>> drop_reasons;
+  std::vector<loader::DropTotal> drop_reasons;
   if (auto drops = maps::DropMap::Open(
           maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_drops));
       drops.ok()) {
@@ -160,12 +160,27 @@ int Status() {
       for (const auto& t : *totals) {
         if (t.packets == 0) continue;
         dropped += t.packets;
-        drop_reasons.emplace_back(t.name, t.packets);
+        drop_reasons.push_back(t);
         out["drops"][t.name] = t.packets;
+        for (unsigned d = 0; d < SLUICE_DROP_DIR_MAX; ++d) {
+          out["dropsByDirection"][t.name][sluice_drop_dir_name(d)] = t.dir_packets[d];
+        }
       }
     }
   }
   if (!out.contains("drops")) out["drops"] = nlohmann::json::object();
+  if (!out.contains("dropsByDirection")) out["dropsByDirection"] = nlohmann::json::object();
+  // What the programs passed on or redirected, per direction (sluice_forward).
+  std::vector<loader::ForwardTotal> forwarded;
+  if (auto fwd = maps::ForwardMap::Open(
+          maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_forward));
+      fwd.ok()) {
+    if (auto totals = loader::ReadForwardTotals(*fwd); totals.ok()) forwarded = *totals;
+  }
+  out["forwarded"] = nlohmann::json::object();
+  for (const auto& t : forwarded) {
+    out["forwarded"][t.name] = {{"packets", t.packets}, {"bytes", t.bytes}};
+  }
   // The flow monitor's datapath side: what it emitted and could not (sluice_mon_cpu).
   std::optional<monitor::MonitorCounters> events;
   if (auto cpu = maps::MonitorCpuMap::Open(
@@ -230,11 +245,20 @@ int Status() {
               progs.empty() ? "none attached in this network namespace" : "");
   for (const auto& [dev, p] : progs)
     std::printf("                       %-16s %s\n", dev.c_str(), p.c_str());
+  std::printf("Forwarded:             %s\n",
+              forwarded.empty() ? "no sluice_forward pinned" : "since the datapath was loaded:");
+  for (const auto& t : forwarded) {
+    std::printf("                       %-20s %llu packets, %llu bytes\n", t.name,
+                static_cast<unsigned long long>(t.packets),
+                static_cast<unsigned long long>(t.bytes));
+  }
   std::printf("Drops:                 %llu packets since the datapath was loaded%s\n",
               static_cast<unsigned long long>(dropped), dropped ? ":" : "");
-  for (const auto& [reason, n] : drop_reasons) {
-    std::printf("                       %-20s %llu\n", reason.c_str(),
-                static_cast<unsigned long long>(n));
+  for (const auto& t : drop_reasons) {
+    std::printf("                       %-20s %llu (ingress %llu, egress %llu)\n", t.name,
+                static_cast<unsigned long long>(t.packets),
+                static_cast<unsigned long long>(t.dir_packets[SLUICE_DROP_DIR_INGRESS]),
+                static_cast<unsigned long long>(t.dir_packets[SLUICE_DROP_DIR_EGRESS]));
   }
   if (events) {
     std::printf("Flow events:           %llu emitted, %llu lost (%llu rate-limited, %llu ring full)\n",
