@@ -51,7 +51,7 @@ enum sluice_drop_dir {
 
 /* sluice_drops is indexed by reason x direction: key = direction * SLUICE_DROP_MAX + reason. */
 #define SLUICE_DROP_KEY(reason, dir) ((__u32)(dir) * SLUICE_DROP_MAX + (__u32)(reason))
-#define SLUICE_DROP_KEYS (SLUICE_DROP_MAX * SLUICE_DROP_DIR_MAX)
+#define SLUICE_DROP_KEYS ((__u32)SLUICE_DROP_MAX * (__u32)SLUICE_DROP_DIR_MAX)
 
 /* Value of sluice_drops (BPF_MAP_TYPE_PERCPU_ARRAY, key = SLUICE_DROP_KEY(reason, direction)). */
 struct sluice_drop_count {

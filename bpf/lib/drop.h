@@ -16,7 +16,7 @@
  * nothing counts forwards, which is what the datapath did before sluice_forward. Production never
  * sets it. */
 #ifdef SLUICE_DIR_COUNTERS_COMPILED_OUT
-#define DROP_KEY(reason, dir) ((__u32)(reason))
+#define DROP_KEY(reason, dir) ((void)(dir), (__u32)(reason))
 #else
 #define DROP_KEY(reason, dir) SLUICE_DROP_KEY(reason, dir)
 #endif
@@ -56,7 +56,10 @@ static __always_inline int drop(struct sluice_ctx *ctx, enum sluice_drop_reason 
  * answer, which the program sends, as forwarded. */
 static __always_inline int forwarded(struct sluice_ctx *ctx, enum sluice_fwd_dir fwd, int verdict)
 {
-#ifndef SLUICE_DIR_COUNTERS_COMPILED_OUT
+#ifdef SLUICE_DIR_COUNTERS_COMPILED_OUT
+	(void)ctx;
+	(void)fwd;
+#else
 	__u32 key = fwd;
 	struct sluice_fwd_count *count = bpf_map_lookup_elem(&sluice_forward, &key);
 
