@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "agent/metrics/datapath_metrics.h"
 #include "agent/monitor/monitor.h"
 #include "agent/sluicectl/common.h"
+#include "agent/sluicectl/service_names.h"
 #include "loader/datapath.h"
 #include "loader/tc.h"
 
@@ -130,17 +132,37 @@ int Status() {
     return 1;
   }
   uint64_t frontends = 0, backends = by_name["sluice_lb4_be"].entries;
+  // Frontends with nothing to serve, named (from the agent, or the names it left when down).
+  ServiceNames names = LoadServiceNames();
+  std::vector<std::string> serving_nothing;
   if (auto svc = maps::Lb4ServiceMap::Open(
           maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_lb4_svc));
       svc.ok()) {
-    (void)svc->ForEach([&](const sluice_lb4_key& k, const sluice_lb4_service&) {
-      frontends += k.backend_slot == 0 && !(k.dport == 0 && k.proto == 0);
+    (void)svc->ForEach([&](const sluice_lb4_key& k, const sluice_lb4_service& v) {
+      if (k.backend_slot != 0 || (k.dport == 0 && k.proto == 0)) return;
+      ++frontends;
+      if (v.count != 0) return;
+      const std::string ip = Ip(k.addr);
+      const Named* n = names.Find(ip, ntohs(k.dport), Proto(k.proto),
+                                  (v.flags & SLUICE_SVC_F_NODEPORT) != 0);
+      std::string line = n ? n->service : absl::StrCat(ip, ":", ntohs(k.dport));
+      absl::StrAppend(&line, " (", Proto(k.proto), " ", ip, ":", ntohs(k.dport), ", ",
+                      SvcFlags(v.flags), ")");
+      if (n && !n->why_empty.empty()) absl::StrAppend(&line, ": ", n->why_empty);
+      serving_nothing.push_back(std::move(line));
     });
   }
+  std::sort(serving_nothing.begin(), serving_nothing.end());
   Ipam ipam = ReadIpam();
   out["ipam"] = {{"podCIDR", ipam.cidr}, {"used", ipam.used}, {"total", ipam.total}};
   out["endpoints"] = by_name["sluice_ep4"].entries;
-  out["services"] = {{"frontends", frontends}, {"backends", backends}};
+  out["services"] = {{"frontends", frontends},
+                     {"backends", backends},
+                     {"named", names.services},
+                     {"namesFrom", names.unavailable.empty() ? (names.from.empty() ? "agent" : names.from)
+                                                             : ""},
+                     {"namesUnavailable", names.unavailable},
+                     {"servingNothing", serving_nothing}};
   out["maps"] = nlohmann::json::array();
   for (const auto& f : *fill) {
     out["maps"].push_back({{"name", f.name},
@@ -234,6 +256,20 @@ int Status() {
   std::printf("Services:              %llu frontends, %llu backends\n",
               static_cast<unsigned long long>(frontends),
               static_cast<unsigned long long>(backends));
+  if (!names.unavailable.empty()) {
+    std::printf("                       (names unavailable: %s)\n", names.unavailable.c_str());
+  } else {
+    std::printf("                       %zu Services named%s%s\n", names.services,
+                names.from.empty() ? " by the agent" : " from ", names.from.c_str());
+  }
+  constexpr size_t kShown = 10;
+  for (size_t i = 0; i < serving_nothing.size() && i < kShown; ++i) {
+    std::printf("                       serves nothing: %s\n", serving_nothing[i].c_str());
+  }
+  if (serving_nothing.size() > kShown) {
+    std::printf("                       ... and %zu more serving nothing (sluicectl services)\n",
+                serving_nothing.size() - kShown);
+  }
   std::printf("Maps:                  %-18s %9s %9s %6s\n", "NAME", "ENTRIES", "CAPACITY", "FILL");
   for (const auto& f : *fill) {
     if (f.is_array) continue;
