@@ -127,9 +127,8 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
           out.Counter("sluice_forward_packets_total",
                       "Packets the datapath forwarded (passed on or redirected), per direction", l,
                       static_cast<double>(t.packets));
-          out.Counter("sluice_forward_bytes_total",
-                      "Bytes the datapath forwarded, per direction", l,
-                      static_cast<double>(t.bytes));
+          out.Counter("sluice_forward_bytes_total", "Bytes the datapath forwarded, per direction",
+                      l, static_cast<double>(t.bytes));
         }
       }
     }

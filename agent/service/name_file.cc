@@ -20,12 +20,12 @@ void ServiceNameFile::Set(const std::string& key, const k8s::Service* service) {
   std::vector<std::string> external = service->external_ips;
   external.insert(external.end(), service->load_balancer_ingress_ips.begin(),
                   service->load_balancer_ingress_ips.end());
-  std::string entry = nlohmann::json{{"namespace", service->meta.namespace_},
-                                     {"name", service->meta.name},
-                                     {"clusterIPs", service->cluster_ips},
-                                     {"externalIPs", external},
-                                     {"ports", ports}}
-                          .dump();
+  std::string entry = nlohmann::json{
+      {"namespace", service->meta.namespace_},
+      {"name", service->meta.name},
+      {"clusterIPs", service->cluster_ips},
+      {"externalIPs", external},
+      {"ports", ports}}.dump();
   auto [it, added] = entries_.try_emplace(key, entry);
   if (added || it->second != entry) {
     it->second = std::move(entry);

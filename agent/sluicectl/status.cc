@@ -143,8 +143,8 @@ int Status() {
       ++frontends;
       if (v.count != 0) return;
       const std::string ip = Ip(k.addr);
-      const Named* n = names.Find(ip, ntohs(k.dport), Proto(k.proto),
-                                  (v.flags & SLUICE_SVC_F_NODEPORT) != 0);
+      const Named* n =
+          names.Find(ip, ntohs(k.dport), Proto(k.proto), (v.flags & SLUICE_SVC_F_NODEPORT) != 0);
       std::string line = n ? n->service : absl::StrCat(ip, ":", ntohs(k.dport));
       absl::StrAppend(&line, " (", Proto(k.proto), " ", ip, ":", ntohs(k.dport), ", ",
                       SvcFlags(v.flags), ")");
@@ -156,13 +156,13 @@ int Status() {
   Ipam ipam = ReadIpam();
   out["ipam"] = {{"podCIDR", ipam.cidr}, {"used", ipam.used}, {"total", ipam.total}};
   out["endpoints"] = by_name["sluice_ep4"].entries;
-  out["services"] = {{"frontends", frontends},
-                     {"backends", backends},
-                     {"named", names.services},
-                     {"namesFrom", names.unavailable.empty() ? (names.from.empty() ? "agent" : names.from)
-                                                             : ""},
-                     {"namesUnavailable", names.unavailable},
-                     {"servingNothing", serving_nothing}};
+  out["services"] = {
+      {"frontends", frontends},
+      {"backends", backends},
+      {"named", names.services},
+      {"namesFrom", names.unavailable.empty() ? (names.from.empty() ? "agent" : names.from) : ""},
+      {"namesUnavailable", names.unavailable},
+      {"servingNothing", serving_nothing}};
   out["maps"] = nlohmann::json::array();
   for (const auto& f : *fill) {
     out["maps"].push_back({{"name", f.name},

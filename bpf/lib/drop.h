@@ -24,8 +24,9 @@
 /* The drop direction of the packets a program forwards in direction `fwd` (maps/drop.h). */
 static __always_inline enum sluice_drop_dir drop_dir_of(enum sluice_fwd_dir fwd)
 {
-	return fwd == SLUICE_FWD_POD_EGRESS || fwd == SLUICE_FWD_NET_EGRESS ? SLUICE_DROP_DIR_EGRESS :
-									      SLUICE_DROP_DIR_INGRESS;
+	return fwd == SLUICE_FWD_POD_EGRESS || fwd == SLUICE_FWD_NET_EGRESS
+		       ? SLUICE_DROP_DIR_EGRESS
+		       : SLUICE_DROP_DIR_INGRESS;
 }
 
 /* bytes is what the dropped packet occupied; 0 for a refused socket call, which has none. */

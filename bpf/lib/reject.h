@@ -151,9 +151,9 @@ static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4
 			   SLUICE_DROP_SERVICE_REJECTED);
 }
 
-/* Answers the packet (IPv4 at pkt->l3_off, Ethernet before it) in place and sends the answer back out
- * of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original packet
- * goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
+/* Answers the packet (IPv4 at pkt->l3_off, Ethernet before it) in place and sends the answer back
+ * out of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original
+ * packet goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
  * (SLUICE_DROP_SERVICE_REJECTED; SLUICE_DROP_PACKET_WRITE when writing it failed). `dir` is the
  * calling program's drop direction. */
 static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt,

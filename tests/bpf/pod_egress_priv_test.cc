@@ -143,7 +143,8 @@ TEST_F(PodEgressTest, ForwardedAndDroppedPacketsAreCountedPerDirection) {
   auto to_b = FromA().IPv4("10.244.0.10", "10.244.0.11", 64).TCP(40000, 8080).Payload("hi").Build();
   auto spoofed = FromA().IPv4("10.244.0.99", "10.244.0.11").TCP(40000, 8080).Build();
   // Into pod A through its host-side veth's egress: the node's stack delivering to the pod.
-  auto to_a = Packet::Eth(kHostAMac, kPodAMac).IPv4("10.0.0.1", "10.244.0.10").UDP(53, 4000).Build();
+  auto to_a =
+      Packet::Eth(kHostAMac, kPodAMac).IPv4("10.0.0.1", "10.244.0.10").UDP(53, 4000).Build();
   for (int i = 0; i < 3; ++i) ASSERT_EQ(FromPod(to_b).verdict, kTcRedirect);
   ASSERT_EQ(FromPod(spoofed).verdict, kTcShot);
   ASSERT_EQ(Run(dp_->to_pod_fd(), to_a, kPodAIfindex).verdict, kTcOk);

@@ -27,16 +27,16 @@ TEST_F(DatapathMetricsTest, ScrapeSumsDropsOverCpusAndReportsMapFill) {
   per_cpu[0] = {3, 300};
   per_cpu.back().packets += 4;
   per_cpu.back().bytes += 400;
-  ASSERT_TRUE(dp_->drops()
-                  .Update(SLUICE_DROP_KEY(SLUICE_DROP_SPOOFED_SOURCE, SLUICE_DROP_DIR_EGRESS),
-                          per_cpu)
-                  .ok());
+  ASSERT_TRUE(
+      dp_->drops()
+          .Update(SLUICE_DROP_KEY(SLUICE_DROP_SPOOFED_SOURCE, SLUICE_DROP_DIR_EGRESS), per_cpu)
+          .ok());
   std::vector<sluice_drop_count> ingress(dp_->drops().ncpus());
   ingress[0] = {2, 20};
-  ASSERT_TRUE(dp_->drops()
-                  .Update(SLUICE_DROP_KEY(SLUICE_DROP_SERVICE_REJECTED, SLUICE_DROP_DIR_INGRESS),
-                          ingress)
-                  .ok());
+  ASSERT_TRUE(
+      dp_->drops()
+          .Update(SLUICE_DROP_KEY(SLUICE_DROP_SERVICE_REJECTED, SLUICE_DROP_DIR_INGRESS), ingress)
+          .ok());
   std::vector<sluice_fwd_count> fwd(dp_->forwards().ncpus());
   fwd[0] = {5, 500};
   fwd.back().packets += 6;
@@ -66,8 +66,8 @@ TEST_F(DatapathMetricsTest, ScrapeSumsDropsOverCpusAndReportsMapFill) {
   EXPECT_THAT(text, HasSubstr("sluice_forward_packets_total{direction=\"net_ingress\"} 11\n"));
   EXPECT_THAT(text, HasSubstr("sluice_forward_bytes_total{direction=\"net_ingress\"} 1100\n"));
   for (const char* dir : {"pod_egress", "pod_ingress", "net_egress"}) {
-    EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_forward_packets_total{direction=\"", dir,
-                                             "\"} 0\n")));
+    EXPECT_THAT(
+        text, HasSubstr(absl::StrCat("sluice_forward_packets_total{direction=\"", dir, "\"} 0\n")));
   }
   EXPECT_THAT(text, HasSubstr("sluice_bpf_map_entries{map_name=\"sluice_ep4\"} 1\n"));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_bpf_map_capacity{map_name=\"sluice_ep4\"} ",
