@@ -506,7 +506,8 @@ int Run() {
         k8s->services(), k8s->endpoint_slices(),
         // Services depend on these two kinds only: no need to wait for Pods and Nodes.
         [kube] { return kube->services().HasSynced() && kube->endpoint_slices().HasSynced(); },
-        *lb_reconciler, health_checks.get(), NodeContext{k8s->node_name(), {node->node_ip}});
+        *lb_reconciler, health_checks.get(), NodeContext{k8s->node_name(), {node->node_ip}},
+        absl::GetFlag(FLAGS_state_dir));
   }
   std::optional<metrics::ScopedCollector> refusal_metrics;  // reads service_sync: after it
   if (service_sync) {

@@ -6,6 +6,13 @@
 //                (mask: all events, no rate limit); a thread drains the observer as fast as it can
 //   flood      - the same with a bucket that a flood has emptied (1000/s, burst 100 per CPU): most
 //                events pay the bucket check and a counted loss instead
+//   raw ring   - monitor on (all events, no limit) with no FlowMonitor: a thread that does nothing
+//                but ring_buffer__consume, as fast as it can, drains the ring buffer while the
+//                packets run (the datapath's cost with a listener at full rate, without the
+//                agent's decoding and filtering)
+//   no-dir     - pod_egress.bpf.c built with -DSLUICE_DIR_COUNTERS_COMPILED_OUT: the counters as
+//                they were before sluice_forward and drops by direction (monitor code in, off);
+//                no-listen / no-dir is what the direction counters cost
 // The workloads:
 //   (a) established: a pod's ACK to a ClusterIP whose flow is in conntrack (CT hit, DNAT,
 //       redirect to the backend pod); no event is due, whoever listens
@@ -16,9 +23,10 @@
 // Both objects share one bpffs, so the same maps (and the same conntrack) serve both.
 // Timing as in lb_packet_bench: repeat = 1 on a fresh copy of the input, the kernel-reported
 // duration, interquartile mean per batch, median over rounds; rounds interleave every case in a
-// shuffled order. The claim: (a) no-listen / baseline <= 1.03.
+// shuffled order. The claims: (a) no-listen / baseline <= 1.03; no-listen / no-dir <= 1.03.
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <linux/bpf.h>
 
 #include <algorithm>
@@ -37,12 +45,14 @@
 #include "agent/monitor/monitor.h"
 #include "loader/datapath.h"
 #include "loader/skeleton.h"
+#include "sluice_pod_egress_nodir.skel.h"
 #include "sluice_pod_egress_nomon.skel.h"
 #include "support/fixture.h"
 #include "support/packet.h"
 
 namespace sluice::loader {
 SLUICE_SKELETON_OPS(sluice_pod_egress_nomon);
+SLUICE_SKELETON_OPS(sluice_pod_egress_nodir);
 }
 
 namespace sluice::bench {
@@ -110,7 +120,7 @@ double Median(std::vector<double> v) {
   return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
-enum class Mode { kBaseline, kNoListener, kListener, kLimited };
+enum class Mode { kBaseline, kNoListener, kListener, kLimited, kRawRing, kCountersAsBefore };
 enum class Work { kEstablished, kNewFlow, kDropped };
 const char* ModeName(Mode m) {
   switch (m) {
@@ -122,6 +132,10 @@ const char* ModeName(Mode m) {
       return "monitor, listener, no limit";
     case Mode::kLimited:
       return "monitor, listener, bucket empty";
+    case Mode::kRawRing:
+      return "monitor, raw ring consumer";
+    case Mode::kCountersAsBefore:
+      return "no direction counters, mon off";
   }
   return "?";
 }
@@ -151,8 +165,11 @@ int Main(int rounds) {
   if (!dp.ok()) Die(dp.status().ToString());
   auto nomon = loader::Skeleton<sluice_pod_egress_nomon>::OpenAndLoad(bpffs.path());
   if (!nomon.ok()) Die(nomon.status().ToString());
+  auto nodir = loader::Skeleton<sluice_pod_egress_nodir>::OpenAndLoad(bpffs.path());
+  if (!nodir.ok()) Die(nodir.status().ToString());
   const int prog_monitor = (*dp)->from_pod_fd();
   const int prog_baseline = bpf_program__fd((**nomon)->progs.sluice_from_pod);
+  const int prog_nodir = bpf_program__fd((**nodir)->progs.sluice_from_pod);
 
   for (int c = 0; c < kClients; ++c) {
     if (auto st =
@@ -185,7 +202,7 @@ int Main(int rounds) {
   const Bytes syn = ToService(0, 999, testing::kTcpSyn);
   const Bytes ack = ToService(0, 999, testing::kTcpAck);
   if (TestRun(prog_monitor, syn).verdict != testing::kTcRedirect) Die("SYN not redirected");
-  for (int prog : {prog_monitor, prog_baseline}) {
+  for (int prog : {prog_monitor, prog_baseline, prog_nodir}) {
     if (TestRun(prog, ack).verdict != testing::kTcRedirect) Die("established ACK not redirected");
   }
   const Bytes dropped =
@@ -194,7 +211,8 @@ int Main(int rounds) {
 
   std::vector<Case> cases;
   for (Work w : {Work::kEstablished, Work::kNewFlow, Work::kDropped}) {
-    for (Mode m : {Mode::kBaseline, Mode::kNoListener, Mode::kListener, Mode::kLimited}) {
+    for (Mode m : {Mode::kBaseline, Mode::kNoListener, Mode::kListener, Mode::kLimited,
+                   Mode::kRawRing, Mode::kCountersAsBefore}) {
       cases.push_back({w, m, {}});
     }
   }
@@ -215,6 +233,11 @@ int Main(int rounds) {
   };
 
   uint64_t events_seen = 0;
+  std::atomic<uint64_t> raw_seen{0};
+  auto count_raw = [](void* ctx, void*, size_t) -> int {
+    static_cast<std::atomic<uint64_t>*>(ctx)->fetch_add(1, std::memory_order_relaxed);
+    return 0;
+  };
   std::mt19937 rng(7);
   std::vector<size_t> order(cases.size());
   for (size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -226,6 +249,19 @@ int Main(int rounds) {
       std::unique_ptr<monitor::FlowMonitor::Observer> observer;
       std::atomic<bool> done{false};
       std::thread drain;
+      struct ring_buffer* raw = nullptr;
+      if (cs.mode == Mode::kRawRing) {
+        // The ring buffer has one consumer position: the FlowMonitor lets go of it first.
+        mon->reset();
+        raw = ring_buffer__new((*dp)->events_fd(), count_raw, &raw_seen, nullptr);
+        if (raw == nullptr) Die(absl::StrCat("ring_buffer__new: ", std::strerror(errno)));
+        sluice_monitor_config cfg{};
+        cfg.events = SLUICE_MON_EVENTS_ALL;
+        if (auto st = (*dp)->monitor_config().Update(0, cfg); !st.ok()) Die(st.ToString());
+        drain = std::thread([&] {
+          while (!done) ring_buffer__consume(raw);
+        });
+      }
       if (cs.mode == Mode::kListener || cs.mode == Mode::kLimited) {
         mon->reset();
         mopts.rate = cs.mode == Mode::kLimited ? 1000 : 0;
@@ -246,7 +282,9 @@ int Main(int rounds) {
       if (cs.work == Work::kNewFlow) {
         for (int k = 0; k < kBatch; ++k) inputs.push_back(new_flow());
       }
-      const int prog = cs.mode == Mode::kBaseline ? prog_baseline : prog_monitor;
+      const int prog = cs.mode == Mode::kBaseline           ? prog_baseline
+                       : cs.mode == Mode::kCountersAsBefore ? prog_nodir
+                                                            : prog_monitor;
       const int want = cs.work == Work::kDropped ? testing::kTcShot : testing::kTcRedirect;
       std::vector<uint32_t> ns;
       ns.reserve(kBatch);
@@ -262,6 +300,20 @@ int Main(int rounds) {
         done = true;
         drain.join();
         observer.reset();  // the mask goes back to 0
+      }
+      if (raw != nullptr) {
+        if (auto st = (*dp)->monitor_config().Update(0, sluice_monitor_config{}); !st.ok())
+          Die(st.ToString());
+        done = true;
+        drain.join();
+        ring_buffer__consume(raw);
+        ring_buffer__free(raw);
+        mopts.rate = 0;
+        mopts.burst = 0;
+        auto m = monitor::FlowMonitor::Start((*dp)->events_fd(), (*dp)->monitor_config(),
+                                             (*dp)->monitor_cpu(), nullptr, mopts);
+        if (!m.ok()) Die(m.status().ToString());
+        *mon = std::move(*m);
       }
       if (cs.work == Work::kNewFlow) clear_new_flows();
       cs.rounds.push_back(InterquartileMean(ns));
@@ -292,13 +344,29 @@ int Main(int rounds) {
     if (cs.mode == Mode::kNoListener) a_off = Median(cs.rounds);
   }
   std::printf("(a) nobody listens / baseline = %.3fx (target <= 1.03)\n", a_off / a_base);
+  auto median_of = [&](Work w, Mode m) {
+    for (const Case& cs : cases)
+      if (cs.work == w && cs.mode == m) return Median(cs.rounds);
+    return 0.0;
+  };
+  for (Work w : {Work::kEstablished, Work::kNewFlow, Work::kDropped}) {
+    std::printf("%s: raw ring consumer at full rate / monitor off (nobody listens) = %.3fx\n",
+                WorkName(w), median_of(w, Mode::kRawRing) / median_of(w, Mode::kNoListener));
+  }
+  for (Work w : {Work::kEstablished, Work::kNewFlow, Work::kDropped}) {
+    std::printf("%s: direction counters (today) / counters as before = %.3fx (target <= 1.03)\n",
+                WorkName(w),
+                median_of(w, Mode::kNoListener) / median_of(w, Mode::kCountersAsBefore));
+  }
   std::printf(
       "datapath, all rounds: %llu events emitted, %llu refused by the rate limit, %llu for a "
-      "full ring buffer; the listeners took %llu flows while their batches ran\n",
+      "full ring buffer; the listeners took %llu flows while their batches ran, the raw consumer "
+      "%llu records\n",
       static_cast<unsigned long long>(counters.emitted),
       static_cast<unsigned long long>(counters.lost_rate),
       static_cast<unsigned long long>(counters.lost_full),
-      static_cast<unsigned long long>(events_seen));
+      static_cast<unsigned long long>(events_seen),
+      static_cast<unsigned long long>(raw_seen.load()));
   return 0;
 }
 

@@ -16,8 +16,8 @@ int sluice_to_net(struct __sk_buff *skb)
 	__be16 h_proto;
 
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
-		return TC_ACT_OK;
-	return verdict_or_drop(skb, netdev_to_net(skb, &pkt));
+		return forwarded(skb, SLUICE_FWD_NET_EGRESS, TC_ACT_OK);
+	return verdict_or_drop(skb, netdev_to_net(skb, &pkt), SLUICE_FWD_NET_EGRESS);
 }
 
 SEC("tc")
@@ -27,8 +27,8 @@ int sluice_from_net(struct __sk_buff *skb)
 	__be16 h_proto;
 
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
-		return TC_ACT_OK;
-	return verdict_or_drop(skb, netdev_from_net(skb, &pkt));
+		return forwarded(skb, SLUICE_FWD_NET_INGRESS, TC_ACT_OK);
+	return verdict_or_drop(skb, netdev_from_net(skb, &pkt), SLUICE_FWD_NET_INGRESS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

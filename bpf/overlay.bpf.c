@@ -37,8 +37,8 @@ int sluice_from_overlay(struct __sk_buff *skb)
 	 * bpf_redirect_peer, the pod's) drops such frames. */
 	bpf_skb_change_type(skb, SLUICE_PACKET_HOST);
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
-		return TC_ACT_OK;
-	return verdict_or_drop(skb, from_overlay(skb, &pkt));
+		return forwarded(skb, SLUICE_FWD_NET_INGRESS, TC_ACT_OK);
+	return verdict_or_drop(skb, from_overlay(skb, &pkt), SLUICE_FWD_NET_INGRESS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

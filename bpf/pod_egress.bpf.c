@@ -52,7 +52,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		if (lb < 0)
 			return lb;
 		if (lb == LB4_REJECT)
-			return reject(skb, &pkt);
+			return reject(skb, &pkt, SLUICE_DROP_DIR_EGRESS);
 	}
 
 	/* Still for the gateway (no hairpinned flow's reply): the node would route it upstream. */
@@ -90,7 +90,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 SEC("tc")
 int sluice_from_pod(struct __sk_buff *skb)
 {
-	return verdict_or_drop(skb, from_pod(skb));
+	return verdict_or_drop(skb, from_pod(skb), SLUICE_FWD_POD_EGRESS);
 }
 
 /* Returns a TC verdict or minus a drop reason. */
@@ -127,7 +127,7 @@ static __always_inline int to_pod(struct __sk_buff *skb)
 SEC("tc")
 int sluice_to_pod(struct __sk_buff *skb)
 {
-	return verdict_or_drop(skb, to_pod(skb));
+	return verdict_or_drop(skb, to_pod(skb), SLUICE_FWD_POD_INGRESS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

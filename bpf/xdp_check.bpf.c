@@ -27,7 +27,7 @@ static __always_inline int xdp_check(struct xdp_md *ctx)
 		if (ret < 0)
 			return ret;
 		if (ret == LB4_REJECT)
-			return reject(ctx, &pkt);
+			return reject(ctx, &pkt, SLUICE_DROP_DIR_INGRESS);
 	}
 	dst = lookup_ep4(pkt.daddr);
 	policy4_flow_of(&pkt, &flow);
@@ -48,7 +48,7 @@ static __always_inline int xdp_check(struct xdp_md *ctx)
 SEC("xdp")
 int sluice_xdp_check(struct xdp_md *ctx)
 {
-	return verdict_or_drop(ctx, xdp_check(ctx));
+	return verdict_or_drop(ctx, xdp_check(ctx), SLUICE_FWD_NET_INGRESS);
 }
 
 SEC("xdp")
@@ -58,8 +58,8 @@ int sluice_xdp_check_net(struct xdp_md *ctx)
 	__be16 h_proto;
 
 	if (parse_eth_ip4(ctx, &h_proto, &pkt) < 0)
-		return XDP_PASS;
-	return verdict_or_drop(ctx, netdev_from_net(ctx, &pkt));
+		return forwarded(ctx, SLUICE_FWD_NET_INGRESS, XDP_PASS);
+	return verdict_or_drop(ctx, netdev_from_net(ctx, &pkt), SLUICE_FWD_NET_INGRESS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
   for (auto st : {Adopt(dp->endpoints_, m->sluice_ep4), Adopt(dp->node_, m->sluice_node),
                   Adopt(dp->nomasq_, m->sluice_nomasq4), Adopt(dp->snat_, m->sluice_snat4),
                   Adopt(dp->rnat_, m->sluice_rnat4), Adopt(dp->drops_, m->sluice_drops),
+                  Adopt(dp->forward_, m->sluice_forward),
                   Adopt(dp->lb4_svc_, m->sluice_lb4_svc), Adopt(dp->lb4_be_, m->sluice_lb4_be),
                   Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat), Adopt(dp->ct4_, m->sluice_ct4),
                   Adopt(dp->ct4_any_, m->sluice_ct4_any), Adopt(dp->ct_stats_, m->sluice_ct_stats),
@@ -212,9 +213,28 @@ absl::StatusOr<std::vector<DropTotal>> ReadDropTotals(maps::DropMap& drops) {
   for (unsigned reason = 0; reason < SLUICE_DROP_MAX; ++reason) {
     const char* name = sluice_drop_reason_name(reason);
     if (name == nullptr) continue;
-    auto per_cpu = drops.Lookup(reason);
-    if (!per_cpu.ok()) return per_cpu.status();
     DropTotal t{reason, name, 0, 0};
+    for (unsigned dir = 0; dir < SLUICE_DROP_DIR_MAX; ++dir) {
+      auto per_cpu = drops.Lookup(SLUICE_DROP_KEY(reason, dir));
+      if (!per_cpu.ok()) return per_cpu.status();
+      for (const auto& c : *per_cpu) {
+        t.dir_packets[dir] += c.packets;
+        t.dir_bytes[dir] += c.bytes;
+      }
+      t.packets += t.dir_packets[dir];
+      t.bytes += t.dir_bytes[dir];
+    }
+    out.push_back(t);
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<ForwardTotal>> ReadForwardTotals(maps::ForwardMap& fwd) {
+  std::vector<ForwardTotal> out;
+  for (unsigned dir = 0; dir < SLUICE_FWD_DIR_MAX; ++dir) {
+    auto per_cpu = fwd.Lookup(dir);
+    if (!per_cpu.ok()) return per_cpu.status();
+    ForwardTotal t{dir, sluice_fwd_dir_name(dir), 0, 0};
     for (const auto& c : *per_cpu) {
       t.packets += c.packets;
       t.bytes += c.bytes;
@@ -222,6 +242,10 @@ absl::StatusOr<std::vector<DropTotal>> ReadDropTotals(maps::DropMap& drops) {
     out.push_back(t);
   }
   return out;
+}
+
+absl::StatusOr<std::vector<ForwardTotal>> Datapath::ForwardTotals() const {
+  return ReadForwardTotals(const_cast<maps::ForwardMap&>(forward_));
 }
 
 absl::StatusOr<std::vector<DropTotal>> Datapath::DropTotals() const {

@@ -36,8 +36,20 @@ inline constexpr const char* kSizableMaps[] = {
 // Checks names (sizable maps only) and sizes (1 .. 2^28).
 [[nodiscard]] absl::Status ValidateMapSizes(const MapSizes& sizes);
 
+// One drop reason's counters summed over CPUs: in total and per direction (enum
+// sluice_drop_dir, maps/drop.h).
 struct DropTotal {
   unsigned reason;
+  const char* name;
+  uint64_t packets;
+  uint64_t bytes;
+  uint64_t dir_packets[SLUICE_DROP_DIR_MAX] = {};
+  uint64_t dir_bytes[SLUICE_DROP_DIR_MAX] = {};
+};
+
+// One forwarding direction's counters (enum sluice_fwd_dir, maps/forward.h) summed over CPUs.
+struct ForwardTotal {
+  unsigned dir;
   const char* name;
   uint64_t packets;
   uint64_t bytes;
@@ -89,6 +101,7 @@ class Datapath {
   maps::NatMap& snat() { return snat_; }
   maps::NatMap& rnat() { return rnat_; }
   maps::DropMap& drops() { return drops_; }
+  maps::ForwardMap& forwards() { return forward_; }
   // Service load balancing: services (master + slots), backends, reverse NAT, conntrack.
   maps::Lb4ServiceMap& lb4_services() { return lb4_svc_; }
   maps::Lb4BackendMap& lb4_backends() { return lb4_be_; }
@@ -118,6 +131,8 @@ class Datapath {
 
   // Per-reason drop counts summed over CPUs (reasons with a name only).
   [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> DropTotals() const;
+  // Per-direction forward counts summed over CPUs.
+  [[nodiscard]] absl::StatusOr<std::vector<ForwardTotal>> ForwardTotals() const;
 
  private:
   Datapath() = default;
@@ -133,6 +148,7 @@ class Datapath {
   maps::NatMap snat_;
   maps::NatMap rnat_;
   maps::DropMap drops_;
+  maps::ForwardMap forward_;
   maps::Lb4ServiceMap lb4_svc_;
   maps::Lb4BackendMap lb4_be_;
   maps::Lb4RevNatMap lb4_rnat_;
@@ -154,5 +170,6 @@ class Datapath {
 
 // Drop totals read straight from the pin (for sluicectl and tests without a loaded Datapath).
 [[nodiscard]] absl::StatusOr<std::vector<DropTotal>> ReadDropTotals(maps::DropMap& drops);
+[[nodiscard]] absl::StatusOr<std::vector<ForwardTotal>> ReadForwardTotals(maps::ForwardMap& fwd);
 
 }  // namespace sluice::loader

@@ -1,4 +1,4 @@
-/* Drop reasons: one stable number per reason, counted per CPU in sluice_drops.
+/* Drop reasons: one stable number per reason, counted per CPU and direction in sluice_drops.
  * Numbers are ABI: never renumber or reuse; append new reasons before SLUICE_DROP_MAX. */
 #ifndef SLUICE_MAPS_DROP_H
 #define SLUICE_MAPS_DROP_H
@@ -37,7 +37,23 @@ enum sluice_drop_reason {
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
-/* Value of sluice_drops (BPF_MAP_TYPE_PERCPU_ARRAY, key = enum sluice_drop_reason). */
+/* The direction of a drop, as Cilium labels it (cilium_drop_count_total{direction}): ingress is
+ * what arrives at a pod or at the node (sluice_to_pod, sluice_from_net, sluice_from_overlay, XDP),
+ * egress what a pod sends or the node sends out (sluice_from_pod, sluice_to_net, a refused socket
+ * call). The program decides, not the policy point: a pod -> pod packet that the destination's
+ * ingress policy denies in sluice_from_pod is an egress drop (sluice_pol_drops has the policy
+ * point's direction). */
+enum sluice_drop_dir {
+	SLUICE_DROP_DIR_INGRESS = 0,
+	SLUICE_DROP_DIR_EGRESS = 1,
+	SLUICE_DROP_DIR_MAX = 2,
+};
+
+/* sluice_drops is indexed by reason x direction: key = direction * SLUICE_DROP_MAX + reason. */
+#define SLUICE_DROP_KEY(reason, dir) ((__u32)(dir) * SLUICE_DROP_MAX + (__u32)(reason))
+#define SLUICE_DROP_KEYS ((__u32)SLUICE_DROP_MAX * (__u32)SLUICE_DROP_DIR_MAX)
+
+/* Value of sluice_drops (BPF_MAP_TYPE_PERCPU_ARRAY, key = SLUICE_DROP_KEY(reason, direction)). */
 struct sluice_drop_count {
 	__u64 packets;
 	__u64 bytes;
@@ -73,6 +89,14 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_TO_GATEWAY: return "to_gateway";
 	default: return (const char *)0;
 	}
+}
+
+/* Metric label and sluicectl column of a drop direction. */
+static inline const char *sluice_drop_dir_name(unsigned int dir)
+{
+	return dir == SLUICE_DROP_DIR_INGRESS ? "ingress" :
+	       dir == SLUICE_DROP_DIR_EGRESS  ? "egress" :
+						(const char *)0;
 }
 #endif
 

@@ -14,6 +14,7 @@
 #include "conntrack.h"
 #include "drop.h"
 #include "endpoint.h"
+#include "forward.h"
 #include "events.h"
 #include "lb.h"
 #include "nat.h"
@@ -62,9 +63,12 @@
 	  SLUICE_CT4_ANY_MAX_ENTRIES, 0)                                                           \
 	/* conntrack counters: created entries, refused inserts, per map (conntrack.h) */          \
 	X(sluice_ct_stats, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, SLUICE_CT_STAT_MAX, 0)         \
-	/* drop counters per reason (drop.h) */                                                    \
+	/* drop counters per reason and direction (drop.h) */                                      \
 	X(sluice_drops, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_drop_count,                \
-	  SLUICE_DROP_MAX, 0)                                                                      \
+	  SLUICE_DROP_KEYS, 0)                                                                     \
+	/* forwarded packets and bytes per direction (forward.h) */                                \
+	X(sluice_forward, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_fwd_count,               \
+	  SLUICE_FWD_DIR_MAX, 0)                                                                   \
 	/* socket LB: the network namespace it acts in, one entry (sock_lb.h) */                   \
 	X(sluice_sock_cfg, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_sock_config, 1, 0)             \
 	/* socket LB reverse translation: socket + backend -> frontend (sock_lb.h) */              \

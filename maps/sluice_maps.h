@@ -54,6 +54,7 @@ using NodeConfigMap = MapOf<spec::sluice_node>;
 using NoMasqMap = MapOf<spec::sluice_nomasq4>;
 using NatMap = MapOf<spec::sluice_snat4>;  // sluice_snat4 and sluice_rnat4 (masquerade)
 using DropMap = MapOf<spec::sluice_drops>;
+using ForwardMap = MapOf<spec::sluice_forward>;
 using Lb4ServiceMap = MapOf<spec::sluice_lb4_svc>;
 using Lb4BackendMap = MapOf<spec::sluice_lb4_be>;
 using Lb4RevNatMap = MapOf<spec::sluice_lb4_rnat>;

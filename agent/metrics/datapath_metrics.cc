@@ -107,11 +107,28 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
         drops.ok()) {
       if (auto totals = loader::ReadDropTotals(*drops); totals.ok()) {
         for (const auto& t : *totals) {
-          Labels l = {{"reason", t.name}};
-          out.Counter("sluice_drop_count_total", "Packets dropped by the datapath, per reason", l,
+          for (unsigned dir = 0; dir < SLUICE_DROP_DIR_MAX; ++dir) {
+            Labels l = {{"reason", t.name}, {"direction", sluice_drop_dir_name(dir)}};
+            out.Counter("sluice_drop_count_total",
+                        "Packets dropped by the datapath, per reason and direction", l,
+                        static_cast<double>(t.dir_packets[dir]));
+            out.Counter("sluice_drop_bytes_total",
+                        "Bytes dropped by the datapath, per reason and direction", l,
+                        static_cast<double>(t.dir_bytes[dir]));
+          }
+        }
+      }
+    }
+    if (auto fwd = maps::ForwardMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_forward));
+        fwd.ok()) {
+      if (auto totals = loader::ReadForwardTotals(*fwd); totals.ok()) {
+        for (const auto& t : *totals) {
+          Labels l = {{"direction", t.name}};
+          out.Counter("sluice_forward_packets_total",
+                      "Packets the datapath forwarded (passed on or redirected), per direction", l,
                       static_cast<double>(t.packets));
-          out.Counter("sluice_drop_bytes_total", "Bytes dropped by the datapath, per reason", l,
-                      static_cast<double>(t.bytes));
+          out.Counter("sluice_forward_bytes_total", "Bytes the datapath forwarded, per direction",
+                      l, static_cast<double>(t.bytes));
         }
       }
     }

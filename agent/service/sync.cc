@@ -18,12 +18,13 @@ std::string SliceServiceKey(const k8s::EndpointSlice& s) {
 
 ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::EndpointSlice>& slices,
                          std::function<bool()> synced, ServiceReconciler& reconciler,
-                         HealthCheckServers* health, NodeContext node)
+                         HealthCheckServers* health, NodeContext node, std::string state_dir)
     : services_(services),
       slices_(slices),
       reconciler_(reconciler),
       health_(health),
-      node_(std::move(node)) {
+      node_(std::move(node)),
+      names_(std::move(state_dir)) {
   // Slices listed before the listener is added (a stale key is harmless: Translate skips it).
   {
     absl::MutexLock l(&index_->mu);
@@ -109,6 +110,15 @@ absl::Status ServiceSync::Reconcile(const controller::Batch& batch) {
   absl::Duration translated = absl::Now() - start;
   absl::Status st = reconciler_.ApplyAll(changes);
   if (st.ok() && batch.full) st = reconciler_.PruneStale();
+  // Names for sluicectl with the agent down. A batch of endpoint changes leaves them as they
+  // were and writes nothing; a failed write is retried with the next batch.
+  for (const std::string& key : batch.keys) {
+    k8s::Store<k8s::Service>::Ptr svc = services_.Get(key);
+    names_.Set(key, svc.get());
+  }
+  if (absl::Status w = names_.Flush(); !w.ok()) {
+    spdlog::warn("services: Service names for sluicectl not saved: {}", w.ToString());
+  }
   if (health_ != nullptr) {
     for (const auto& [key, t] : changes) {
       health_->Update(key, t ? t->health_check : std::nullopt);

@@ -2,7 +2,8 @@
 // store listeners mark Services dirty (keys "namespace/name"), a controller (agent/controller/)
 // translates and applies them in batches through the ServiceReconciler. Nothing is applied (so
 // nothing is deleted) before every watch has synced; then everything is applied once and stale
-// state restored from the maps is pruned.
+// state restored from the maps is pruned. After each batch the Services' names go to
+// <state_dir>/services.json (name_file.h), which sluicectl reads while the agent is down.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +20,7 @@
 #include "agent/k8s/model.h"
 #include "agent/k8s/store.h"
 #include "agent/service/health_check.h"
+#include "agent/service/name_file.h"
 #include "agent/service/reconciler.h"
 #include "agent/service/refusals.h"
 #include "agent/service/translator.h"
@@ -28,10 +30,11 @@ namespace sluice::agent {
 class ServiceSync {
  public:
   // `synced` says whether every watch has completed its first list (KubernetesState::synced).
-  // `health` may be null (no health-check listeners).
+  // `health` may be null (no health-check listeners). `state_dir` "" keeps the Service names in
+  // memory only.
   ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::EndpointSlice>& slices,
               std::function<bool()> synced, ServiceReconciler& reconciler,
-              HealthCheckServers* health, NodeContext node);
+              HealthCheckServers* health, NodeContext node, std::string state_dir = "");
   ServiceSync(const ServiceSync&) = delete;
   ServiceSync& operator=(const ServiceSync&) = delete;
 
@@ -52,6 +55,7 @@ class ServiceSync {
   HealthCheckServers* const health_;
   const NodeContext node_;
   ServiceRefusals refusals_;
+  ServiceNameFile names_;  // only the controller's thread (Reconcile) touches it
 
   // EndpointSlice keys by the Service ("namespace/name") they are labelled for. Kept by the
   // slice listener, which may outlive this object (stores have no RemoveListener): shared.

@@ -1,5 +1,6 @@
-// sluicectl drops: per-reason drop counters, summed over CPUs, then the policy_denied drops per
-// endpoint and direction (sluice_pol_drops) with the pod each endpoint belongs to.
+// sluicectl drops: per-reason drop counters, summed over CPUs, in total and per direction
+// (ingress / egress, as in sluice_drop_count_total), then the policy_denied drops per endpoint and
+// direction (sluice_pol_drops) with the pod each endpoint belongs to.
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 
@@ -72,8 +73,15 @@ int Drops() {
   if (json) {
     nlohmann::json reasons = nlohmann::json::array(), per_endpoint = nlohmann::json::array();
     for (const auto& t : *totals) {
-      reasons.push_back(
-          {{"id", t.reason}, {"reason", t.name}, {"packets", t.packets}, {"bytes", t.bytes}});
+      nlohmann::json dirs = nlohmann::json::object();
+      for (unsigned d = 0; d < SLUICE_DROP_DIR_MAX; ++d) {
+        dirs[sluice_drop_dir_name(d)] = {{"packets", t.dir_packets[d]}, {"bytes", t.dir_bytes[d]}};
+      }
+      reasons.push_back({{"id", t.reason},
+                         {"reason", t.name},
+                         {"packets", t.packets},
+                         {"bytes", t.bytes},
+                         {"direction", dirs}});
     }
     for (const auto& p : *policy) {
       per_endpoint.push_back({{"endpoint", p.endpoint_id},
@@ -85,11 +93,15 @@ int Drops() {
     PrintJson({{"reasons", reasons}, {"policy_denied_by_endpoint", per_endpoint}});
     return 0;
   }
-  std::printf("%-4s %-20s %12s %14s\n", "ID", "REASON", "PACKETS", "BYTES");
+  // INGRESS / EGRESS: the packets of PACKETS by direction (maps/drop.h).
+  std::printf("%-4s %-20s %12s %14s %12s %12s\n", "ID", "REASON", "PACKETS", "BYTES", "INGRESS",
+              "EGRESS");
   for (const auto& t : *totals) {
-    std::printf("%-4u %-20s %12llu %14llu\n", t.reason, t.name,
+    std::printf("%-4u %-20s %12llu %14llu %12llu %12llu\n", t.reason, t.name,
                 static_cast<unsigned long long>(t.packets),
-                static_cast<unsigned long long>(t.bytes));
+                static_cast<unsigned long long>(t.bytes),
+                static_cast<unsigned long long>(t.dir_packets[SLUICE_DROP_DIR_INGRESS]),
+                static_cast<unsigned long long>(t.dir_packets[SLUICE_DROP_DIR_EGRESS]));
   }
   std::printf("\npolicy_denied by endpoint:\n");
   if (policy->empty()) {

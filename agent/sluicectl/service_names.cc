@@ -1,9 +1,12 @@
 #include "agent/sluicectl/service_names.h"
 
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
 #include "agent/sluicectl/common.h"
 
 namespace sluice::ctl {
@@ -41,15 +44,31 @@ const Named* ServiceNames::Find(const std::string& addr, uint16_t port, const ch
 ServiceNames LoadServiceNames() {
   ServiceNames n;
   auto body = AgentGet("/v1/services");
-  if (!body.ok()) {
-    n.unavailable = std::string(body.status().message());
-    return n;
+  nlohmann::json j;
+  if (body.ok()) {
+    j = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_array()) {
+      n.unavailable = "the agent's /v1/services is not a list (no Kubernetes?)";
+      return n;
+    }
+  } else {
+    // The agent is down: the names it last wrote describe the maps it left.
+    const std::string path = absl::GetFlag(FLAGS_state_dir) + "/services.json";
+    std::ifstream in(path, std::ios::binary);
+    if (!in) {
+      n.unavailable = absl::StrCat(body.status().message(), "; no ", path);
+      return n;
+    }
+    std::stringstream buf;
+    buf << in.rdbuf();
+    j = nlohmann::json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+    if (!j.is_array()) {
+      n.unavailable = absl::StrCat(body.status().message(), "; ", path, " is not a list");
+      return n;
+    }
+    n.from = absl::StrCat(path, " (the agent is down: ", body.status().message(), ")");
   }
-  auto j = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
-  if (!j.is_array()) {
-    n.unavailable = "the agent's /v1/services is not a list (no Kubernetes?)";
-    return n;
-  }
+  n.services = j.size();
   for (const auto& s : j) {
     const std::string name = s.value("namespace", "") + "/" + s.value("name", "");
     std::vector<std::string> addrs = s.value("clusterIPs", std::vector<std::string>{});

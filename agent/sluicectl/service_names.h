@@ -1,5 +1,7 @@
 // Service names for sluicectl's views of sluice_lb4_svc: frontends named by the Service port
-// the running agent (its /v1/services) says they belong to, and the frontend flags spelled out.
+// the running agent (its /v1/services) says they belong to or, with the agent down, the table it
+// last wrote (<state_dir>/services.json, agent/service/name_file.h); and the frontend flags
+// spelled out.
 #pragma once
 
 #include <cstdint>
@@ -24,12 +26,15 @@ struct ServiceNames {
   std::map<std::tuple<std::string, uint16_t, std::string>, Named> by_frontend;
   std::map<std::pair<uint16_t, std::string>, Named> by_node_port;
   std::string unavailable;  // why there are no names
+  std::string from;         // "" from the agent, else the file the names come from and why
+  size_t services = 0;      // Services named
 
   const Named* Find(const std::string& addr, uint16_t port, const char* proto,
                     bool node_port) const;
 };
 
-// Asks the agent (--agent); on failure `unavailable` says why and the maps are empty.
+// Asks the agent (--agent); when it does not answer, reads <--state_dir>/services.json (no
+// why_empty then); when neither has names `unavailable` says why and the maps are empty.
 ServiceNames LoadServiceNames();
 
 }  // namespace sluice::ctl

@@ -29,6 +29,8 @@ int Services() {
   if (!json) {
     if (!names.unavailable.empty()) {
       std::printf("(Service names unavailable: %s)\n", names.unavailable.c_str());
+    } else if (!names.from.empty()) {
+      std::printf("(Service names from %s)\n", names.from.c_str());
     }
     std::printf("%-22s %-5s %-8s %-34s %8s %6s  %s\n", "FRONTEND", "PROTO", "SCOPE", "FLAGS",
                 "REV_NAT", "COUNT", "SERVICE");

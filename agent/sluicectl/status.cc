@@ -8,6 +8,7 @@
 #include <net/if.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <map>
 #include <optional>
@@ -19,6 +20,7 @@
 #include "agent/metrics/datapath_metrics.h"
 #include "agent/monitor/monitor.h"
 #include "agent/sluicectl/common.h"
+#include "agent/sluicectl/service_names.h"
 #include "loader/datapath.h"
 #include "loader/tc.h"
 
@@ -130,17 +132,37 @@ int Status() {
     return 1;
   }
   uint64_t frontends = 0, backends = by_name["sluice_lb4_be"].entries;
+  // Frontends with nothing to serve, named (from the agent, or the names it left when down).
+  ServiceNames names = LoadServiceNames();
+  std::vector<std::string> serving_nothing;
   if (auto svc = maps::Lb4ServiceMap::Open(
           maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_lb4_svc));
       svc.ok()) {
-    (void)svc->ForEach([&](const sluice_lb4_key& k, const sluice_lb4_service&) {
-      frontends += k.backend_slot == 0 && !(k.dport == 0 && k.proto == 0);
+    (void)svc->ForEach([&](const sluice_lb4_key& k, const sluice_lb4_service& v) {
+      if (k.backend_slot != 0 || (k.dport == 0 && k.proto == 0)) return;
+      ++frontends;
+      if (v.count != 0) return;
+      const std::string ip = Ip(k.addr);
+      const Named* n =
+          names.Find(ip, ntohs(k.dport), Proto(k.proto), (v.flags & SLUICE_SVC_F_NODEPORT) != 0);
+      std::string line = n ? n->service : absl::StrCat(ip, ":", ntohs(k.dport));
+      absl::StrAppend(&line, " (", Proto(k.proto), " ", ip, ":", ntohs(k.dport), ", ",
+                      SvcFlags(v.flags), ")");
+      if (n && !n->why_empty.empty()) absl::StrAppend(&line, ": ", n->why_empty);
+      serving_nothing.push_back(std::move(line));
     });
   }
+  std::sort(serving_nothing.begin(), serving_nothing.end());
   Ipam ipam = ReadIpam();
   out["ipam"] = {{"podCIDR", ipam.cidr}, {"used", ipam.used}, {"total", ipam.total}};
   out["endpoints"] = by_name["sluice_ep4"].entries;
-  out["services"] = {{"frontends", frontends}, {"backends", backends}};
+  out["services"] = {
+      {"frontends", frontends},
+      {"backends", backends},
+      {"named", names.services},
+      {"namesFrom", names.unavailable.empty() ? (names.from.empty() ? "agent" : names.from) : ""},
+      {"namesUnavailable", names.unavailable},
+      {"servingNothing", serving_nothing}};
   out["maps"] = nlohmann::json::array();
   for (const auto& f : *fill) {
     out["maps"].push_back({{"name", f.name},
@@ -152,7 +174,7 @@ int Status() {
   auto progs = AttachedPrograms();
   for (const auto& [dev, p] : progs) out["programs"][dev] = p;
   uint64_t dropped = 0;
-  std::vector<std::pair<std::string, uint64_t>> drop_reasons;
+  std::vector<loader::DropTotal> drop_reasons;
   if (auto drops = maps::DropMap::Open(
           maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_drops));
       drops.ok()) {
@@ -160,12 +182,27 @@ int Status() {
       for (const auto& t : *totals) {
         if (t.packets == 0) continue;
         dropped += t.packets;
-        drop_reasons.emplace_back(t.name, t.packets);
+        drop_reasons.push_back(t);
         out["drops"][t.name] = t.packets;
+        for (unsigned d = 0; d < SLUICE_DROP_DIR_MAX; ++d) {
+          out["dropsByDirection"][t.name][sluice_drop_dir_name(d)] = t.dir_packets[d];
+        }
       }
     }
   }
   if (!out.contains("drops")) out["drops"] = nlohmann::json::object();
+  if (!out.contains("dropsByDirection")) out["dropsByDirection"] = nlohmann::json::object();
+  // What the programs passed on or redirected, per direction (sluice_forward).
+  std::vector<loader::ForwardTotal> forwarded;
+  if (auto fwd = maps::ForwardMap::Open(
+          maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), maps::name::sluice_forward));
+      fwd.ok()) {
+    if (auto totals = loader::ReadForwardTotals(*fwd); totals.ok()) forwarded = *totals;
+  }
+  out["forwarded"] = nlohmann::json::object();
+  for (const auto& t : forwarded) {
+    out["forwarded"][t.name] = {{"packets", t.packets}, {"bytes", t.bytes}};
+  }
   // The flow monitor's datapath side: what it emitted and could not (sluice_mon_cpu).
   std::optional<monitor::MonitorCounters> events;
   if (auto cpu = maps::MonitorCpuMap::Open(
@@ -219,6 +256,20 @@ int Status() {
   std::printf("Services:              %llu frontends, %llu backends\n",
               static_cast<unsigned long long>(frontends),
               static_cast<unsigned long long>(backends));
+  if (!names.unavailable.empty()) {
+    std::printf("                       (names unavailable: %s)\n", names.unavailable.c_str());
+  } else {
+    std::printf("                       %zu Services named%s%s\n", names.services,
+                names.from.empty() ? " by the agent" : " from ", names.from.c_str());
+  }
+  constexpr size_t kShown = 10;
+  for (size_t i = 0; i < serving_nothing.size() && i < kShown; ++i) {
+    std::printf("                       serves nothing: %s\n", serving_nothing[i].c_str());
+  }
+  if (serving_nothing.size() > kShown) {
+    std::printf("                       ... and %zu more serving nothing (sluicectl services)\n",
+                serving_nothing.size() - kShown);
+  }
   std::printf("Maps:                  %-18s %9s %9s %6s\n", "NAME", "ENTRIES", "CAPACITY", "FILL");
   for (const auto& f : *fill) {
     if (f.is_array) continue;
@@ -230,11 +281,20 @@ int Status() {
               progs.empty() ? "none attached in this network namespace" : "");
   for (const auto& [dev, p] : progs)
     std::printf("                       %-16s %s\n", dev.c_str(), p.c_str());
+  std::printf("Forwarded:             %s\n",
+              forwarded.empty() ? "no sluice_forward pinned" : "since the datapath was loaded:");
+  for (const auto& t : forwarded) {
+    std::printf("                       %-20s %llu packets, %llu bytes\n", t.name,
+                static_cast<unsigned long long>(t.packets),
+                static_cast<unsigned long long>(t.bytes));
+  }
   std::printf("Drops:                 %llu packets since the datapath was loaded%s\n",
               static_cast<unsigned long long>(dropped), dropped ? ":" : "");
-  for (const auto& [reason, n] : drop_reasons) {
-    std::printf("                       %-20s %llu\n", reason.c_str(),
-                static_cast<unsigned long long>(n));
+  for (const auto& t : drop_reasons) {
+    std::printf("                       %-20s %llu (ingress %llu, egress %llu)\n", t.name,
+                static_cast<unsigned long long>(t.packets),
+                static_cast<unsigned long long>(t.dir_packets[SLUICE_DROP_DIR_INGRESS]),
+                static_cast<unsigned long long>(t.dir_packets[SLUICE_DROP_DIR_EGRESS]));
   }
   if (events) {
     std::printf("Flow events:           %llu emitted, %llu lost (%llu rate-limited, %llu ring full)\n",

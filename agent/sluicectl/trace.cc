@@ -425,12 +425,15 @@ Step PolicyStep(uint32_t endpoint_id, uint8_t dir, uint32_t peer, uint8_t proto,
 
 const char* DropName(uint32_t reason) { return sluice_drop_reason_name(reason); }
 
-// This CPU's count of each drop reason: the run happens on this CPU (the trace pins itself).
+// This CPU's count of each drop reason, both directions: the run happens on this CPU (the trace
+// pins itself).
 std::vector<uint64_t> DropsOnCpu(const maps::DropMap& drops, int cpu) {
   std::vector<uint64_t> out(SLUICE_DROP_MAX, 0);
   for (uint32_t r = 0; r < SLUICE_DROP_MAX; ++r) {
-    auto v = drops.Lookup(r);
-    if (v.ok() && cpu < static_cast<int>(v->size())) out[r] = (*v)[cpu].packets;
+    for (uint32_t dir = 0; dir < SLUICE_DROP_DIR_MAX; ++dir) {
+      auto v = drops.Lookup(SLUICE_DROP_KEY(r, dir));
+      if (v.ok() && cpu < static_cast<int>(v->size())) out[r] += (*v)[cpu].packets;
+    }
   }
   return out;
 }

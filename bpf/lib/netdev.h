@@ -112,7 +112,7 @@ static __always_inline int netdev_to_service(struct sluice_ctx *ctx, struct pkt4
 	if (ret < 0)
 		return ret;
 	if (ret == LB4_REJECT)
-		return reject(ctx, pkt);
+		return reject(ctx, pkt, SLUICE_DROP_DIR_INGRESS);
 	ret = lb4_dnat_rewrite(ctx, pkt, cp, &t);
 	if (ret < 0)
 		return ret;

@@ -151,11 +151,13 @@ static __always_inline int reject_icmp(struct sluice_ctx *ctx, const struct pkt4
 			   SLUICE_DROP_SERVICE_REJECTED);
 }
 
-/* Answers the packet (IPv4 at pkt->l3_off, Ethernet before it) in place and sends the answer back out
- * of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original packet
- * goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
- * (SLUICE_DROP_SERVICE_REJECTED; SLUICE_DROP_PACKET_WRITE when writing it failed). */
-static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt)
+/* Answers the packet (IPv4 at pkt->l3_off, Ethernet before it) in place and sends the answer back
+ * out of the interface it arrived on. Counted under SLUICE_DROP_SERVICE_REJECTED: the original
+ * packet goes no further. Returns a TC verdict, or minus a drop reason when no answer could be made
+ * (SLUICE_DROP_SERVICE_REJECTED; SLUICE_DROP_PACKET_WRITE when writing it failed). `dir` is the
+ * calling program's drop direction. */
+static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt,
+				  enum sluice_drop_dir dir)
 {
 	int ret;
 
@@ -171,7 +173,7 @@ static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt
 		ret = reject_swap_macs(ctx);
 	if (ret < 0)
 		return ret;
-	count_drop(SLUICE_DROP_SERVICE_REJECTED, ctx_len(ctx));
+	count_drop(SLUICE_DROP_SERVICE_REJECTED, dir, ctx_len(ctx));
 	return ctx_redirect(ctx_ifindex(ctx));
 }
 

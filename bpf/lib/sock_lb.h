@@ -25,7 +25,7 @@ static __always_inline int sock_in_node_netns(struct bpf_sock_addr *ctx)
 /* A refused connect()/sendmsg() carries no packet: it counts as one with no bytes. */
 static __always_inline void sock_count_reject(enum sluice_drop_reason reason)
 {
-	count_drop(reason, 0);
+	count_drop(reason, SLUICE_DROP_DIR_EGRESS, 0);
 }
 
 /* sessionAffinity ClientIP and source ranges: host-network sockets have no source address yet

@@ -59,7 +59,8 @@ static __always_inline int tunnel_frag_needed(struct sluice_ctx *ctx, const stru
 		ret = reject_swap_macs(ctx);
 	if (ret < 0)
 		return ret;
-	count_drop(SLUICE_DROP_FRAG_NEEDED, ctx_len(ctx));
+	/* Only what a pod sends (sluice_from_pod) is checked against the tunnel's MTU. */
+	count_drop(SLUICE_DROP_FRAG_NEEDED, SLUICE_DROP_DIR_EGRESS, ctx_len(ctx));
 	return ctx_redirect(ctx_ifindex(ctx));
 }
 

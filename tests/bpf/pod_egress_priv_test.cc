@@ -137,5 +137,46 @@ TEST_F(PodEgressTest, DropCountersAreReadableByReasonName) {
   EXPECT_TRUE(found);
 }
 
+// sluice_forward: one count per packet a program passes or redirects, under its direction, with
+// the length it hands on; a drop counts only as a drop, under the program's direction.
+TEST_F(PodEgressTest, ForwardedAndDroppedPacketsAreCountedPerDirection) {
+  auto to_b = FromA().IPv4("10.244.0.10", "10.244.0.11", 64).TCP(40000, 8080).Payload("hi").Build();
+  auto spoofed = FromA().IPv4("10.244.0.99", "10.244.0.11").TCP(40000, 8080).Build();
+  // Into pod A through its host-side veth's egress: the node's stack delivering to the pod.
+  auto to_a =
+      Packet::Eth(kHostAMac, kPodAMac).IPv4("10.0.0.1", "10.244.0.10").UDP(53, 4000).Build();
+  for (int i = 0; i < 3; ++i) ASSERT_EQ(FromPod(to_b).verdict, kTcRedirect);
+  ASSERT_EQ(FromPod(spoofed).verdict, kTcShot);
+  ASSERT_EQ(Run(dp_->to_pod_fd(), to_a, kPodAIfindex).verdict, kTcOk);
+  ASSERT_EQ(Run(dp_->to_pod_fd(), to_a, kPodAIfindex).verdict, kTcOk);
+
+  sluice_fwd_count egress = Forwarded(SLUICE_FWD_POD_EGRESS);
+  EXPECT_EQ(egress.packets, 3u);
+  EXPECT_EQ(egress.bytes, 3 * to_b.size());  // redirect_peer keeps the length
+  sluice_fwd_count ingress = Forwarded(SLUICE_FWD_POD_INGRESS);
+  EXPECT_EQ(ingress.packets, 2u);
+  EXPECT_EQ(ingress.bytes, 2 * to_a.size());
+  EXPECT_EQ(Forwarded(SLUICE_FWD_NET_INGRESS).packets, 0u);
+  EXPECT_EQ(Forwarded(SLUICE_FWD_NET_EGRESS).packets, 0u);
+  EXPECT_EQ(Drops(SLUICE_DROP_SPOOFED_SOURCE, SLUICE_DROP_DIR_EGRESS), 1u);
+  EXPECT_EQ(Drops(SLUICE_DROP_SPOOFED_SOURCE, SLUICE_DROP_DIR_INGRESS), 0u);
+
+  // The totals readers (sluicectl status and drops, the metrics) see the same numbers.
+  auto drops = dp_->DropTotals();
+  ASSERT_TRUE(drops.ok()) << drops.status();
+  for (const auto& t : *drops) {
+    if (t.reason != SLUICE_DROP_SPOOFED_SOURCE) continue;
+    EXPECT_EQ(t.packets, 1u);
+    EXPECT_EQ(t.dir_packets[SLUICE_DROP_DIR_EGRESS], 1u);
+    EXPECT_EQ(t.dir_bytes[SLUICE_DROP_DIR_EGRESS], spoofed.size());
+  }
+  auto fwd = dp_->ForwardTotals();
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  ASSERT_EQ(fwd->size(), static_cast<size_t>(SLUICE_FWD_DIR_MAX));
+  EXPECT_STREQ((*fwd)[SLUICE_FWD_POD_EGRESS].name, "pod_egress");
+  EXPECT_EQ((*fwd)[SLUICE_FWD_POD_EGRESS].packets, 3u);
+  EXPECT_EQ((*fwd)[SLUICE_FWD_POD_INGRESS].bytes, 2 * to_a.size());
+}
+
 }  // namespace
 }  // namespace sluice::testing

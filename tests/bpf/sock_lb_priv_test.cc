@@ -495,6 +495,8 @@ TEST_P(SockLbTable, Call) {
     int counted = 0;
     for (unsigned d : c.drops) counted += d == reason;
     EXPECT_EQ(after, before[reason] + counted) << "drop reason " << sluice_drop_reason_name(reason);
+    // A refused socket call is what a client sends: an egress drop, never an ingress one.
+    EXPECT_EQ(Drops(reason, SLUICE_DROP_DIR_EGRESS), after) << sluice_drop_reason_name(reason);
   }
   EXPECT_EQ(DrainAccepts(tcp_), 0) << "a refused or untranslated call reaches no backend";
 }

@@ -24,7 +24,7 @@ static __always_inline int record(struct __sk_buff *skb, int verdict)
 SEC("tc")
 int probe_from_pod(struct __sk_buff *skb)
 {
-	return record(skb, verdict_or_drop(skb, from_pod(skb)));
+	return record(skb, verdict_or_drop(skb, from_pod(skb), SLUICE_FWD_POD_EGRESS));
 }
 
 SEC("tc")
@@ -35,7 +35,7 @@ int probe_to_net(struct __sk_buff *skb)
 
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return record(skb, TC_ACT_OK);
-	return record(skb, verdict_or_drop(skb, netdev_to_net(skb, &pkt)));
+	return record(skb, verdict_or_drop(skb, netdev_to_net(skb, &pkt), SLUICE_FWD_NET_EGRESS));
 }
 
 SEC("tc")
@@ -46,5 +46,5 @@ int probe_from_net(struct __sk_buff *skb)
 
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return record(skb, TC_ACT_OK);
-	return record(skb, verdict_or_drop(skb, netdev_from_net(skb, &pkt)));
+	return record(skb, verdict_or_drop(skb, netdev_from_net(skb, &pkt), SLUICE_FWD_NET_INGRESS));
 }

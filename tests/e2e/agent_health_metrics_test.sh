@@ -54,6 +54,8 @@ A=$(add_pod a); B=$(add_pod b)
 # One counted drop: pod a sends from an address it was not given (spoofed_source).
 ip -n "$T-a" addr add 10.244.0.250/32 dev eth0
 in_ns a ping -c1 -W1 -I 10.244.0.250 "$NODE_IP" >/dev/null 2>&1 || true
+# Forwarded traffic: b pings a (same node: sluice_from_pod redirects it straight into a).
+in_ns b ping -c2 -W2 "$A" >/dev/null || fail "b cannot ping a ($A)"
 [ "$(status_of http://127.0.0.1:9962/healthz)" = 404 ] || fail "probes leak onto the metrics address"
 
 scrape=$ROOT/metrics.txt
@@ -69,8 +71,16 @@ metric() { grep -E "^$1 " "$scrape" | awk '{print $2}'; }
 [ -n "$(metric sluice_datapath_conntrack_entries)" ] || fail "no conntrack entries"
 adds=$(metric 'sluice_cni_request_duration_seconds_count\{command="ADD"\}')
 [ "${adds:-0}" -ge 2 ] || fail "CNI ADD count: '$adds'"
-spoofed=$(metric 'sluice_drop_count_total\{reason="spoofed_source"\}')
+# The spoofed ping left pod a: dropped by sluice_from_pod, an egress drop.
+spoofed=$(metric 'sluice_drop_count_total\{reason="spoofed_source",direction="egress"\}')
 [ "${spoofed:-0}" -ge 1 ] || fail "spoofed_source drops: '$spoofed'"
+[ "$(metric 'sluice_drop_count_total\{reason="spoofed_source",direction="ingress"\}')" = 0 ] ||
+  fail "spoofed_source counted as ingress"
+# b's echo requests (and its ARP for the gateway) and a's replies: forwarded by sluice_from_pod.
+fwd=$(metric 'sluice_forward_packets_total\{direction="pod_egress"\}')
+[ "${fwd:-0}" -ge 4 ] || fail "sluice_forward_packets_total pod_egress: '$fwd'"
+fwd_bytes=$(metric 'sluice_forward_bytes_total\{direction="pod_egress"\}')
+[ "${fwd_bytes:-0}" -ge $((4 * 98)) ] || fail "sluice_forward_bytes_total pod_egress: '$fwd_bytes'"
 log "ok: endpoints 2, sluice_ep4 2 entries, $adds ADDs"
 
 # 3. sluicectl against the running agent, then against the maps alone once it is down.

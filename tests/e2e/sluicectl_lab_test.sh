@@ -4,9 +4,11 @@
 # targetPort no pod declares, no selector, no ready pod) each say why under `sluicectl services`;
 # a serving one is named with its backend pod; `ct list --pod` shows a balanced flow and `ct flush`
 # empties the map; the agent's scrape (reconcile latency per
-# subsystem, watch events per resource) parses with the reference parser.
+# subsystem, watch events per resource) parses with the reference parser; with the agent stopped,
+# `services` and `status` still name the Services (from the table the agent left in its state
+# directory), and the restarted agent names them again.
 set -euo pipefail
-NAME=ops$$
+NAME=${SLUICE_E2E_NAME:-ops$$}  # a caller may pick a name with its own prefix
 source "$(dirname "$0")/lablib.sh"
 CHECK=$(cd "$(dirname "$0")/.." && pwd)/support/prom_check.py
 jget() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
@@ -157,3 +159,35 @@ done
 events=$(echo "$scrape" | sed -n 's/^sluice_k8s_watch_events_total{resource="Service"} //p')
 [ "${events:-0}" -ge 1 ] || fail "no Service watch event counted: '$events'"
 log "ok: scrape parses; reconcile latency per subsystem, watch events per resource"
+
+# With the agent down, sluicectl names the Services from the table the agent left in its state
+# directory (services.json, written after each Service batch); back up, the agent names them.
+names_json() {
+  ctl -o json services | /usr/bin/python3 -c '
+import json, sys
+print(sorted(f.get("service", "") for f in json.load(sys.stdin) if f.get("service", "").startswith("default/")))'
+}
+NAMED_UP=$(names_json)
+lab agent stop --node node1 >/dev/null || fail "stop node1's agent"
+agent_down() { ! ip netns exec "$NODE_NS" curl -sf -m 1 -o /dev/null http://127.0.0.1:9879/readyz; }
+wait_for 20 agent_down || fail "node1's agent still answers after agent stop"
+down=$(ctl services)
+echo "$down" | grep -qF "(Service names from $DIR/node1/state/services.json (the agent is down" ||
+  fail "services with the agent down: $down"
+echo "$down" | grep -q " default/web:http\$" || fail "web unnamed with the agent down: $down"
+[ "$(names_json)" = "$NAMED_UP" ] ||
+  fail "names with the agent down: $(names_json), up: $NAMED_UP"
+st=$(ctl status)
+echo "$st" | grep -q "^Agent: *down" || fail "status with the agent down: $st"
+echo "$st" | grep -qE "^ +[0-9]+ Services named from $DIR/node1/state/services.json" ||
+  fail "status names no Services with the agent down: $st"
+echo "$st" | grep -q "serves nothing: default/typo (tcp " ||
+  fail "status does not name the empty Service typo with the agent down: $st"
+[ "$(ctl -o json status | jget 'd["services"]["named"] >= 6')" = True ] ||
+  fail "status -o json with the agent down: $(ctl -o json status)"
+log "ok: agent down: services and status name the Services from services.json"
+lab agent start --node node1 >/dev/null || fail "start node1's agent"
+named_by_agent() { ctl services | grep -A1 " default/typo\$" | grep -q "why: "; }
+wait_for 60 named_by_agent || fail "the restarted agent does not name the Services: $(ctl services)"
+[ "$(names_json)" = "$NAMED_UP" ] || fail "names after the restart: $(names_json)"
+log "ok: agent started again, names from the agent"

@@ -104,11 +104,30 @@ RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex) {
 }
 
 uint64_t DatapathTest::Drops(unsigned reason) {
-  auto per_cpu = dp_->drops().Lookup(reason);
+  uint64_t n = 0;
+  for (unsigned dir = 0; dir < SLUICE_DROP_DIR_MAX; ++dir) n += Drops(reason, dir);
+  return n;
+}
+
+uint64_t DatapathTest::Drops(unsigned reason, unsigned dir) {
+  auto per_cpu = dp_->drops().Lookup(SLUICE_DROP_KEY(reason, dir));
   EXPECT_TRUE(per_cpu.ok()) << per_cpu.status();
   uint64_t n = 0;
   if (per_cpu.ok())
     for (const auto& c : *per_cpu) n += c.packets;
+  return n;
+}
+
+sluice_fwd_count DatapathTest::Forwarded(unsigned dir) {
+  auto per_cpu = dp_->forwards().Lookup(dir);
+  EXPECT_TRUE(per_cpu.ok()) << per_cpu.status();
+  sluice_fwd_count n{};
+  if (per_cpu.ok()) {
+    for (const auto& c : *per_cpu) {
+      n.packets += c.packets;
+      n.bytes += c.bytes;
+    }
+  }
   return n;
 }
 
@@ -146,6 +165,27 @@ std::string CaseName(const ::testing::TestParamInfo<PacketCase>& info) { return 
 
 namespace {
 
+// The sluice_forward slot a Sluice program counts what it passes in (maps/forward.h).
+unsigned FwdDirOf(Prog p) {
+  switch (p) {
+    case Prog::kFromPod:
+      return SLUICE_FWD_POD_EGRESS;
+    case Prog::kToPod:
+      return SLUICE_FWD_POD_INGRESS;
+    case Prog::kFromNet:
+    case Prog::kFromOverlay:
+      return SLUICE_FWD_NET_INGRESS;
+    case Prog::kToNet:
+      return SLUICE_FWD_NET_EGRESS;
+  }
+  return SLUICE_FWD_DIR_MAX;
+}
+
+unsigned DropDirOf(Prog p) {
+  return p == Prog::kFromPod || p == Prog::kToNet ? SLUICE_DROP_DIR_EGRESS
+                                                  : SLUICE_DROP_DIR_INGRESS;
+}
+
 std::string VerdictName(int v) {
   switch (v) {
     case kTcOk:
@@ -181,6 +221,11 @@ void DatapathTest::RunCase(const PacketCase& c) {
       ASSERT_NE(it, companions_.end()) << "no companion program " << step.companion;
       fd = it->second;
     }
+    const bool own_prog = step.companion.empty();
+    const unsigned drop_dir = DropDirOf(step.prog);
+    std::vector<sluice_fwd_count> fwd_before;
+    for (unsigned d = 0; d < SLUICE_FWD_DIR_MAX; ++d) fwd_before.push_back(Forwarded(d));
+    const uint64_t dir_drops_before = step.drop ? Drops(*step.drop, drop_dir) : 0;
     auto drops_before = DropCounts();
     RunResult r = Run(fd, in, step.ifindex);
     auto drops_after = DropCounts();
@@ -193,6 +238,26 @@ void DatapathTest::RunCase(const PacketCase& c) {
     }
     if (step.drop) {
       EXPECT_TRUE(drops_after.count(*step.drop)) << "no counter for reason " << *step.drop;
+      // A Sluice program counts its drop under its own direction (maps/drop.h).
+      if (own_prog) {
+        EXPECT_EQ(Drops(*step.drop, drop_dir), dir_drops_before + 1)
+            << "drop reason " << sluice_drop_reason_name(*step.drop) << " not counted as "
+            << sluice_drop_dir_name(drop_dir) << " by " << ProgName(step.prog) << "\n"
+            << shown;
+      }
+    }
+    // Whatever a Sluice program does not drop it counts as forwarded, once, in its direction,
+    // with the length it hands on; no other direction moves.
+    for (unsigned d = 0; d < SLUICE_FWD_DIR_MAX; ++d) {
+      const bool counted = own_prog && d == FwdDirOf(step.prog) && r.verdict != kTcShot;
+      const sluice_fwd_count now = Forwarded(d);
+      if (!own_prog) continue;  // a companion may count under any direction
+      EXPECT_EQ(now.packets, fwd_before[d].packets + (counted ? 1 : 0))
+          << "forwarded " << sluice_fwd_dir_name(d) << " by " << ProgName(step.prog) << "\n"
+          << shown;
+      EXPECT_EQ(now.bytes, fwd_before[d].bytes + (counted ? r.out.size() : 0))
+          << "forwarded bytes " << sluice_fwd_dir_name(d) << "\n"
+          << shown;
     }
 
     auto decoded = Decode(r.out);

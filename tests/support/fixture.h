@@ -109,7 +109,11 @@ class DatapathTest : public ::testing::Test {
   // Runs `prog_fd` once on `in` as if received on `ifindex` (1 = lo; test_run needs a real
   // device for any other index).
   RunResult Run(int prog_fd, const Bytes& in, int ifindex = 1);
+  // Packets dropped under `reason`, in both directions / in direction `dir` (sluice_drop_dir).
   uint64_t Drops(unsigned reason);
+  uint64_t Drops(unsigned reason, unsigned dir);
+  // Packets and bytes forwarded in direction `dir` (sluice_fwd_dir), summed over CPUs.
+  sluice_fwd_count Forwarded(unsigned dir);
   // Packets counted per drop reason (every reason, zeros included).
   std::map<unsigned, uint64_t> DropCounts();
   // Runs the steps of a table case in order, each checked as Step describes; a failure prints the

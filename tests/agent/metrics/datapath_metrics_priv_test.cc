@@ -27,19 +27,54 @@ TEST_F(DatapathMetricsTest, ScrapeSumsDropsOverCpusAndReportsMapFill) {
   per_cpu[0] = {3, 300};
   per_cpu.back().packets += 4;
   per_cpu.back().bytes += 400;
-  ASSERT_TRUE(dp_->drops().Update(SLUICE_DROP_SPOOFED_SOURCE, per_cpu).ok());
+  ASSERT_TRUE(
+      dp_->drops()
+          .Update(SLUICE_DROP_KEY(SLUICE_DROP_SPOOFED_SOURCE, SLUICE_DROP_DIR_EGRESS), per_cpu)
+          .ok());
+  std::vector<sluice_drop_count> ingress(dp_->drops().ncpus());
+  ingress[0] = {2, 20};
+  ASSERT_TRUE(
+      dp_->drops()
+          .Update(SLUICE_DROP_KEY(SLUICE_DROP_SERVICE_REJECTED, SLUICE_DROP_DIR_INGRESS), ingress)
+          .ok());
+  std::vector<sluice_fwd_count> fwd(dp_->forwards().ncpus());
+  fwd[0] = {5, 500};
+  fwd.back().packets += 6;
+  fwd.back().bytes += 600;
+  ASSERT_TRUE(dp_->forwards().Update(SLUICE_FWD_NET_INGRESS, fwd).ok());
   ASSERT_TRUE(sluice::testing::AddEndpoint(*dp_, htonl(0x0af40005), 1, {}, {}, 9).ok());
 
   Registry r;
   AddDatapathCollector(r, bpffs_->path());
   std::string text = r.Expose();
-  EXPECT_THAT(text, HasSubstr("sluice_drop_count_total{reason=\"spoofed_source\"} 7\n")) << text;
-  EXPECT_THAT(text, HasSubstr("sluice_drop_bytes_total{reason=\"spoofed_source\"} 700\n"));
-  EXPECT_THAT(text, HasSubstr("sluice_drop_count_total{reason=\"policy_denied\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_drop_count_total{reason=\"spoofed_source\","
+                              "direction=\"egress\"} 7\n"))
+      << text;
+  EXPECT_THAT(text, HasSubstr("sluice_drop_bytes_total{reason=\"spoofed_source\","
+                              "direction=\"egress\"} 700\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_drop_count_total{reason=\"spoofed_source\","
+                              "direction=\"ingress\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_drop_count_total{reason=\"service_rejected\","
+                              "direction=\"ingress\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_drop_bytes_total{reason=\"service_rejected\","
+                              "direction=\"ingress\"} 20\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_drop_count_total{reason=\"policy_denied\","
+                              "direction=\"ingress\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_drop_count_total{reason=\"policy_denied\","
+                              "direction=\"egress\"} 0\n"));
+  EXPECT_THAT(text, HasSubstr("# TYPE sluice_forward_packets_total counter\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_forward_packets_total{direction=\"net_ingress\"} 11\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_forward_bytes_total{direction=\"net_ingress\"} 1100\n"));
+  for (const char* dir : {"pod_egress", "pod_ingress", "net_egress"}) {
+    EXPECT_THAT(
+        text, HasSubstr(absl::StrCat("sluice_forward_packets_total{direction=\"", dir, "\"} 0\n")));
+  }
   EXPECT_THAT(text, HasSubstr("sluice_bpf_map_entries{map_name=\"sluice_ep4\"} 1\n"));
   EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_bpf_map_capacity{map_name=\"sluice_ep4\"} ",
                                            SLUICE_EP4_MAX_ENTRIES, "\n")));
-  EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_drops\"} 32\n"));
+  // Reason x direction: 32 reasons, 2 directions.
+  EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_drops\"} 64\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_forward\"} 4\n"));
   EXPECT_THAT(text, Not(HasSubstr("sluice_bpf_map_entries{map_name=\"sluice_drops\"}")));
   EXPECT_THAT(text, HasSubstr("sluice_datapath_conntrack_entries 0\n"));
   EXPECT_THAT(text, HasSubstr("sluice_policy_drop_count_total{direction=\"ingress\"} 0\n"));

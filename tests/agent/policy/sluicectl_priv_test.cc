@@ -144,6 +144,9 @@ TEST_F(SluicectlPolicyTest, DropsListPolicyDeniedPerEndpointAndDirectionWithItsP
   if (HasFatalFailure()) return;
   out = Ctl("drops");
   EXPECT_THAT(out, ContainsRegex("policy_denied +5 ")) << out;
+  // INGRESS / EGRESS columns: sluice_to_pod denied 3 (ingress), sluice_from_pod 2 (egress).
+  EXPECT_THAT(out, ContainsRegex("REASON +PACKETS +BYTES +INGRESS +EGRESS\n")) << out;
+  EXPECT_THAT(out, ContainsRegex("policy_denied +5 +[1-9][0-9]* +3 +2\n")) << out;
   EXPECT_THAT(out, ContainsRegex("\n  7 +x/a +ingress +3 +[1-9][0-9]*\n")) << out;
   EXPECT_THAT(out, ContainsRegex("\n  9 +\\(gone\\) +egress +2 +[1-9][0-9]*\n")) << out;
   EXPECT_THAT(out, Not(ContainsRegex("x/a +egress"))) << out;
@@ -166,6 +169,9 @@ TEST_F(SluicectlPolicyTest, DropsJsonHasReasonsAndPolicyDeniedByEndpoint) {
     if (r["reason"] == "policy_denied") {
       found = true;
       EXPECT_EQ(r["packets"], 5) << out;
+      EXPECT_EQ(r["direction"]["ingress"]["packets"], 3) << out;
+      EXPECT_EQ(r["direction"]["egress"]["packets"], 2) << out;
+      EXPECT_GT(r["direction"]["egress"]["bytes"], 0) << out;
     }
   }
   EXPECT_TRUE(found) << out;
