@@ -273,6 +273,9 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 		t->flags = ct->flags;
 		return LB4_DNAT;
 	}
+	/* A later fragment follows the flow its first fragment made; it opens none. */
+	if (p->csum.absent)
+		return -SLUICE_DROP_FRAGMENT;
 	if (svc->flags & SLUICE_SVC_F_REJECT)
 		return LB4_REJECT;
 	ret = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
