@@ -849,6 +849,96 @@ std::vector<PacketCase> NodePortFragmentCases() {
   };
 }
 
+// ---- A direct flow crossing a translated flow's leftover entries (lib/lb.h) -------------------
+
+// A client's flow through the ClusterIP to backend B from port P has ended, its entries are still
+// there; then the client connects to B's pod address itself from the same port. B's answers
+// must come from B: the translated flow's reply entry may not capture them.
+std::vector<PacketCase> CrossedFlowCases() {
+  auto pod = [](const Trail& t) { return PodOf(t.out[0]); };
+  auto backend = [](const Trail& t) { return FormatIp4(t.out[0].ip_dst); };
+  auto expect_gone = [backend](uint16_t sport, uint16_t fport, uint16_t bport, uint8_t proto) {
+    return [=](loader::Datapath& dp, const Trail& t) {
+      EXPECT_FALSE(Ct(dp, backend(t), kClient, bport, sport, proto, SLUICE_CT_DIR_REPLY))
+          << "the translated flow's reply entry is gone";
+      EXPECT_FALSE(Ct(dp, kClient, kClusterIp, sport, fport, proto, SLUICE_CT_DIR_FORWARD))
+          << "and its forward entry, which named this backend";
+    };
+  };
+  return {
+      {"DirectTcpConnectionFromTheSamePortIsNotReverseTranslatedByAnEndedServiceFlow",
+       {{.in = ToService(47000),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 47000, kTcpSyn, "GET /")},
+        // The client closes the flow (its entries stay until the GC).
+        {.in = Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, kClusterIp)
+                   .TCP(47000, 80, 0x01 | kTcpAck),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 47000, 0x01 | kTcpAck, "")},
+        {.in =
+             [](const Trail& t) {
+               return Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, FormatIp4(t.out[0].ip_dst))
+                   .TCP(47000, 8080, kTcpSyn);
+             },
+         .verdict = kTcRedirect,
+         .out = {[pod, backend](const Trail& t) {
+           return Packet::Eth(HostMac(pod(t)), PodMac(pod(t)))
+               .IPv4(kClient, backend(t), 63)
+               .TCP(47000, 8080, kTcpSyn);
+         }},
+         .effects = expect_gone(47000, 80, 8080, IPPROTO_TCP)},
+        {.in =
+             [pod, backend](const Trail& t) {
+               return Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                   .IPv4(backend(t), kClient)
+                   .TCP(8080, 47000, kTcpSyn | kTcpAck);
+             },
+         .verdict = kTcRedirect,
+         .out = {[backend](const Trail& t) {
+           return ToClient(backend(t)).TCP(8080, 47000, kTcpSyn | kTcpAck);
+         }}}}},
+      {"DirectUdpFromTheSamePortIsNotReverseTranslatedByAnEarlierServiceFlow",
+       {{.in = Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, kClusterIp)
+                   .UDP(5200, 53)
+                   .Payload("query"),
+         .verdict = kTcRedirect,
+         .effects =
+             [](loader::Datapath&, const Trail& t) {
+               EXPECT_THAT(PodOf(t.last()), ::testing::AnyOf(21, 22));
+             }},
+        {.in =
+             [](const Trail& t) {
+               return Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, FormatIp4(t.out[0].ip_dst))
+                   .UDP(5200, 5353)
+                   .Payload("direct");
+             },
+         .verdict = kTcRedirect,
+         .effects = expect_gone(5200, 53, 5353, IPPROTO_UDP)},
+        {.in =
+             [pod, backend](const Trail& t) {
+               return Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                   .IPv4(backend(t), kClient)
+                   .UDP(5353, 5200)
+                   .Payload("answer");
+             },
+         .verdict = kTcRedirect,
+         .out = {[backend](const Trail& t) {
+           return ToClient(backend(t)).UDP(5353, 5200).Payload("answer");
+         }}}}},
+  };
+}
+
+class CrossedFlowTable : public LbTest, public ::testing::WithParamInterface<PacketCase> {};
+
+TEST_P(CrossedFlowTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(CrossedFlows, CrossedFlowTable, ::testing::ValuesIn(CrossedFlowCases()),
+                         CaseName);
+
 class NodePortFragmentTable : public NodePortTest,
                               public ::testing::WithParamInterface<PacketCase> {};
 
