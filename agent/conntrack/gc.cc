@@ -197,8 +197,7 @@ absl::Status ConntrackGc::RunOnce() {
       stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_ANY_CREATED) : 0;
   // Entries the datapath itself deleted (a direct flow crossing a stale translated one) did not
   // leave by eviction.
-  const uint64_t any_crossed =
-      stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_ANY_CROSSED) : 0;
+  const uint64_t any_crossed = stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_ANY_CROSSED) : 0;
   absl::Status st = Collect(tcp_, /*tcp_map=*/true, now, totals_.tcp);
   uint64_t any_scanned_before;
   {

@@ -19,8 +19,7 @@ struct l4_csum {
 /* Returns 0, or -SLUICE_DROP_INVALID_PACKET for a protocol whose checksum Sluice never rewrites.
  * pkt_flags: the packet's enum pkt4_flags (PKT4_F_NO_L4: there is no L4 header to rewrite; the
  * first fragment's checksum covers the whole datagram and was updated there). */
-static __always_inline int l4_csum_init(struct l4_csum *c, __u8 proto, __u32 l4_off,
-					__u8 pkt_flags)
+static __always_inline int l4_csum_init(struct l4_csum *c, __u8 proto, __u32 l4_off, __u8 pkt_flags)
 {
 	c->absent = 0;
 	if (pkt_flags & PKT4_F_NO_L4) {

@@ -144,7 +144,8 @@ static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 		}
 	}
 	ct4_remove(&rev);
-	ct4_add(p->key.proto == IPPROTO_TCP ? SLUICE_CT_STAT_TCP_CROSSED : SLUICE_CT_STAT_ANY_CROSSED,
+	ct4_add(p->key.proto == IPPROTO_TCP ? SLUICE_CT_STAT_TCP_CROSSED
+					    : SLUICE_CT_STAT_ANY_CROSSED,
 		deleted);
 }
 

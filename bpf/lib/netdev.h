@@ -133,7 +133,8 @@ static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pk
 	if (!ep || ct4_tuple(pkt, &cp) != CT4_TUPLE)
 		return CTX_ACT_OK;
 	if (lb4_rev_nat_lookup(&cp, &t) != LB4_REVNAT) {
-		lb4_forget_crossed_flow(&cp); /* a client outside opening a flow to the pod itself */
+		/* A client outside opening a flow to the pod itself. */
+		lb4_forget_crossed_flow(&cp);
 		return CTX_ACT_OK;
 	}
 	/* The pod's policy judges the reply as its backend sent it. */

@@ -757,8 +757,8 @@ std::vector<PacketCase> FragmentCases() {
         {.in = LaterFragment(to_svc),
          .verdict = kTcRedirect,
          .out = {[pod, backend](const Trail& t) {
-           return LaterFragment(Packet::Eth(HostMac(pod(t)), PodMac(pod(t)))
-                                    .IPv4(kClient, backend(t), 63));
+           return LaterFragment(
+               Packet::Eth(HostMac(pod(t)), PodMac(pod(t))).IPv4(kClient, backend(t), 63));
          }}},
         // The backend's answer is fragmented too: both pieces come from the ClusterIP.
         {.in =
@@ -778,8 +778,9 @@ std::vector<PacketCase> FragmentCases() {
                      .Payload(kFirstBytes)}},
         {.in =
              [pod, backend](const Trail& t) {
-               return LaterFragment(
-                   Packet::Eth(PodMac(pod(t)), HostMac(pod(t))).IPv4(backend(t), kClient).Id(0x5678));
+               return LaterFragment(Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                                        .IPv4(backend(t), kClient)
+                                        .Id(0x5678));
              },
          .verdict = kTcRedirect,
          .out = {LaterFragment(ToClient(kClusterIp).Id(0x5678))}}}},
@@ -790,7 +791,8 @@ std::vector<PacketCase> FragmentCases() {
          .verdict = kTcShot,
          .drop = SLUICE_DROP_FRAGMENT,
          .effects = ExpectNoConntrack},
-        {.in = Packet(to_svc).Id(0x4321).Fragment(kFirstFragment).UDP(5100, 53).Payload(kFirstBytes),
+        {.in =
+             Packet(to_svc).Id(0x4321).Fragment(kFirstFragment).UDP(5100, 53).Payload(kFirstBytes),
          .verdict = kTcRedirect,
          .out = first_at_backends(0x4321)},
         {.in = LaterFragment(Packet(to_svc).Id(0x4321)),
@@ -835,8 +837,11 @@ std::vector<PacketCase> NodePortFragmentCases() {
          .verdict = kTcRedirect,
          .out = {LaterFragment(
              Packet::Eth(HostMac(21), PodMac(21)).IPv4(kExternal, "10.244.0.21", 63))}},
-        {.in = Packet(from_backend).Id(0x5678).Fragment(kFirstFragment).UDP(5353, 50100).Payload(
-             kFirstBytes),
+        {.in = Packet(from_backend)
+                   .Id(0x5678)
+                   .Fragment(kFirstFragment)
+                   .UDP(5353, 50100)
+                   .Payload(kFirstBytes),
          .verdict = kTcOk,
          .out = {Packet(at_client)
                      .Id(0x5678)
@@ -905,10 +910,8 @@ std::vector<PacketCase> CrossedFlowCases() {
                    .UDP(5200, 53)
                    .Payload("query"),
          .verdict = kTcRedirect,
-         .effects =
-             [](loader::Datapath&, const Trail& t) {
-               EXPECT_THAT(PodOf(t.last()), ::testing::AnyOf(21, 22));
-             }},
+         .effects = [](loader::Datapath&,
+                       const Trail& t) { EXPECT_THAT(PodOf(t.last()), ::testing::AnyOf(21, 22)); }},
         {.in =
              [](const Trail& t) {
                return Packet::Eth(kClientMac, kClientHostMac)

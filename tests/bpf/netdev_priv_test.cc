@@ -204,17 +204,12 @@ std::vector<PacketCase> NetdevCases() {
                .UDP(t.last().sport, 53)
                .Payload("first-bytes");
          }},
-         .effects =
-             [](loader::Datapath&, const Trail& t) {
-               EXPECT_GE(t.last().sport, kPortMin);
-             }},
+         .effects = [](loader::Datapath&, const Trail& t) { EXPECT_GE(t.last().sport, kPortMin); }},
         {.prog = Prog::kToNet,
          .in = FromPodTo(kRemote).Fragment(9).Protocol(IPPROTO_UDP).Payload("later-bytes"),
          .verdict = kTcOk,
-         .out = {MasqueradedTo(kRemote)
-                     .Fragment(9)
-                     .Protocol(IPPROTO_UDP)
-                     .Payload("later-bytes")}}}},
+         .out =
+             {MasqueradedTo(kRemote).Fragment(9).Protocol(IPPROTO_UDP).Payload("later-bytes")}}}},
       {"ProtocolWithoutPortsIsDroppedWithReason",
        {{.prog = Prog::kToNet,
          .in = FromPodTo(kRemote).Protocol(47 /* GRE */).Payload("gre"),
