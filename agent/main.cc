@@ -175,6 +175,8 @@ ABSL_FLAG(uint32_t, bpf_lb_service_max, 0,
 ABSL_FLAG(uint32_t, bpf_lb_backend_max, 0, "entries of sluice_lb4_be; 0: compiled-in");
 ABSL_FLAG(uint32_t, bpf_lb_revnat_max, 0,
           "entries of sluice_lb4_rnat (one per frontend); 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_frag_max, 0,
+          "entries of sluice_frag4 (fragmented datagrams in flight); 0: 8192");
 
 namespace sluice::agent {
 namespace {
@@ -354,7 +356,8 @@ int Run() {
                                    {maps::name::sluice_rnat4, &FLAGS_bpf_nat_max},
                                    {maps::name::sluice_lb4_svc, &FLAGS_bpf_lb_service_max},
                                    {maps::name::sluice_lb4_be, &FLAGS_bpf_lb_backend_max},
-                                   {maps::name::sluice_lb4_rnat, &FLAGS_bpf_lb_revnat_max}}) {
+                                   {maps::name::sluice_lb4_rnat, &FLAGS_bpf_lb_revnat_max},
+                                   {maps::name::sluice_frag4, &FLAGS_bpf_frag_max}}) {
     if (uint32_t n = absl::GetFlag(*flag); n != 0) map_sizes[name] = n;
   }
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root), map_sizes);

@@ -53,6 +53,9 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 			return lb;
 		if (lb == LB4_REJECT)
 			return reject(skb, &pkt, SLUICE_DROP_DIR_EGRESS);
+	} else if ((pkt.flags & PKT4_F_NO_L4) && lb4_in_service_cidr(cfg, pkt.daddr)) {
+		/* A later fragment whose first never came: no backend to follow. */
+		return -SLUICE_DROP_FRAGMENT;
 	}
 
 	/* Still for the gateway (no hairpinned flow's reply): the node would route it upstream. */

@@ -102,6 +102,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
                   Adopt(dp->lb4_svc_, m->sluice_lb4_svc), Adopt(dp->lb4_be_, m->sluice_lb4_be),
                   Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat), Adopt(dp->ct4_, m->sluice_ct4),
                   Adopt(dp->ct4_any_, m->sluice_ct4_any), Adopt(dp->ct_stats_, m->sluice_ct_stats),
+                  Adopt(dp->frag4_, m->sluice_frag4),
                   Adopt(dp->lb4_srcr_, m->sluice_lb4_srcr), Adopt(dp->lb4_aff_, m->sluice_lb4_aff),
                   Adopt(dp->sock_cfg_, m->sluice_sock_cfg),
                   Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat),

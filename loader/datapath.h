@@ -112,6 +112,8 @@ class Datapath {
   maps::Ct4Map& ct4_any() { return ct4_any_; }
   maps::Ct4Map& ct4_of(uint8_t proto) { return proto == IPPROTO_TCP ? ct4_ : ct4_any_; }
   maps::CtStatsMap& ct_stats() { return ct_stats_; }
+  // Later IPv4 fragments: a datagram's first fragment's L4 fields (maps/frag.h).
+  maps::Frag4Map& frag4() { return frag4_; }
   maps::Lb4SourceRangeMap& lb4_source_ranges() { return lb4_srcr_; }
   maps::Lb4AffinityMap& lb4_affinity() { return lb4_aff_; }
   // Socket-level LB: the namespace it acts in, and per-socket reverse translation.
@@ -154,6 +156,7 @@ class Datapath {
   maps::Lb4RevNatMap lb4_rnat_;
   maps::Ct4Map ct4_;
   maps::Ct4Map ct4_any_;
+  maps::Frag4Map frag4_;
   maps::CtStatsMap ct_stats_;
   maps::Lb4SourceRangeMap lb4_srcr_;
   maps::Lb4AffinityMap lb4_aff_;

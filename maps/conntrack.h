@@ -57,6 +57,9 @@ enum sluice_ct_stat {
 	SLUICE_CT_STAT_TCP_INSERT_FAILED = 1, /* entries sluice_ct4 refused (full): flow dropped */
 	SLUICE_CT_STAT_ANY_CREATED = 2,       /* entries written into sluice_ct4_any */
 	SLUICE_CT_STAT_ANY_INSERT_FAILED = 3, /* entries sluice_ct4_any refused */
+	SLUICE_CT_STAT_TCP_CROSSED = 4,       /* sluice_ct4 entries of a translated flow deleted by
+						 a direct flow crossing it (lib/lb.h) */
+	SLUICE_CT_STAT_ANY_CROSSED = 5,       /* the same in sluice_ct4_any */
 	SLUICE_CT_STAT_MAX = 8,               /* size of sluice_ct_stats; keep last */
 };
 

@@ -16,6 +16,7 @@
 #include "endpoint.h"
 #include "forward.h"
 #include "events.h"
+#include "frag.h"
 #include "lb.h"
 #include "nat.h"
 #include "node.h"
@@ -61,6 +62,9 @@
 	/* conntrack of every other protocol's flows, LRU (conntrack.h) */                         \
 	X(sluice_ct4_any, BPF_MAP_TYPE_LRU_HASH, struct sluice_ct4_key, struct sluice_ct4_entry,   \
 	  SLUICE_CT4_ANY_MAX_ENTRIES, 0)                                                           \
+	/* later IPv4 fragments: datagram -> its first fragment's L4 fields (frag.h) */            \
+	X(sluice_frag4, BPF_MAP_TYPE_LRU_HASH, struct sluice_frag4_key, struct sluice_frag4_entry, \
+	  SLUICE_FRAG4_MAX_ENTRIES, 0)                                                             \
 	/* conntrack counters: created entries, refused inserts, per map (conntrack.h) */          \
 	X(sluice_ct_stats, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, SLUICE_CT_STAT_MAX, 0)         \
 	/* drop counters per reason and direction (drop.h) */                                      \

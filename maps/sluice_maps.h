@@ -60,6 +60,7 @@ using Lb4BackendMap = MapOf<spec::sluice_lb4_be>;
 using Lb4RevNatMap = MapOf<spec::sluice_lb4_rnat>;
 using Ct4Map = MapOf<spec::sluice_ct4>;  // sluice_ct4 (TCP) and sluice_ct4_any
 using CtStatsMap = MapOf<spec::sluice_ct_stats>;
+using Frag4Map = MapOf<spec::sluice_frag4>;
 using Lb4SourceRangeMap = MapOf<spec::sluice_lb4_srcr>;
 using Lb4AffinityMap = MapOf<spec::sluice_lb4_aff>;
 using SockConfigMap = MapOf<spec::sluice_sock_cfg>;

@@ -195,6 +195,9 @@ absl::Status ConntrackGc::RunOnce() {
   // time, and the estimate never goes below zero.
   const uint64_t any_created =
       stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_ANY_CREATED) : 0;
+  // Entries the datapath itself deleted (a direct flow crossing a stale translated one) did not
+  // leave by eviction.
+  const uint64_t any_crossed = stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_ANY_CROSSED) : 0;
   absl::Status st = Collect(tcp_, /*tcp_map=*/true, now, totals_.tcp);
   uint64_t any_scanned_before;
   {
@@ -206,11 +209,14 @@ absl::Status ConntrackGc::RunOnce() {
   if (any_st.ok() && stats_ != nullptr) {
     const uint64_t found = totals_.any.scanned - any_scanned_before;
     if (have_baseline_) {
-      const uint64_t expected = any_left_ + (any_created - any_created_);
+      const uint64_t gone = any_crossed - any_crossed_;
+      const uint64_t made = any_left_ + (any_created - any_created_);
+      const uint64_t expected = made > gone ? made - gone : 0;
       if (expected > found) totals_.any.lru_evictions += expected - found;
     }
     have_baseline_ = true;
     any_created_ = any_created;
+    any_crossed_ = any_crossed;
     any_left_ = totals_.any.live;
   }
   ++totals_.runs;

@@ -98,6 +98,7 @@ class ConntrackGc {
   GcTotals totals_ ABSL_GUARDED_BY(mu_);
   bool have_baseline_ = false;  // guarded by run_mu_
   uint64_t any_created_ = 0;    // at the previous pass
+  uint64_t any_crossed_ = 0;    // SLUICE_CT_STAT_ANY_CROSSED at the previous pass
   uint64_t any_left_ = 0;       // entries the previous pass left in sluice_ct4_any
   absl::Notification stop_;
   std::thread thread_;

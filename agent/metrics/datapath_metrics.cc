@@ -161,17 +161,21 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
           for (uint64_t c : *v) n += c;
         return static_cast<double>(n);
       };
-      for (const auto& [map, created, failed] :
+      for (const auto& [map, created, failed, crossed] :
            {std::tuple{maps::name::sluice_ct4, SLUICE_CT_STAT_TCP_CREATED,
-                       SLUICE_CT_STAT_TCP_INSERT_FAILED},
+                       SLUICE_CT_STAT_TCP_INSERT_FAILED, SLUICE_CT_STAT_TCP_CROSSED},
             std::tuple{maps::name::sluice_ct4_any, SLUICE_CT_STAT_ANY_CREATED,
-                       SLUICE_CT_STAT_ANY_INSERT_FAILED}}) {
+                       SLUICE_CT_STAT_ANY_INSERT_FAILED, SLUICE_CT_STAT_ANY_CROSSED}}) {
         out.Counter("sluice_ct_created_total", "Conntrack entries the datapath created, per map",
                     {{"map_name", map}}, sum(created));
         out.Counter("sluice_ct_insert_failures_total",
                     "Conntrack entries the datapath could not store (the map was full; the "
                     "packet was dropped as ct_map_full), per map",
                     {{"map_name", map}}, sum(failed));
+        out.Counter("sluice_ct_crossed_deleted_total",
+                    "Conntrack entries of a stale translated flow the datapath deleted because a "
+                    "direct flow between the same addresses and ports began, per map",
+                    {{"map_name", map}}, sum(crossed));
       }
     }
     auto fill = ReadMapFill(bpffs_root);

@@ -1,7 +1,10 @@
 #include "agent/policy/sync.h"
 
 #include <map>
+#include <memory>
 #include <optional>
+#include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -63,24 +66,54 @@ PolicySync::PolicySync(PolicySources sources, std::function<bool()> synced,
   controller_ = std::make_unique<controller::Controller>(
       std::move(options), [this](const controller::Batch& b) { return Reconcile(b); });
   auto keys = controller_->keys();
-  MarkRelevantChanges(src_.pods, keys, skipped_);
+  src_.pods.AddListener([this, keys, skipped = skipped_](const k8s::Change<k8s::Pod>& c) {
+    if (c.type == k8s::ChangeType::kDeleted && c.old_obj) {
+      auto last = std::make_shared<k8s::Pod>(*c.old_obj);
+      last->meta.deleting = true;
+      absl::MutexLock l(&departed_mu_);
+      departed_[last->meta.Key()] = std::move(last);
+    }
+    if (c.type == k8s::ChangeType::kUpdated && c.old_obj && c.new_obj &&
+        SameForPolicy(*c.old_obj, *c.new_obj)) {
+      skipped->fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    keys->Mark(kClusterKey);
+  });
   MarkRelevantChanges(src_.namespaces, keys, skipped_);
   MarkRelevantChanges(src_.nodes, keys, skipped_);
   src_.policies.AddListener(
       [keys](const k8s::Change<k8s::NetworkPolicy>&) { keys->Mark(kClusterKey); });
 }
 
-PolicyInput PolicySync::Snapshot() const {
+PolicyInput PolicySync::Snapshot() {
   PolicyInput in;
   in.node_name = node_name_;
   in.pods = src_.pods.List();
   in.namespaces = src_.namespaces.List();
   in.policies = src_.policies.List();
   in.nodes = src_.nodes.List();
+  std::set<std::string> endpoint_pods;
   for (const Endpoint& ep : src_.endpoints.List()) {
+    endpoint_pods.insert(absl::StrCat(ep.pod_namespace, "/", ep.pod_name));
     auto addr = IpAddress::Parse(ep.ipv4);
     if (!addr.ok()) continue;
     in.endpoints.push_back({ep.endpoint_id, ep.pod_namespace, ep.pod_name, *addr});
+  }
+  // A departed Pod stands in for itself while its endpoint is here and no Pod of its name is
+  // back in the API; then it is forgotten.
+  std::set<std::string> listed;
+  for (const auto& p : in.pods) {
+    if (p) listed.insert(p->meta.Key());
+  }
+  absl::MutexLock l(&departed_mu_);
+  for (auto it = departed_.begin(); it != departed_.end();) {
+    if (!endpoint_pods.contains(it->first) || listed.contains(it->first)) {
+      it = departed_.erase(it);
+      continue;
+    }
+    in.pods.push_back(it->second);
+    ++it;
   }
   return in;
 }

@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -75,7 +76,7 @@ class PolicySync final : public EndpointPolicyHook {
 
  private:
   absl::Status Reconcile(const controller::Batch& batch);
-  PolicyInput Snapshot() const;
+  PolicyInput Snapshot() ABSL_LOCKS_EXCLUDED(departed_mu_);
 
   PolicySources src_;
   const std::function<bool()> synced_;
@@ -93,6 +94,13 @@ class PolicySync final : public EndpointPolicyHook {
   PolicySyncStats stats_ ABSL_GUARDED_BY(mu_);
   // Counted on the watch threads by listeners that may outlive this object.
   std::shared_ptr<std::atomic<uint64_t>> skipped_ = std::make_shared<std::atomic<uint64_t>>(0);
+  // Pods of this node's endpoints that left the API while the endpoint still exists (a Pod
+  // object may go before the runtime's CNI DEL: force deletion, a kubelet or lab that deletes
+  // first). Kept as last seen (deleting) until the endpoint goes, so that a terminating pod keeps
+  // its identity and its policy's allows while it still serves; an endpoint without a Pod ever
+  // seen stays closed (translator.cc).
+  absl::Mutex departed_mu_;
+  std::map<std::string, std::shared_ptr<const k8s::Pod>> departed_ ABSL_GUARDED_BY(departed_mu_);
 
   // Last: its thread calls Reconcile, which uses everything above.
   std::unique_ptr<controller::Controller> controller_;

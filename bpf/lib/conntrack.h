@@ -24,8 +24,9 @@ struct ct4_pkt {
 /* Outcomes of ct4_tuple. */
 enum ct4_tuple_result {
 	CT4_TUPLE = 0,    /* p holds the packet's TCP or UDP tuple */
-	CT4_NO_TUPLE = 1, /* no ports: other protocols, truncated L4 headers, fragments (only the
-			     first fragment carries the ports); such packets are not balanced */
+	CT4_NO_TUPLE = 1, /* no ports: other protocols, truncated L4 headers, a later fragment
+			     whose first fragment was not seen here; such packets are not
+			     balanced */
 };
 
 /* The conntrack view of a parsed packet. Returns an enum ct4_tuple_result. */
@@ -45,7 +46,7 @@ static __always_inline int ct4_tuple(const struct pkt4 *pkt, struct ct4_pkt *p)
 	p->key.proto = pkt->proto;
 	p->l4_off = pkt->l4_off;
 	p->tcp_flags = pkt->tcp_flags;
-	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off);
+	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off, pkt->flags);
 	return CT4_TUPLE;
 }
 

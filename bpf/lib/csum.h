@@ -13,11 +13,22 @@ struct l4_csum {
 	__u32 off;         /* packet offset of the checksum field */
 	__u64 flags;       /* BPF_F_MARK_MANGLED_0 for UDP: a zero checksum means "none" */
 	__u8 pseudo;       /* covers the IPv4 pseudo header (TCP, UDP; not ICMP) */
+	__u8 absent;       /* a later fragment: no L4 header, only the IPv4 header is rewritten */
 };
 
-/* Returns 0, or -SLUICE_DROP_INVALID_PACKET for a protocol whose checksum Sluice never rewrites. */
-static __always_inline int l4_csum_init(struct l4_csum *c, __u8 proto, __u32 l4_off)
+/* Returns 0, or -SLUICE_DROP_INVALID_PACKET for a protocol whose checksum Sluice never rewrites.
+ * pkt_flags: the packet's enum pkt4_flags (PKT4_F_NO_L4: there is no L4 header to rewrite; the
+ * first fragment's checksum covers the whole datagram and was updated there). */
+static __always_inline int l4_csum_init(struct l4_csum *c, __u8 proto, __u32 l4_off, __u8 pkt_flags)
 {
+	c->absent = 0;
+	if (pkt_flags & PKT4_F_NO_L4) {
+		c->off = 0;
+		c->flags = 0;
+		c->pseudo = 0;
+		c->absent = 1;
+		return 0;
+	}
 	switch (proto) {
 	case IPPROTO_TCP:
 		c->off = l4_off + offsetof(struct tcphdr, check);
@@ -60,6 +71,8 @@ static __always_inline int rewrite_l4_port(struct sluice_ctx *ctx, __u32 field_o
 					   __be16 old_port, __be16 new_port,
 					   const struct l4_csum *l4)
 {
+	if (l4->absent)
+		return 0;
 	if (ctx_l4_csum_replace(ctx, l4->off, old_port, new_port, sizeof(new_port) | l4->flags))
 		return -SLUICE_DROP_PACKET_WRITE;
 	if (ctx_store_bytes(ctx, field_off, &new_port, sizeof(new_port)))

@@ -98,15 +98,69 @@ static __always_inline int lb4_rev_nat_rewrite(struct sluice_ctx *ctx, struct pk
 	return LB4_REVNAT;
 }
 
+/* A packet that is no backend's reply and no frontend's, sent from a client address and port
+ * straight to a backend address and port that a translated flow used: its reply entry (keyed by
+ * the tuple the backend answers with) would capture this direct flow's replies and rewrite them
+ * to come from the frontend. A client that opens a flow to the backend itself (a TCP SYN; any
+ * UDP datagram, UDP has no opening) is done with the translated one, whose entries are stale
+ * (closed, or idle until the GC): the reply entry is deleted, and the forward entry too when it
+ * still names this backend (a later flow to the frontend is balanced afresh). Costs one lookup
+ * for such a packet, none for a reply or a TCP segment of an open connection. */
+static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
+{
+	struct sluice_ct4_key rev = {
+		.saddr = p->key.daddr,
+		.daddr = p->key.saddr,
+		.sport = p->key.dport,
+		.dport = p->key.sport,
+		.proto = p->key.proto,
+		.dir = SLUICE_CT_DIR_REPLY,
+	};
+	const struct sluice_lb4_revnat *rnat;
+	struct sluice_ct4_entry *ct, *fct;
+	struct sluice_ct4_key fwd;
+	int deleted = 1;
+
+	if (p->key.proto == IPPROTO_TCP &&
+	    (p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) != CT4_TCP_SYN)
+		return;
+	ct = ct4_find(&rev);
+	/* A hairpinned flow's reply entry is addressed to the gateway, never a client's own. */
+	if (!ct || (ct->flags & SLUICE_CT_F_HAIRPIN))
+		return;
+	rnat = bpf_map_lookup_elem(&sluice_lb4_rnat, &ct->rev_nat_id);
+	if (rnat) {
+		__builtin_memset(&fwd, 0, sizeof(fwd));
+		fwd.saddr = p->key.saddr;
+		fwd.daddr = rnat->addr;
+		fwd.sport = p->key.sport;
+		fwd.dport = rnat->port;
+		fwd.proto = p->key.proto;
+		fwd.dir = SLUICE_CT_DIR_FORWARD;
+		fct = ct4_find(&fwd);
+		if (fct && fct->backend_addr == p->key.daddr && fct->backend_port == p->key.dport) {
+			ct4_remove(&fwd);
+			deleted = 2;
+		}
+	}
+	ct4_remove(&rev);
+	ct4_add(p->key.proto == IPPROTO_TCP ? SLUICE_CT_STAT_TCP_CROSSED
+					    : SLUICE_CT_STAT_ANY_CROSSED,
+		deleted);
+}
+
 /* Reverse NAT of a backend's reply. Returns LB4_REVNAT, LB4_NONE when the packet is no such
- * reply, or minus a drop reason. */
+ * reply (a direct flow then clears a stale translated flow it crosses), or minus a drop
+ * reason. */
 static __always_inline int lb4_rev_nat(struct sluice_ctx *ctx, struct pkt4 *pkt,
 				       const struct ct4_pkt *p)
 {
 	struct lb4_target t;
 
-	if (lb4_rev_nat_lookup(p, &t) != LB4_REVNAT)
+	if (lb4_rev_nat_lookup(p, &t) != LB4_REVNAT) {
+		lb4_forget_crossed_flow(p);
 		return LB4_NONE;
+	}
 	return lb4_rev_nat_rewrite(ctx, pkt, p, &t);
 }
 
@@ -273,6 +327,9 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 		t->flags = ct->flags;
 		return LB4_DNAT;
 	}
+	/* A later fragment follows the flow its first fragment made; it opens none. */
+	if (p->csum.absent)
+		return -SLUICE_DROP_FRAGMENT;
 	if (svc->flags & SLUICE_SVC_F_REJECT)
 		return LB4_REJECT;
 	ret = lb4_select(key, svc, p->key.saddr, &backend_id, &be);

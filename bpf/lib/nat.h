@@ -25,12 +25,13 @@ struct nat4_pkt {
 
 /* The masquerade view of a parsed packet. ICMP echo has no ports: the identifier stands in for
  * the node-side port, so it occupies sport when leaving and dport when a reply arrives, and the
- * reverse key is the swapped tuple. Returns 0, or -SLUICE_DROP_FRAGMENT,
+ * reverse key is the swapped tuple. A later fragment has its first fragment's ports or id (lib/
+ * parse.h). Returns 0, or -SLUICE_DROP_FRAGMENT (a later fragment whose first was not seen),
  * -SLUICE_DROP_NAT_UNSUPPORTED_L4 (no ports, not echo) or -SLUICE_DROP_INVALID_PACKET
  * (truncated). */
 static __always_inline int nat4_tuple(const struct pkt4 *pkt, int leaving, struct nat4_pkt *p)
 {
-	if (pkt->flags & PKT4_F_FRAGMENT)
+	if ((pkt->flags & PKT4_F_NO_L4) && !(pkt->flags & (PKT4_F_PORTS | PKT4_F_ICMP)))
 		return -SLUICE_DROP_FRAGMENT;
 	__builtin_memset(&p->key, 0, sizeof(p->key));
 	p->key.saddr = pkt->saddr;
@@ -60,7 +61,7 @@ static __always_inline int nat4_tuple(const struct pkt4 *pkt, int leaving, struc
 	default:
 		return -SLUICE_DROP_NAT_UNSUPPORTED_L4;
 	}
-	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off);
+	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off, pkt->flags);
 	return 0;
 }
 
@@ -141,6 +142,8 @@ static __always_inline int nat4_masquerade(struct sluice_ctx *ctx, struct pkt4 *
 	found = bpf_map_lookup_elem(&sluice_snat4, &p->key);
 	if (found) {
 		entry = *found;
+	} else if (p->csum.absent) {
+		return -SLUICE_DROP_FRAGMENT; /* a later fragment opens no flow of its own */
 	} else {
 		ret = nat4_allocate(cfg, p, &entry);
 		if (ret < 0)

@@ -132,8 +132,11 @@ static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pk
 
 	if (!ep || ct4_tuple(pkt, &cp) != CT4_TUPLE)
 		return CTX_ACT_OK;
-	if (lb4_rev_nat_lookup(&cp, &t) != LB4_REVNAT)
+	if (lb4_rev_nat_lookup(&cp, &t) != LB4_REVNAT) {
+		/* A client outside opening a flow to the pod itself. */
+		lb4_forget_crossed_flow(&cp);
 		return CTX_ACT_OK;
+	}
 	/* The pod's policy judges the reply as its backend sent it. */
 	policy4_flow_of(pkt, &flow);
 	ret = lb4_rev_nat_rewrite(ctx, pkt, &cp, &t);

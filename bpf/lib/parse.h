@@ -1,17 +1,22 @@
 /* Parsing: a packet's Ethernet, IPv4 and L4 headers are read once into a struct pkt4, which the
- * rest of lib/ works from; the helpers that rewrite the packet keep it true to the packet. */
+ * rest of lib/ works from; the helpers that rewrite the packet keep it true to the packet. A
+ * fragmented datagram's later fragments get the L4 fields of its first fragment from sluice_frag4
+ * (maps/frag.h), so that every path treats them as the first one (rewriting only their IPv4
+ * header). */
 #ifndef SLUICE_BPF_PARSE_H
 #define SLUICE_BPF_PARSE_H
 
-#include "lib/common.h"
+#include "lib/maps.h"
 
 enum pkt4_flags {
-	PKT4_F_FRAGMENT = 1 << 0,  /* a fragment (MF or an offset): only the first has L4 headers,
-				      and Sluice reads none of them */
+	PKT4_F_FRAGMENT = 1 << 0,  /* a fragment (MF or an offset): only the first has L4 headers */
 	PKT4_F_PORTS = 1 << 1,     /* TCP/UDP/SCTP: sport and dport were read (SCTP's common header
 				      starts with them too; only policy reads SCTP ports) */
 	PKT4_F_TCP_FLAGS = 1 << 2, /* TCP: tcp_flags was read too */
 	PKT4_F_ICMP = 1 << 3,      /* ICMP: icmp_type and icmp_id were read */
+	PKT4_F_NO_L4 = 1 << 4,     /* a later fragment: no L4 header in this packet; the L4 fields
+				      (PKT4_F_PORTS / PKT4_F_ICMP) are its first fragment's, from
+				      sluice_frag4, when that was seen here; never rewrite L4 */
 };
 
 /* The header fields Sluice decides on. Addresses and ports in network order. */
@@ -33,6 +38,48 @@ struct pkt4 {
 	__u8 flags;       /* enum pkt4_flags */
 };
 
+/* A first fragment: its L4 fields, for the datagram's later fragments (an LRU map: a failed
+ * write only leaves those to be dropped where they need ports). */
+static __always_inline void frag4_remember(const struct sluice_frag4_key *key,
+					   const struct pkt4 *pkt)
+{
+	struct sluice_frag4_entry e = {
+		.sport = pkt->sport,
+		.dport = pkt->dport,
+		.icmp_id = pkt->icmp_id,
+		.icmp_type = pkt->icmp_type,
+		.flags = (pkt->flags & PKT4_F_PORTS ? SLUICE_FRAG4_F_PORTS : 0) |
+			 (pkt->flags & PKT4_F_ICMP ? SLUICE_FRAG4_F_ICMP : 0),
+	};
+
+	if (e.flags)
+		bpf_map_update_elem(&sluice_frag4, key, &e, BPF_ANY);
+}
+
+/* A later fragment: PKT4_F_NO_L4, and its first fragment's L4 fields when that passed here (TCP
+ * with no flags: a later fragment opens or closes nothing). Returns 0. */
+static __always_inline int frag4_recall(const struct sluice_frag4_key *key, struct pkt4 *pkt)
+{
+	const struct sluice_frag4_entry *e = bpf_map_lookup_elem(&sluice_frag4, key);
+
+	pkt->flags |= PKT4_F_NO_L4;
+	if (!e)
+		return 0;
+	if (e->flags & SLUICE_FRAG4_F_PORTS) {
+		pkt->sport = e->sport;
+		pkt->dport = e->dport;
+		pkt->flags |= PKT4_F_PORTS;
+		if (pkt->proto == IPPROTO_TCP)
+			pkt->flags |= PKT4_F_TCP_FLAGS;
+	}
+	if (e->flags & SLUICE_FRAG4_F_ICMP) {
+		pkt->icmp_id = e->icmp_id;
+		pkt->icmp_type = e->icmp_type;
+		pkt->flags |= PKT4_F_ICMP;
+	}
+	return 0;
+}
+
 /* Reads the IPv4 header at l3_off and what Sluice needs of the L4 header. Returns 0, or
  * -SLUICE_DROP_INVALID_PACKET when the IPv4 header is not all there or not IPv4. A truncated L4
  * header is no error: its flag stays clear. */
@@ -40,6 +87,7 @@ static __always_inline int parse_ip4(struct sluice_ctx *ctx, __u32 l3_off, struc
 {
 	struct iphdr *ip;
 	__be16 ports[2];
+	struct sluice_frag4_key frag;
 	struct icmphdr icmp;
 
 	ctx_pull(ctx, l3_off + sizeof(struct iphdr));
@@ -62,8 +110,14 @@ static __always_inline int parse_ip4(struct sluice_ctx *ctx, __u32 l3_off, struc
 	pkt->icmp_type = 0;
 	pkt->flags = 0;
 	if (ip->frag_off & bpf_htons(IP_MF | IP_OFFSET)) {
+		frag.saddr = ip->saddr;
+		frag.daddr = ip->daddr;
+		frag.id = ip->id;
+		frag.proto = ip->protocol;
+		frag.pad = 0;
 		pkt->flags = PKT4_F_FRAGMENT;
-		return 0;
+		if (ip->frag_off & bpf_htons(IP_OFFSET))
+			return frag4_recall(&frag, pkt);
 	}
 
 	/* The L4 header linear too, so that it is read and rewritten without helper calls (the IPv4
@@ -99,6 +153,8 @@ static __always_inline int parse_ip4(struct sluice_ctx *ctx, __u32 l3_off, struc
 		pkt->flags |= PKT4_F_ICMP;
 		break;
 	}
+	if (pkt->flags & PKT4_F_FRAGMENT)
+		frag4_remember(&frag, pkt);
 	return 0;
 }
 

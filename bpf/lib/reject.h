@@ -161,6 +161,9 @@ static __always_inline int reject(struct sluice_ctx *ctx, const struct pkt4 *pkt
 {
 	int ret;
 
+	/* Only a datagram's first fragment is answered (RFC 1122: no ICMP error for the others). */
+	if (pkt->flags & PKT4_F_NO_L4)
+		return -SLUICE_DROP_SERVICE_REJECTED;
 	if (pkt->proto == IPPROTO_TCP || pkt->proto == IPPROTO_UDP)
 		event_drop(ctx, SLUICE_DROP_SERVICE_REJECTED); /* the packet before it is answered */
 	if (pkt->proto == IPPROTO_TCP)

@@ -708,6 +708,248 @@ TEST_P(NodePortTable, Packet) { RunCase(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(SluiceFromNet, NodePortTable, ::testing::ValuesIn(NodePortCases()),
                          CaseName);
 
+// ---- Fragmented datagrams: later fragments follow their first (lib/parse.h, maps/frag.h) ------
+
+// A first fragment (MF, offset 0) carries the UDP header; a later one (here at offset 72 = 8 + 64
+// bytes, the last: MF clear) has none, only the datagram's bytes: it is rewritten in its IPv4
+// header alone.
+constexpr uint16_t kFirstFragment = 0x2000;
+constexpr uint16_t kLastFragment = 72 / 8;
+const std::string kFirstBytes(64, 'a');
+const std::string kLaterBytes(40, 'b');
+
+Packet LaterFragment(Packet ip) {
+  return ip.Fragment(kLastFragment).Protocol(IPPROTO_UDP).Payload(kLaterBytes);
+}
+
+std::vector<PacketCase> FragmentCases() {
+  const Packet to_svc = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kClusterIp);
+  auto first_at_backends = [](uint16_t ip_id) {
+    std::vector<Frame> out;
+    for (int n : {21, 22}) {
+      out.push_back(Packet::Eth(HostMac(n), PodMac(n))
+                        .IPv4(kClient, absl::StrFormat("10.244.0.%d", n), 63)
+                        .Id(ip_id)
+                        .Fragment(kFirstFragment)
+                        .UDP(5100, 5353)
+                        .Payload(kFirstBytes));
+    }
+    return out;
+  };
+  // Step 0's backend (pod number) and its address.
+  auto pod = [](const Trail& t) { return PodOf(t.out[0]); };
+  auto backend = [](const Trail& t) { return FormatIp4(t.out[0].ip_dst); };
+  return {
+      {"FragmentedUdpToClusterIpAndItsFragmentedReplyFollowTheirFirstFragments",
+       {{.in = Packet(to_svc).Fragment(kFirstFragment).UDP(5100, 53).Payload(kFirstBytes),
+         .verdict = kTcRedirect,
+         .out = first_at_backends(0x1234),
+         .effects =
+             [](loader::Datapath& dp, const Trail& t) {
+               ExpectForwardEntry(dp, 5100, 53, IPPROTO_UDP, PodOf(t.last()) == 21 ? 11 : 12, 2);
+               sluice_frag4_key k{Ip4(kClient), Ip4(kClusterIp), htons(0x1234), IPPROTO_UDP, 0};
+               auto e = dp.frag4().Lookup(k);
+               ASSERT_TRUE(e.ok()) << "the first fragment's ports are remembered";
+               EXPECT_EQ(ntohs(e->sport), 5100);
+               EXPECT_EQ(ntohs(e->dport), 53);
+             }},
+        // The later fragment goes to the same backend, its bytes untouched.
+        {.in = LaterFragment(to_svc),
+         .verdict = kTcRedirect,
+         .out = {[pod, backend](const Trail& t) {
+           return LaterFragment(
+               Packet::Eth(HostMac(pod(t)), PodMac(pod(t))).IPv4(kClient, backend(t), 63));
+         }}},
+        // The backend's answer is fragmented too: both pieces come from the ClusterIP.
+        {.in =
+             [pod, backend](const Trail& t) {
+               return Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                   .IPv4(backend(t), kClient)
+                   .Id(0x5678)
+                   .Fragment(kFirstFragment)
+                   .UDP(5353, 5100)
+                   .Payload(kFirstBytes);
+             },
+         .verdict = kTcRedirect,
+         .out = {ToClient(kClusterIp)
+                     .Id(0x5678)
+                     .Fragment(kFirstFragment)
+                     .UDP(53, 5100)
+                     .Payload(kFirstBytes)}},
+        {.in =
+             [pod, backend](const Trail& t) {
+               return LaterFragment(Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                                        .IPv4(backend(t), kClient)
+                                        .Id(0x5678));
+             },
+         .verdict = kTcRedirect,
+         .out = {LaterFragment(ToClient(kClusterIp).Id(0x5678))}}}},
+      // Out of order: with no first fragment seen there is no backend to follow. Once the first
+      // came, a later fragment follows it.
+      {"LaterFragmentBeforeItsFirstIsDroppedAsFragment",
+       {{.in = LaterFragment(Packet(to_svc).Id(0x4321)),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_FRAGMENT,
+         .effects = ExpectNoConntrack},
+        {.in =
+             Packet(to_svc).Id(0x4321).Fragment(kFirstFragment).UDP(5100, 53).Payload(kFirstBytes),
+         .verdict = kTcRedirect,
+         .out = first_at_backends(0x4321)},
+        {.in = LaterFragment(Packet(to_svc).Id(0x4321)),
+         .verdict = kTcRedirect,
+         .out = {[](const Trail& t) {
+           const Decoded& first = t.out[1];
+           return LaterFragment(Packet::Eth(HostMac(PodOf(first)), PodMac(PodOf(first)))
+                                    .IPv4(kClient, FormatIp4(first.ip_dst), 63)
+                                    .Id(0x4321));
+         }}}}},
+  };
+}
+
+class FragmentTable : public LbTest, public ::testing::WithParamInterface<PacketCase> {};
+
+TEST_P(FragmentTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(Fragments, FragmentTable, ::testing::ValuesIn(FragmentCases()), CaseName);
+
+std::vector<PacketCase> NodePortFragmentCases() {
+  const Packet from_outside = Packet::Eth(kExternalMac, kNodeMac).IPv4(kExternal, kNodeIp);
+  const Packet from_backend = Packet::Eth(PodMac(21), HostMac(21)).IPv4("10.244.0.21", kExternal);
+  // The reply leaves from the NodePort (into the stack, as in NodePortCases).
+  const Packet at_client = Packet::Eth(PodMac(21), HostMac(21)).IPv4(kNodeIp, kExternal);
+  return {
+      {"FragmentedUdpToANodePortAndItsFragmentedReplyFollowTheirFirstFragments",
+       {{.prog = Prog::kFromNet,
+         .in = Packet(from_outside).Fragment(kFirstFragment).UDP(50100, 30053).Payload(kFirstBytes),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(HostMac(21), PodMac(21))
+                     .IPv4(kExternal, "10.244.0.21", 63)
+                     .Fragment(kFirstFragment)
+                     .UDP(50100, 5353)
+                     .Payload(kFirstBytes)},
+         .setup =
+             [](loader::Datapath& dp) {
+               SetService(dp, kNodeIp, 30053, IPPROTO_UDP, 10, {kUdpBackends[0]},
+                          SLUICE_SVC_F_NODEPORT);
+             }},
+        {.prog = Prog::kFromNet,
+         .in = LaterFragment(from_outside),
+         .verdict = kTcRedirect,
+         .out = {LaterFragment(
+             Packet::Eth(HostMac(21), PodMac(21)).IPv4(kExternal, "10.244.0.21", 63))}},
+        {.in = Packet(from_backend)
+                   .Id(0x5678)
+                   .Fragment(kFirstFragment)
+                   .UDP(5353, 50100)
+                   .Payload(kFirstBytes),
+         .verdict = kTcOk,
+         .out = {Packet(at_client)
+                     .Id(0x5678)
+                     .Fragment(kFirstFragment)
+                     .UDP(30053, 50100)
+                     .Payload(kFirstBytes)}},
+        {.in = LaterFragment(Packet(from_backend).Id(0x5678)),
+         .verdict = kTcOk,
+         .out = {LaterFragment(Packet(at_client).Id(0x5678))}}}},
+  };
+}
+
+// ---- A direct flow crossing a translated flow's leftover entries (lib/lb.h) -------------------
+
+// A client's flow through the ClusterIP to backend B from port P has ended, its entries are still
+// there; then the client connects to B's pod address itself from the same port. B's answers
+// must come from B: the translated flow's reply entry may not capture them.
+std::vector<PacketCase> CrossedFlowCases() {
+  auto pod = [](const Trail& t) { return PodOf(t.out[0]); };
+  auto backend = [](const Trail& t) { return FormatIp4(t.out[0].ip_dst); };
+  auto expect_gone = [backend](uint16_t sport, uint16_t fport, uint16_t bport, uint8_t proto) {
+    return [=](loader::Datapath& dp, const Trail& t) {
+      EXPECT_FALSE(Ct(dp, backend(t), kClient, bport, sport, proto, SLUICE_CT_DIR_REPLY))
+          << "the translated flow's reply entry is gone";
+      EXPECT_FALSE(Ct(dp, kClient, kClusterIp, sport, fport, proto, SLUICE_CT_DIR_FORWARD))
+          << "and its forward entry, which named this backend";
+    };
+  };
+  return {
+      {"DirectTcpConnectionFromTheSamePortIsNotReverseTranslatedByAnEndedServiceFlow",
+       {{.in = ToService(47000),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 47000, kTcpSyn, "GET /")},
+        // The client closes the flow (its entries stay until the GC).
+        {.in = Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, kClusterIp)
+                   .TCP(47000, 80, 0x01 | kTcpAck),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 47000, 0x01 | kTcpAck, "")},
+        {.in =
+             [](const Trail& t) {
+               return Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, FormatIp4(t.out[0].ip_dst))
+                   .TCP(47000, 8080, kTcpSyn);
+             },
+         .verdict = kTcRedirect,
+         .out = {[pod, backend](const Trail& t) {
+           return Packet::Eth(HostMac(pod(t)), PodMac(pod(t)))
+               .IPv4(kClient, backend(t), 63)
+               .TCP(47000, 8080, kTcpSyn);
+         }},
+         .effects = expect_gone(47000, 80, 8080, IPPROTO_TCP)},
+        {.in =
+             [pod, backend](const Trail& t) {
+               return Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                   .IPv4(backend(t), kClient)
+                   .TCP(8080, 47000, kTcpSyn | kTcpAck);
+             },
+         .verdict = kTcRedirect,
+         .out = {[backend](const Trail& t) {
+           return ToClient(backend(t)).TCP(8080, 47000, kTcpSyn | kTcpAck);
+         }}}}},
+      {"DirectUdpFromTheSamePortIsNotReverseTranslatedByAnEarlierServiceFlow",
+       {{.in = Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, kClusterIp)
+                   .UDP(5200, 53)
+                   .Payload("query"),
+         .verdict = kTcRedirect,
+         .effects = [](loader::Datapath&,
+                       const Trail& t) { EXPECT_THAT(PodOf(t.last()), ::testing::AnyOf(21, 22)); }},
+        {.in =
+             [](const Trail& t) {
+               return Packet::Eth(kClientMac, kClientHostMac)
+                   .IPv4(kClient, FormatIp4(t.out[0].ip_dst))
+                   .UDP(5200, 5353)
+                   .Payload("direct");
+             },
+         .verdict = kTcRedirect,
+         .effects = expect_gone(5200, 53, 5353, IPPROTO_UDP)},
+        {.in =
+             [pod, backend](const Trail& t) {
+               return Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                   .IPv4(backend(t), kClient)
+                   .UDP(5353, 5200)
+                   .Payload("answer");
+             },
+         .verdict = kTcRedirect,
+         .out = {[backend](const Trail& t) {
+           return ToClient(backend(t)).UDP(5353, 5200).Payload("answer");
+         }}}}},
+  };
+}
+
+class CrossedFlowTable : public LbTest, public ::testing::WithParamInterface<PacketCase> {};
+
+TEST_P(CrossedFlowTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(CrossedFlows, CrossedFlowTable, ::testing::ValuesIn(CrossedFlowCases()),
+                         CaseName);
+
+class NodePortFragmentTable : public NodePortTest,
+                              public ::testing::WithParamInterface<PacketCase> {};
+
+TEST_P(NodePortFragmentTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(NodePortFragments, NodePortFragmentTable,
+                         ::testing::ValuesIn(NodePortFragmentCases()), CaseName);
+
 // ---- A backend in the node's own stack (a hostNetwork pod: the node's address) ----------------
 
 constexpr const char* kHostBackendIp = "10.96.0.40";  // a ClusterIP whose endpoint is the node

@@ -186,11 +186,30 @@ std::vector<PacketCase> NetdevCases() {
          .verdict = kTcOk,
          .unchanged = true,
          .setup = [](loader::Datapath& dp) { SetNodeConfig(dp, kPortMin, kPortMax, 0); }}}},
+      // A later fragment needs its first fragment's ports (lib/parse.h): without them it cannot
+      // be masqueraded.
       {"FragmentNeedingMasqueradeIsDroppedWithReason",
        {{.prog = Prog::kToNet,
-         .in = FromPodTo(kRemote).UDP(5000, 53).Fragment(0x2000),
+         .in = FromPodTo(kRemote).Fragment(9).Protocol(IPPROTO_UDP).Payload("later-bytes"),
          .verdict = kTcShot,
          .drop = SLUICE_DROP_FRAGMENT}}},
+      // The first fragment carries the ports and is masqueraded; the later one follows it.
+      {"FragmentedDatagramIsMasqueradedOnItsFirstFragmentsPort",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).Fragment(0x2000).UDP(5000, 53).Payload("first-bytes"),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) {
+           return MasqueradedTo(kRemote)
+               .Fragment(0x2000)
+               .UDP(t.last().sport, 53)
+               .Payload("first-bytes");
+         }},
+         .effects = [](loader::Datapath&, const Trail& t) { EXPECT_GE(t.last().sport, kPortMin); }},
+        {.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).Fragment(9).Protocol(IPPROTO_UDP).Payload("later-bytes"),
+         .verdict = kTcOk,
+         .out =
+             {MasqueradedTo(kRemote).Fragment(9).Protocol(IPPROTO_UDP).Payload("later-bytes")}}}},
       {"ProtocolWithoutPortsIsDroppedWithReason",
        {{.prog = Prog::kToNet,
          .in = FromPodTo(kRemote).Protocol(47 /* GRE */).Payload("gre"),

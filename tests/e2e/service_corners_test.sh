@@ -10,9 +10,16 @@
 #     node without a local endpoint, goes to the endpoints elsewhere, as kube-proxy does;
 #   - a pod's ping to its gateway address is answered, other traffic to the gateway is dropped
 #     and counted (to_gateway), and nothing to the gateway leaves over the underlay.
+#   - 2000-byte UDP datagrams (fragmented at the pods' and the underlay's MTU) and 2000-byte TCP
+#     answers through a ClusterIP from a pod (backend on the same and on another node), a
+#     NodePort from a pod and a NodePort from outside (local backend, remote backend): echoed
+#     whole, and no `fragment` drop counted;
+#   - a pod that reached a backend through a ClusterIP from port P then connects to that
+#     backend's own address from the same port P (TCP and UDP, 50 times each, from a pod on the
+#     backend's node and from one on the other node): every answer comes from the backend.
 # Every address used lives in namespaces the lab creates.
 set -euo pipefail
-NAME=svc$$
+NAME=${LAB_NAME:-svc$$}  # LAB_NAME: a name of the caller's (unique per run)
 HERE=$(cd "$(dirname "$0")" && pwd)
 source "$HERE/lablib.sh"
 WORK=$(mktemp -d)
@@ -66,7 +73,7 @@ metadata: {name: web-2, labels: {app: web}}
 spec:
   nodeName: node2
   containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
+  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
 ---
 apiVersion: v1
 kind: Service
@@ -77,6 +84,16 @@ spec:
   ports:
   - {name: http, port: 80, targetPort: 8081}
   - {name: dns, port: 53, targetPort: 8081, protocol: UDP}
+---
+apiVersion: v1
+kind: Service
+metadata: {name: big}
+spec:
+  type: NodePort
+  selector: {app: web}
+  ports:
+  - {name: http, port: 80, targetPort: 8080}
+  - {name: echo, port: 53, targetPort: 8080, protocol: UDP}
 ---
 apiVersion: v1
 kind: Service
@@ -185,5 +202,87 @@ CAPTURE=
 read -r PODADDR INNER < <(python3 -c 'import json,sys; c=json.load(open(sys.argv[1])); print(c["pod_addressed"], c["vxlan_inner"])' "$WORK/capture.json") ||
   fail "capture: $(cat "$WORK/capture.json" "$WORK/capture.err")"
 expect "frames to or from the gateway on the underlay (plain/in VXLAN)" "$PODADDR/$INNER" "0/0"
+
+# 6. Datagrams larger than the MTU through every Service path: the first fragment is translated,
+# the later ones follow it (sluice_frag4), both ways (the echo is as large). A TCP answer as large
+# is segmented, never fragmented: it must get through the same paths too.
+drops_of() {  # drops_of REASON NODE
+  "$SLUICECTL" --bpffs_root="$DIR/$2/bpf" -o json drops |
+    python3 -c 'import json,sys
+d=json.load(sys.stdin)
+rows=d if isinstance(d,list) else d.get("reasons",[])
+print(sum(r.get("packets",0) for r in rows if r.get("reason")==sys.argv[1]))' "$1"
+}
+BIG_IP=$(K get service big -o jsonpath='{.spec.clusterIP}')
+BIG_NP=$(K get service big -o jsonpath='{.spec.ports[0].nodePort}')
+BIG_NP_UDP=$(K get service big -o jsonpath='{.spec.ports[1].nodePort}')
+WEB2_IP=$(K get pod web-2 -o jsonpath='{.status.podIP}')
+big_programmed() {
+  for n in node1 node2; do
+    "$SLUICECTL" --bpffs_root="$DIR/$n/bpf" services | grep -A1 "^$BIG_IP:53 " |
+      grep -q "$WEB2_IP:8080" || return 1
+  done
+}
+wait_for 30 big_programmed || fail "service big not programmed: $("$SLUICECTL" --bpffs_root="$DIR/node1/bpf" services)"
+FRAG_BEFORE="$(drops_of fragment node1)/$(drops_of fragment node2)"
+BIG=$(python3 -c 'print(("0123456789abcdefghijklmnopqrstuvwxyz" * 60)[:2000])')
+echoed() {  # echoed FROM TO PROTO: "2000 bytes echoed", or what came back instead
+  local got
+  got=$(lab request --from "$1" --to "$2" --proto "$3" --data "$BIG" --timeout 3)
+  if [ "$got" = "$BIG" ]; then echo "2000 bytes echoed"; else echo "${got:0:40} (${#got} bytes)"; fi
+}
+for proto in udp tcp; do
+  if [ $proto = udp ]; then port=53 np=$BIG_NP_UDP; else port=80 np=$BIG_NP; fi
+  expect "2000 bytes $proto: node2 pod -> ClusterIP, backend on its node" \
+    "$(echoed client-2 "$BIG_IP:$port" $proto)" "2000 bytes echoed"
+  expect "2000 bytes $proto: node1 pod -> ClusterIP, backend on node2" \
+    "$(echoed client-1 "$BIG_IP:$port" $proto)" "2000 bytes echoed"
+  expect "2000 bytes $proto: node1 pod -> node1 NodePort" \
+    "$(echoed client-1 "$NODE1_IP:$np" $proto)" "2000 bytes echoed"
+  expect "2000 bytes $proto: outside -> node2 NodePort, local backend" \
+    "$(echoed external "$NODE2_IP:$np" $proto)" "2000 bytes echoed"
+  expect "2000 bytes $proto: outside -> node1 NodePort, backend on node2 (masqueraded)" \
+    "$(echoed external "$NODE1_IP:$np" $proto)" "2000 bytes echoed"
+done
+expect "fragment drops on node1/node2 during the large datagrams" \
+  "$(drops_of fragment node1)/$(drops_of fragment node2)" "$FRAG_BEFORE"
+
+# 7. The same client port through the ClusterIP, then straight to the backend it reached: the
+# direct flow's answers must come from the backend, never be rewritten by the translated flow's
+# leftover reply entry (which made ~14 % of such connections fail before).
+cat >"$WORK/crossed.py" <<'PY'
+import socket, sys
+vip, backend, base = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fails = []
+def ask(kind, port, dst):
+    s = socket.socket(socket.AF_INET, kind)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.settimeout(2)
+    try:
+        s.bind(("0.0.0.0", port))
+        s.connect(dst)
+        s.sendall(b"hostname\n")
+        if kind == socket.SOCK_STREAM:
+            s.shutdown(socket.SHUT_WR)
+        return s.recv(100).decode().strip()
+    except OSError as e:
+        return type(e).__name__
+    finally:
+        s.close()
+for i in range(50):
+    port = base + i
+    for kind, svc_port in ((socket.SOCK_STREAM, 80), (socket.SOCK_DGRAM, 53)):
+        name = "tcp" if kind == socket.SOCK_STREAM else "udp"
+        via = ask(kind, port, (vip, svc_port))
+        direct = ask(kind, port, (backend, 8080))
+        if via != "web-2" or direct != "web-2":
+            fails.append("%s sport %d: via service %s, direct %s" % (name, port, via, direct))
+print("%d failed of 200%s" % (len(fails), (": " + "; ".join(fails[:3])) if fails else ""))
+PY
+expect "node2 pod: ClusterIP then its backend (same node) from the same port, 50 x tcp+udp" \
+  "$(lab exec client-2 -- python3 "$WORK/crossed.py" "$BIG_IP" "$WEB2_IP" 41000)" "0 failed of 200"
+expect "node1 pod: ClusterIP then its backend (other node) from the same port, 50 x tcp+udp" \
+  "$(lab exec client-1 -- python3 "$WORK/crossed.py" "$BIG_IP" "$WEB2_IP" 42000)" "0 failed of 200"
+
 [ "$FAILS" -eq 0 ] || fail "$FAILS expectations failed"
 log "PASS"

@@ -263,6 +263,11 @@ std::optional<Decoded> Decode(const Bytes& b) {
   const uint8_t* l4 = &b[14 + ihl];
   size_t l4_len = total - ihl;
   size_t hdr = 0;
+  if ((Get16(b, 20) & 0x1fff) != 0) {
+    d.later_fragment = true;
+    d.payload.assign(reinterpret_cast<const char*>(l4), l4_len);
+    return d;
+  }
   if (d.proto == 6 && l4_len >= 20) {
     hdr = (l4[12] >> 4) * 4;
     d.l4_csum = (l4[16] << 8) | l4[17];

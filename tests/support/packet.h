@@ -75,6 +75,7 @@ struct Decoded {
   uint32_t ip_src = 0, ip_dst = 0;
   uint8_t ttl = 0, proto = 0;
   bool ip_csum_ok = false;
+  bool later_fragment = false;  // a fragment at an offset: no L4 header, all of it is payload
   // L4
   uint16_t sport = 0, dport = 0;  // TCP/UDP ports, ICMP: id in sport
   uint16_t l4_csum = 0;

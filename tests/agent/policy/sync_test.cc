@@ -291,5 +291,43 @@ TEST_F(PolicySyncTest, StatusOnlyUpdatesRunNoTranslationAndRelevantOnesDo) {
   }
 }
 
+// The Pod object of a terminating pod can leave the API before the runtime's CNI DEL (force
+// deletion; the lab's kubelet): while its endpoint still serves, it keeps its identity and its
+// policy's allows, as last seen. Only the endpoint's removal ends them.
+TEST_F(PolicySyncTest, EndpointWhosePodLeftTheApiKeepsItsAllowsUntilItIsRemoved) {
+  synced_ = true;
+  policies_.Upsert(MakePolicy(
+      R"({"podSelector":{"matchLabels":{"pod":"a"}},"ingress":[{"from":[{"podSelector":{"matchLabels":{"pod":"b"}}}]}]})"));
+  Idle();
+  ASSERT_EQ(maps_.Flags(a_.endpoint_id), SLUICE_POLICY_EP_F_INGRESS);
+  std::set<PolicyAllow> before;
+  std::map<IpPrefix, uint32_t> ipcache_before;
+  {
+    absl::MutexLock l(&maps_.mu);
+    before = maps_.allows[a_.endpoint_id];
+    ipcache_before = maps_.ipcache;
+  }
+  ASSERT_GT(before.size(), 1u) << "pod b's allow besides the node's";
+
+  pods_.Delete(MakePod("x", "a", "10.1.1.10", {{"pod", "a"}}));
+  Idle();
+  EXPECT_EQ(maps_.Flags(a_.endpoint_id), SLUICE_POLICY_EP_F_INGRESS);
+  {
+    absl::MutexLock l(&maps_.mu);
+    EXPECT_EQ(maps_.allows[a_.endpoint_id], before) << "pod b still reaches the terminating pod";
+    EXPECT_EQ(maps_.ipcache, ipcache_before) << "its address keeps its identity";
+  }
+
+  ASSERT_TRUE(eps_->Remove(a_.container_id, a_.ifname).ok());
+  ASSERT_TRUE(sync_->EndpointRemoved(a_).ok());
+  Idle();
+  EXPECT_EQ(maps_.Flags(a_.endpoint_id), -1);
+  {
+    absl::MutexLock l(&maps_.mu);
+    EXPECT_FALSE(maps_.ipcache.contains(*IpPrefix::Parse("10.1.1.10/32")))
+        << "the departed pod's address is forgotten with its endpoint";
+  }
+}
+
 }  // namespace
 }  // namespace sluice::agent
