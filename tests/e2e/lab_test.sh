@@ -157,14 +157,14 @@ log "ok: b deleted gracefully, CNI DEL ran"
 if [ "${SLUICE_ROUTING_MODE:-tunnel}" != native ]; then
 wide=$(K get pods -o wide)
 grep -qE "^a +1/1 +Running +0 +[0-9smhd]+ +$A +node1 " <<<"$wide" || fail "get pods -o wide: $wide"
-K get nodes -o wide | grep -qE "^node1 +Ready .* $NODE1_IP " || fail "get nodes -o wide: $(K get nodes -o wide)"
+grep -qE "^node1 +Ready .* $NODE1_IP " <<<"$(K get nodes -o wide)" || fail "get nodes -o wide: $(K get nodes -o wide)"
 lab request --from default/c --to "$A:8080" --data hostname >/dev/null
 logs=$(K logs a)
 grep -q "netexec a serving port 8080 tcp" <<<"$logs" || fail "logs a has no start line: $logs"
 grep -q "tcp request from $C:[0-9]*: \"hostname\"" <<<"$logs" || fail "logs a has no request from c: $logs"
 grep -q 'pods "nobody" not found' <<<"$(K logs nobody 2>&1 || true)" || fail "logs of an unknown pod"
-K create service clusterip kc-web --tcp=80:8080 | grep -q "service/kc-web created" || fail "create service"
-K get svc kc-web | grep -qE "^kc-web +ClusterIP +10\.96\.[0-9.]+ +<none> +80/TCP " ||
+grep -q "service/kc-web created" <<<"$(K create service clusterip kc-web --tcp=80:8080)" || fail "create service"
+grep -qE "^kc-web +ClusterIP +10\.96\.[0-9.]+ +<none> +80/TCP " <<<"$(K get svc kc-web)" ||
   fail "get svc kc-web: $(K get svc kc-web)"
 log "ok: get -o wide, logs, create service"
 # A pod whose CNI ADD fails (node2's agent held down: the plugin cannot reach it) stays
@@ -179,14 +179,14 @@ spec:
   containers:
   - {name: c, image: netexec, ports: [{containerPort: 8080}]}
 YAML
-sandbox_failed() { K describe pod stuck | grep -q "Warning  FailedCreatePodSandBox"; }
+sandbox_failed() { grep -q "Warning  FailedCreatePodSandBox" <<<"$(K describe pod stuck)"; }
 wait_for 15 sandbox_failed || fail "no FailedCreatePodSandBox: $(K describe pod stuck)"
 described=$(K describe pod stuck)
 grep -q 'plugin type="sluice" name="sluice" failed (add): .*sluice-agent not reachable' <<<"$described" ||
   fail "describe lacks the plugin's error: $described"
-K get pod stuck | grep -q "ContainerCreating" || fail "stuck is not ContainerCreating: $(K get pod stuck)"
-K get events | grep -qE "Warning +FailedCreatePodSandBox +pod/stuck " || fail "get events: $(K get events)"
-K get events | grep -qE "Normal +Started +pod/a " || fail "no Started event for a: $(K get events)"
+grep -q "ContainerCreating" <<<"$(K get pod stuck)" || fail "stuck is not ContainerCreating: $(K get pod stuck)"
+grep -qE "Warning +FailedCreatePodSandBox +pod/stuck " <<<"$(K get events)" || fail "get events: $(K get events)"
+grep -qE "Normal +Started +pod/a " <<<"$(K get events)" || fail "no Started event for a: $(K get events)"
 lab agent start --node node2 --wait >/dev/null
 K wait --for=condition=Ready pod/stuck --timeout=30s >/dev/null || fail "stuck never started once the agent was back"
 # restart-agent NODE: a new agent process (the DaemonSet pod's restart), and the node keeps serving.
