@@ -58,6 +58,48 @@ bool Terminating(const json& pod) { return !Str(pod, {"metadata", "deletionTimes
 
 std::string Now() { return ObjectStore::FormatTimestamp(absl::Now()); }
 
+// A pod's conditions: `wanted` (type, status) in order, each keeping the lastTransitionTime of the
+// old condition with the same type and status (a repeated status write is no transition). Ready
+// and ContainersReady that are False say why, as the kubelet does.
+json PodConditions(const json& old_status,
+                   const std::vector<std::pair<std::string, std::string>>& wanted,
+                   const std::string& now) {
+  json conditions = json::array();
+  for (const auto& [type, status] : wanted) {
+    std::string since = now;
+    for (const auto& old : old_status.value("conditions", json::array())) {
+      if (old.value("type", "") == type && old.value("status", "") == status) {
+        since = old.value("lastTransitionTime", now);
+      }
+    }
+    json c = {{"type", type}, {"status", status}, {"lastTransitionTime", since}};
+    if (status == "False" && (type == "Ready" || type == "ContainersReady")) {
+      c["reason"] = "ContainersNotReady";
+    }
+    conditions.push_back(c);
+  }
+  return conditions;
+}
+
+// One containerStatuses entry per container of the pod's spec, all in `state` (running or
+// waiting); a started container has a containerID.
+json ContainerStatuses(const json& spec_pod, const json& state, bool ready, bool started,
+                       const std::string& uid) {
+  json statuses = json::array();
+  for (const auto& c : spec_pod["spec"].value("containers", json::array())) {
+    json cs = {{"name", c.value("name", "")},
+               {"image", c.value("image", "")},
+               {"imageID", ""},
+               {"ready", ready},
+               {"started", started},
+               {"restartCount", 0},
+               {"state", state}};
+    if (started) cs["containerID"] = "lab://" + uid;
+    statuses.push_back(cs);
+  }
+  return statuses;
+}
+
 // How long a pod's netexec servers may take to bind their ports before the start counts as failed.
 constexpr absl::Duration kServingTimeout = absl::Seconds(10);
 
@@ -616,33 +658,15 @@ absl::Status Kubelet::WriteStatus(const RunningPod& pod, const json& spec_pod) {
         s["hostIP"] = host_ip;
         s["hostIPs"] = json::array({{{"ip", host_ip}}});
         s["startTime"] = started;
-        json conditions = json::array();
-        for (const auto& [type, status] :
-             std::vector<std::pair<std::string, std::string>>{{"Initialized", "True"},
-                                                              {"Ready", ready},
-                                                              {"ContainersReady", ready},
-                                                              {"PodScheduled", "True"}}) {
-          std::string since = now;
-          for (const auto& old : s.value("conditions", json::array())) {
-            if (old.value("type", "") == type && old.value("status", "") == status) {
-              since = old.value("lastTransitionTime", now);
-            }
-          }
-          conditions.push_back({{"type", type}, {"status", status}, {"lastTransitionTime", since}});
-        }
-        s["conditions"] = conditions;
-        json statuses = json::array();
-        for (const auto& c : spec_pod["spec"].value("containers", json::array())) {
-          statuses.push_back({{"name", c.value("name", "")},
-                              {"image", c.value("image", "")},
-                              {"imageID", ""},
-                              {"containerID", "lab://" + pod.uid},
-                              {"ready", pod.ready},
-                              {"started", true},
-                              {"restartCount", 0},
-                              {"state", {{"running", {{"startedAt", started}}}}}});
-        }
-        s["containerStatuses"] = statuses;
+        s["conditions"] = PodConditions(s,
+                                        {{"Initialized", "True"},
+                                         {"Ready", ready},
+                                         {"ContainersReady", ready},
+                                         {"PodScheduled", "True"}},
+                                        now);
+        s["containerStatuses"] =
+            ContainerStatuses(spec_pod, {{"running", {{"startedAt", started}}}}, pod.ready,
+                              /*started=*/true, pod.uid);
         return absl::OkStatus();
       },
       ObjectStore::Subresource::kStatus);
@@ -665,35 +689,16 @@ void Kubelet::WritePendingStatus(const json& spec_pod) {
           s["hostIPs"] = json::array({{{"ip", node->ip}}});
         }
         if (!s.contains("startTime")) s["startTime"] = Now();
-        json conditions = json::array();
-        for (const auto& [type, status] : std::vector<std::pair<std::string, std::string>>{
-                 {"PodReadyToStartContainers", "False"},
-                 {"Initialized", "True"},
-                 {"Ready", "False"},
-                 {"ContainersReady", "False"},
-                 {"PodScheduled", "True"}}) {
-          std::string since = Now();
-          for (const auto& old : s.value("conditions", json::array())) {
-            if (old.value("type", "") == type && old.value("status", "") == status) {
-              since = old.value("lastTransitionTime", since);
-            }
-          }
-          json c = {{"type", type}, {"status", status}, {"lastTransitionTime", since}};
-          if (type == "Ready" || type == "ContainersReady") c["reason"] = "ContainersNotReady";
-          conditions.push_back(c);
-        }
-        s["conditions"] = conditions;
-        json statuses = json::array();
-        for (const auto& c : spec_pod["spec"].value("containers", json::array())) {
-          statuses.push_back({{"name", c.value("name", "")},
-                              {"image", c.value("image", "")},
-                              {"imageID", ""},
-                              {"ready", false},
-                              {"started", false},
-                              {"restartCount", 0},
-                              {"state", {{"waiting", {{"reason", "ContainerCreating"}}}}}});
-        }
-        s["containerStatuses"] = statuses;
+        s["conditions"] = PodConditions(s,
+                                        {{"PodReadyToStartContainers", "False"},
+                                         {"Initialized", "True"},
+                                         {"Ready", "False"},
+                                         {"ContainersReady", "False"},
+                                         {"PodScheduled", "True"}},
+                                        Now());
+        s["containerStatuses"] =
+            ContainerStatuses(spec_pod, {{"waiting", {{"reason", "ContainerCreating"}}}},
+                              /*ready=*/false, /*started=*/false, uid);
         return absl::OkStatus();
       },
       ObjectStore::Subresource::kStatus);

@@ -12,12 +12,13 @@ absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& add
                                                           const std::string& flag) {
   size_t colon = address.rfind(':');
   int port = -1;
-  if (colon == std::string::npos || colon == 0 ||
-      !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 0 || port > 65535) {
+  if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+      port < 0 || port > 65535) {
     return absl::InvalidArgumentError(absl::StrCat(flag.empty() ? "" : flag + "=", address,
                                                    ": want HOST:PORT, e.g. 127.0.0.1:9879"));
   }
-  std::string host = address.substr(0, colon);
+  // ":PORT" (Go's and Cilium's spelling, what the chart writes): every IPv4 address.
+  std::string host = colon == 0 ? "0.0.0.0" : address.substr(0, colon);
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') {
     host = host.substr(1, host.size() - 2);
   }

@@ -47,7 +47,8 @@ class HttpServer {
   int port_ = 0;
 };
 
-// Splits "HOST:PORT" ("[::1]:9879" too); InvalidArgument names `flag`.
+// Splits "HOST:PORT" ("[::1]:9879" too; ":PORT" is every IPv4 address); InvalidArgument names
+// `flag`.
 [[nodiscard]] absl::StatusOr<std::pair<std::string, int>> ParseHostPort(const std::string& address,
                                                                         const std::string& flag);
 

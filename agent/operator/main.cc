@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <thread>
@@ -21,7 +22,10 @@
 #include "absl/time/time.h"
 #include "agent/k8s/config.h"
 #include "agent/k8s/http_client.h"
+#include "agent/metrics/http_server.h"
+#include "agent/metrics/registry.h"
 #include "agent/operator/cluster_pool.h"
+#include "agent/operator/endpoints.h"
 #include "agent/operator/operator.h"
 #include "spdlog/spdlog.h"
 
@@ -42,6 +46,10 @@ ABSL_FLAG(absl::Duration, lease_duration, absl::Seconds(15),
 ABSL_FLAG(absl::Duration, renew_deadline, absl::Seconds(10),
           "the leader steps down (exits 1) after failing to renew for this long");
 ABSL_FLAG(absl::Duration, retry_period, absl::Seconds(2), "between acquire/renew attempts");
+ABSL_FLAG(std::string, health_address, "127.0.0.1:9234",
+          "HOST:PORT serving GET /healthz (liveness) and /readyz (readiness); empty: none");
+ABSL_FLAG(std::string, metrics_address, "",
+          "HOST:PORT serving GET /metrics (Prometheus); may equal --health_address; empty: none");
 
 namespace {
 
@@ -133,6 +141,24 @@ int main(int argc, char** argv) {
   spdlog::info("sluice-operator {} on {}: lease {}/{}", opts.election.identity,
                client_config->server, opts.lease_namespace, opts.lease_name);
   sluice::agent::Operator op(&http, opts);
+  // Declared after op: the servers stop before the Operator they read goes.
+  sluice::metrics::Registry registry;
+  sluice::agent::AddOperatorCollector(op, registry);
+  const std::string health = absl::GetFlag(FLAGS_health_address);
+  const std::string metrics = absl::GetFlag(FLAGS_metrics_address);
+  std::vector<std::unique_ptr<sluice::metrics::HttpServer>> servers;
+  if (!health.empty()) {
+    std::vector<sluice::metrics::Route> routes = sluice::agent::OperatorHealthRoutes(op);
+    if (metrics == health) routes.push_back(sluice::metrics::MetricsRoute(registry));
+    auto s = sluice::metrics::HttpServer::Start(health, std::move(routes));
+    if (!s.ok()) return Fail(s.status(), "--health_address");
+    servers.push_back(std::move(*s));
+  }
+  if (!metrics.empty() && metrics != health) {
+    auto s = sluice::metrics::HttpServer::Start(metrics, {sluice::metrics::MetricsRoute(registry)});
+    if (!s.ok()) return Fail(s.status(), "--metrics_address");
+    servers.push_back(std::move(*s));
+  }
   op.Start();
   std::thread([&op, signals] {
     int sig = 0;

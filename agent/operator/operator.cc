@@ -88,6 +88,16 @@ OperatorCounters Operator::counters() const {
   return counters_;
 }
 
+bool Operator::election_ended() const {
+  absl::MutexLock lock(&mu_);
+  return done_;
+}
+
+std::string Operator::last_error() const {
+  absl::MutexLock lock(&mu_);
+  return last_error_;
+}
+
 void Operator::ElectionLoop() {
   LeaderElector::State s = elector_.Run(stop_, [this] { StartLeading(); });
   StopLeading();
@@ -154,6 +164,7 @@ void Operator::AllocateRound() {
     spdlog::warn("sluice-operator: {}", nodes.status().ToString());
     absl::MutexLock lock(&mu_);
     ++counters_.patch_errors;
+    last_error_ = std::string(nodes.status().message());
     retry_soon_ = true;
     return;
   }
@@ -186,6 +197,7 @@ void Operator::AllocateRound() {
     }
   }
   absl::MutexLock lock(&mu_);
+  last_error_.clear();
   ++counters_.rounds;
   counters_.patched += patched;
   counters_.patch_conflicts += conflicts;

@@ -67,6 +67,10 @@ class Operator {
 
   bool leading() const { return leading_.load(); }
   OperatorCounters counters() const;
+  // The election loop has ended (the Lease was lost, or Stop()).
+  bool election_ended() const;
+  // Why the leader's last allocation round failed to list the Nodes; "" when it did not.
+  std::string last_error() const;
 
  private:
   void ElectionLoop();
@@ -97,6 +101,7 @@ class Operator {
   LeaderElector::State final_state_ ABSL_GUARDED_BY(mu_) = LeaderElector::State::kFollower;
   OperatorCounters counters_ ABSL_GUARDED_BY(mu_);
   std::vector<std::string> last_exhausted_ ABSL_GUARDED_BY(mu_);
+  std::string last_error_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice::agent

@@ -30,7 +30,7 @@ contexts:
   context: {cluster: dead, user: u}
 current-context: dead
 KC
-# Its conflist waits for the first Service and policy sync, which never comes: not awaited here.
+# Its conflist waits for the first Service and policy sync, which never comes.
 AGENT_ARGS="--kubeconfig=$ROOT/kubeconfig" launch_agent
 wait_for 10 sh -c "[ \"\$(ip netns exec $NODE curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:9879/healthz)\" = 200 ]" \
   || fail "/healthz not 200: $(http http://127.0.0.1:9879/healthz)"
@@ -43,6 +43,8 @@ case $ready in 503*) ;; *) fail "/readyz should be 503: $ready";; esac
 for want in "ok datapath" "fail cni" "fail kubernetes: not listed yet: Service"; do
   case $ready in *"$want"*) ;; *) fail "/readyz lacks '$want': $ready";; esac
 done
+# The conflist would tell the kubelet pods can start here: not before the first sync.
+[ ! -e "$ROOT/net.d/05-sluice.conflist" ] || fail "conflist written with the apiserver unreachable"
 stop_agent
 
 # 2. Static mode (no Kubernetes): ready; metrics on their own address.

@@ -167,18 +167,22 @@ grep -q "service/kc-web created" <<<"$(K create service clusterip kc-web --tcp=8
 grep -qE "^kc-web +ClusterIP +10\.96\.[0-9.]+ +<none> +80/TCP " <<<"$(K get svc kc-web)" ||
   fail "get svc kc-web: $(K get svc kc-web)"
 log "ok: get -o wide, logs, create service"
-# A pod whose CNI ADD fails (node2's agent held down: the plugin cannot reach it) stays
-# ContainerCreating; describe shows the kubelet's Warning with the plugin's own error text.
-lab agent stop --node node2 >/dev/null
-K apply --validate=false -f - >/dev/null <<'YAML' || fail "apply stuck"
+# apply_pod NAME NODE: a netexec pod serving TCP 8080, bound to NODE.
+apply_pod() {
+  K apply --validate=false -f - >/dev/null <<YAML || fail "apply $1"
 apiVersion: v1
 kind: Pod
-metadata: {name: stuck}
+metadata: {name: $1}
 spec:
-  nodeName: node2
+  nodeName: $2
   containers:
   - {name: c, image: netexec, ports: [{containerPort: 8080}]}
 YAML
+}
+# A pod whose CNI ADD fails (node2's agent held down: the plugin cannot reach it) stays
+# ContainerCreating; describe shows the kubelet's Warning with the plugin's own error text.
+lab agent stop --node node2 >/dev/null
+apply_pod stuck node2
 sandbox_failed() { grep -q "Warning  FailedCreatePodSandBox" <<<"$(K describe pod stuck)"; }
 wait_for 15 sandbox_failed || fail "no FailedCreatePodSandBox: $(K describe pod stuck)"
 described=$(K describe pod stuck)
@@ -194,6 +198,28 @@ restarted=$(lab restart-agent node2) || fail "restart-agent node2"
 [[ $restarted =~ ^([0-9]+)\ -\>\ ([0-9]+)$ && ${BASH_REMATCH[1]} != "${BASH_REMATCH[2]}" ]] ||
   fail "restart-agent printed '$restarted', not OLD -> NEW"
 log "ok: a failed CNI ADD shows in describe and get events, and the pod starts once the agent is back"
+
+# The conflist waits for the first sync (issue 12): node2 as a fresh node (agent stopped, its
+# conflist gone) gets a pod, then its agent starts while the apiserver refuses connections. The
+# kubelet reports NetworkNotReady, the agent logs that it waits for its Node (its pod CIDR, then
+# the first sync) and writes no conflist; once the apiserver is back the conflist appears and the
+# pod starts.
+CONF2=$DIR/node2/net.d/05-sluice.conflist
+AGENT2_LOG=$DIR/node2/log/agent.log
+lab agent stop --node node2 >/dev/null
+rm -f "$CONF2"
+apply_pod late node2
+network_not_ready() { grep -qE "Warning +NetworkNotReady +pod/late " <<<"$(K get events)"; }
+wait_for 15 network_not_ready || fail "no NetworkNotReady for late: $(K get events)"
+log_lines=$(wc -l <"$AGENT2_LOG")
+lab fault go-away --seconds 8 >/dev/null || fail "fault go-away"
+lab agent start --node node2 --wait >/dev/null || fail "agent start node2"
+waits_for_node() { tail -n +"$((log_lines + 1))" "$AGENT2_LOG" | grep -q "waiting for Node node2 and its spec.podCIDR"; }
+wait_for 15 waits_for_node || fail "node2's agent does not wait for its Node"
+[ ! -e "$CONF2" ] || fail "conflist written before the first sync"
+wait_for 45 test -f "$CONF2" || fail "no conflist once the apiserver is back"
+K wait --for=condition=Ready pod/late --timeout=30s >/dev/null || fail "late never started"
+log "ok: no conflist before the first sync; NetworkNotReady meanwhile; the pod starts after it"
 
 # probe's exit status: 0 CONNECTED, 3 REFUSED, 4 TIMEOUT, 5 UNREACHABLE (printed apart from TIMEOUT).
 rc_of() { "$@" >/dev/null 2>&1 && echo 0 || echo $?; }

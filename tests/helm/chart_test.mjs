@@ -191,6 +191,13 @@ const cases = [
     for (const a of c.args) {
       assert.ok(operatorFlags.has(a.replace(/^--(\w+)=.*$/, '$1')), `sluice-operator has no flag for ${a}`);
     }
+    // Its probes ask the operator's --health_address (loopback: the Deployment is hostNetwork).
+    for (const [probe, path] of [['livenessProbe', '/healthz'], ['readinessProbe', '/readyz']]) {
+      assert.equal(c[probe].httpGet.path, path, probe);
+      assert.ok(c.args.includes(`--health_address=${c[probe].httpGet.host}:${c[probe].httpGet.port}`), `${probe} asks --health_address`);
+    }
+    assert.ok(!c.args.some((a) => a.startsWith('--metrics_address')), 'operator metrics are off by default');
+    assert.equal(c.ports, undefined);
     assert.equal(op.spec.template.spec.serviceAccountName, one(r, 'ServiceAccount', 'sluice-operator').metadata.name);
     const oprole = one(r, 'ClusterRole', 'sluice-operator');
     assert.deepEqual(oprole.rules[0], { apiGroups: [''], resources: ['nodes'], verbs: ['get', 'list', 'watch', 'patch'] });
@@ -205,6 +212,12 @@ const cases = [
     const c = one(r, 'Deployment', 'sluice-operator').spec.template.spec.containers[0];
     assert.ok(c.args.includes('--cluster_pool_ipv4_pod_cidr_list=10.11.0.0/16,10.12.0.0/16'));
     assert.ok(c.args.includes('--cluster_pool_ipv4_mask_size=26'));
+  }],
+  ['cluster-pool with operator metrics', ['--set', 'ipam.mode=cluster-pool',
+    '--set', 'operator.prometheus.enabled=true', '--set', 'operator.prometheus.port=9999'], (r) => {
+    const c = one(r, 'Deployment', 'sluice-operator').spec.template.spec.containers[0];
+    assert.ok(c.args.includes('--metrics_address=:9999'));
+    assert.deepEqual(c.ports, [{ name: 'metrics', containerPort: 9999, hostPort: 9999, protocol: 'TCP' }]);
   }],
   ['tunnel on another port', ['--set', 'routingMode=tunnel,tunnelPort=9472'], (r) => {
     assert.equal(config(r).routing_mode, 'tunnel');

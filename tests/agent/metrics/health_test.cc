@@ -72,6 +72,11 @@ TEST(HttpServerTest, ParseHostPortNamesTheFlag) {
   auto v6 = ParseHostPort("[::1]:1", "--x");
   ASSERT_TRUE(v6.ok());
   EXPECT_EQ(v6->first, "::1");
+  // The chart's spelling: every address.
+  auto any = ParseHostPort(":9962", "--metrics_address");
+  ASSERT_TRUE(any.ok()) << any.status();
+  EXPECT_EQ(any->first, "0.0.0.0");
+  EXPECT_EQ(any->second, 9962);
   auto bad = ParseHostPort("9879", "--health_address");
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--health_address=9879"));
   EXPECT_FALSE(ParseHostPort("a:70000", "--x").ok());

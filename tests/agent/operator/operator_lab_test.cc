@@ -8,11 +8,16 @@
 #include <set>
 #include <string>
 
+#include "absl/strings/str_cat.h"
 #include "agent/k8s/http_client.h"
 #include "agent/lab/apiserver.h"
 #include "agent/lab/object_store.h"
+#include "agent/metrics/http_server.h"
+#include "agent/metrics/registry.h"
+#include "agent/operator/endpoints.h"
 #include "agent/operator/operator.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "support/eventually.h"
 
@@ -172,6 +177,81 @@ TEST_F(OperatorLabTest, LeaderThatCannotRenewStepsDownWithinTheRenewDeadline) {
   EXPECT_LE(took, kRenewDeadline + absl::Seconds(2)) << took;
   EXPECT_FALSE(op.leading());
   ASSERT_TRUE(server_->ComeBack().ok());
+}
+
+// What one replica's Deployment probes and Prometheus see: /healthz, /readyz and /metrics served
+// over real HTTP by the routes sluice-operator's main serves.
+struct Endpoints {
+  explicit Endpoints(const Operator& op) {
+    AddOperatorCollector(op, registry);
+    std::vector<metrics::Route> routes = OperatorHealthRoutes(op);
+    routes.push_back(metrics::MetricsRoute(registry));
+    auto s = metrics::HttpServer::Start("127.0.0.1:0", std::move(routes));
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) server = std::move(*s);
+  }
+  // "<status> <body>" of a GET.
+  std::string Get(const std::string& path) {
+    httplib::Client c("127.0.0.1", server ? server->port() : 1);
+    auto r = c.Get(path);
+    if (!r) return "no answer";
+    return absl::StrCat(r->status, " ", r->body);
+  }
+  // The sample `name` (no labels) of /metrics, or "absent".
+  std::string Metric(const std::string& name) {
+    std::string body = Get("/metrics");
+    size_t at = body.find("\n" + name + " ");
+    if (at == std::string::npos) return "absent";
+    at += name.size() + 2;
+    return body.substr(at, body.find('\n', at) - at);
+  }
+  metrics::Registry registry;
+  std::unique_ptr<metrics::HttpServer> server;
+};
+
+TEST_F(OperatorLabTest, ProbesAndMetricsTellLeaderFollowerPoolAndExhaustion) {
+  for (const char* n : {"node-a", "node-b", "node-c"}) AddNode(n);
+  auto http_a = Client();
+  auto http_b = Client();
+  // 10.11.0.0/22 holds four /24s.
+  Operator a(http_a.get(), Options("op-a", "10.11.0.0/22"));
+  Operator b(http_b.get(), Options("op-b", "10.11.0.0/22"));
+  Endpoints ea(a), eb(b);
+  a.Start();
+  b.Start();
+  ASSERT_TRUE(Eventually([&] { return a.leading() != b.leading(); }));
+  Endpoints& leader = a.leading() ? ea : eb;
+  Endpoints& follower = a.leading() ? eb : ea;
+  ASSERT_TRUE(Eventually([&] { return leader.Metric("sluice_operator_free_node_cidrs") == "1"; }))
+      << leader.Get("/metrics");
+
+  EXPECT_EQ(leader.Get("/healthz"), "200 ok election\n");
+  EXPECT_EQ(follower.Get("/healthz"), "200 ok election\n");
+  EXPECT_EQ(leader.Get("/readyz"), "200 ok election: leading\nok allocation\n");
+  EXPECT_EQ(follower.Get("/readyz"), "200 ok election: following\n");
+  EXPECT_EQ(leader.Metric("sluice_operator_leader"), "1");
+  EXPECT_EQ(follower.Metric("sluice_operator_leader"), "0");
+  EXPECT_EQ(leader.Metric("sluice_operator_node_cidrs_allocated_total"), "3");
+  EXPECT_EQ(leader.Metric("sluice_operator_nodes_without_cidr"), "0");
+  EXPECT_EQ(follower.Metric("sluice_operator_allocation_rounds_total"), "0");
+  // A follower has not looked at the pool: it says nothing about it.
+  EXPECT_EQ(follower.Metric("sluice_operator_free_node_cidrs"), "absent");
+
+  // Two more nodes: the last /24 goes, and one node is left without: exhaustion is a gauge.
+  AddNode("node-d");
+  AddNode("node-e");
+  ASSERT_TRUE(Eventually([&] {
+    return leader.Metric("sluice_operator_nodes_without_cidr") == "1";
+  })) << leader.Get("/metrics");
+  EXPECT_EQ(leader.Metric("sluice_operator_free_node_cidrs"), "0");
+  EXPECT_EQ(leader.Get("/readyz"), "200 ok election: leading\nok allocation\n");
+
+  // An ended election (the binary exits then) fails liveness.
+  Operator& stopped = a.leading() ? a : b;
+  Endpoints& stopped_endpoints = a.leading() ? ea : eb;
+  stopped.Stop();
+  EXPECT_EQ(stopped_endpoints.Get("/healthz"), "503 fail election: ended\n");
+  EXPECT_EQ(stopped_endpoints.Metric("sluice_operator_leader"), "0");
 }
 
 }  // namespace
