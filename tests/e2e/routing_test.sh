@@ -7,7 +7,9 @@
 # 1400-byte UDP datagrams and a 10 MB TCP transfer across nodes; meanwhile a capture on the
 # underlay shows VXLAN on the tunnel port and no pod address outside it (tunnel), or plain pod
 # addresses and no VXLAN (native). Then a node joining and leaving is reflected in the other
-# nodes' peer maps within a second. Every address used lives in namespaces the lab creates.
+# nodes' peer maps within a second, and a third node's agent restarting or crashing meanwhile
+# costs the traffic between the other two nothing. Every address used lives in namespaces the
+# lab creates.
 set -euo pipefail
 NAME=rt$$
 MODE=${SLUICE_ROUTING_MODE:-tunnel}
@@ -286,6 +288,16 @@ within_1s "node4's new address, in node1's peer map" moved
 K delete node node4 --wait=false >/dev/null || fail "delete node4"
 left() { [ -z "$(peer_entry node1 24 10.244.200.0)" ] && [ -z "$(peer_entry node2 24 10.244.200.0)" ]; }
 within_1s "node4 leaving, out of node1's and node2's peer maps" left
+# A third node's agent restarting (SIGTERM, as a DaemonSet rollout does) and crashing (SIGKILL)
+# never disturbs traffic between the other two: a -> b keeps flowing through both.
+requests() { wc -l <"$WORK/churn.count"; }
+more_requests_than() { [ "$(requests)" -gt "$1" ]; }
+for action in restart kill; do
+  seen=$(requests)
+  lab agent "$action" --node node3 --wait >/dev/null || fail "agent $action node3"
+  wait_for 20 more_requests_than $((seen + 5)) || fail "a -> b stalled after node3's agent $action"
+done
+log "ok: node3's agent restarted and killed while a -> b flowed"
 touch "$WORK/churn.done"
 wait "$CHURN" || true
 [ ! -e "$WORK/churn.failures" ] || fail "a -> b failed during node churn: $(cat "$WORK/churn.failures")"
