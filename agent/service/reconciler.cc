@@ -707,9 +707,9 @@ absl::Status ServiceReconciler::ApplyOneLocked(const std::string& service,
         if (p.network().is_v4()) ranges.insert({AddrBe(p.network()), p.length()});
       }
       need.srcr = static_cast<int64_t>(ranges.size());
-      const char* full = need.rnat > room_.rnat ? maps::name::sluice_lb4_rnat
-                         : need.svc > room_.svc ? maps::name::sluice_lb4_svc
-                         : need.be > room_.be   ? maps::name::sluice_lb4_be
+      const char* full = need.rnat > room_.rnat   ? maps::name::sluice_lb4_rnat
+                         : need.svc > room_.svc   ? maps::name::sluice_lb4_svc
+                         : need.be > room_.be     ? maps::name::sluice_lb4_be
                          : need.srcr > room_.srcr ? maps::name::sluice_lb4_srcr
                                                   : nullptr;
       if (full != nullptr) {

@@ -103,13 +103,11 @@ void ServiceSync::PublishUnprogrammed() {
   for (size_t i = 0; i < all.size() && i < kMaxListed; ++i) {
     const UnprogrammedFrontend& u = all[i];
     if (u.map.empty()) continue;
-    nlohmann::json e = {{"service", u.service},
-                        {"frontend", absl::StrCat(u.addr.ToString(), ":", u.port)},
-                        {"protocol", u.proto},
-                        {"scope", u.scope},
-                        {"reason", "map_full"},
-                        {"map", u.map},
-                        {"backends", u.backends_wanted}};
+    nlohmann::json e = {
+        {"service", u.service},         {"frontend", absl::StrCat(u.addr.ToString(), ":", u.port)},
+        {"protocol", u.proto},          {"scope", u.scope},
+        {"reason", "map_full"},         {"map", u.map},
+        {"backends", u.backends_wanted}};
     if (u.truncated) e["backendsProgrammed"] = u.backends_programmed;
     list.push_back(std::move(e));
   }
@@ -123,8 +121,7 @@ void ServiceSync::PublishUnprogrammed() {
     unprogrammed_json_ = json;
   }
   if ((changed || !unprogrammed_written_) && !state_dir_.empty()) {
-    absl::Status st =
-        WriteFileAtomically(state_dir_, kServiceUnprogrammedFile, json, 0600);
+    absl::Status st = WriteFileAtomically(state_dir_, kServiceUnprogrammedFile, json, 0600);
     unprogrammed_written_ = st.ok();
     if (!st.ok()) {
       spdlog::warn("services: unprogrammed frontends for sluicectl not saved: {}", st.ToString());

@@ -270,9 +270,10 @@ int Status() {
   if (refused.total > 0) {
     std::string maps;
     for (const auto& [m, n] : refused_by_map) absl::StrAppend(&maps, maps.empty() ? "" : ", ", m);
-    std::printf("                       %zu frontends not (fully) programmed: %s full "
-                "(sluicectl services)\n",
-                refused.total, maps.c_str());
+    std::printf(
+        "                       %zu frontends not (fully) programmed: %s full "
+        "(sluicectl services)\n",
+        refused.total, maps.c_str());
   }
   constexpr size_t kShown = 10;
   for (size_t i = 0; i < serving_nothing.size() && i < kShown; ++i) {

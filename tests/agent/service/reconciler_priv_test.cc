@@ -1,15 +1,14 @@
 // The reconciler against the real pinned maps of a loaded datapath: what it writes, what a
 // restarted reconciler restores, what pruning and conntrack flushing remove.
 #include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <netinet/in.h>
 
-#include <bpf/bpf.h>
-
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
-#include <algorithm>
 #include <map>
 #include <random>
 #include <string>
@@ -386,8 +385,8 @@ TEST_F(ServiceMapsFullPrivTest, SameServicesProgrammedWhateverTheOrderAndNewcome
     EXPECT_EQ(Entries(dp_->lb4_revnat()), size_t{kFit});
     for (int s = 0; s < kFit; ++s) ExpectWhole(s);
     for (int s = kFit; s < kServices; ++s) {
-      EXPECT_FALSE(dp_->lb4_services().Lookup(Key(absl::StrCat("10.96.1.", s + 1), 80,
-                                                  IPPROTO_TCP, 0))
+      EXPECT_FALSE(dp_->lb4_services()
+                       .Lookup(Key(absl::StrCat("10.96.1.", s + 1), 80, IPPROTO_TCP, 0))
                        .ok());
     }
     EXPECT_EQ(r->stats().unprogrammed, size_t{kServices - kFit});

@@ -623,10 +623,10 @@ std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> Numbered(
 std::vector<std::string> RefusedServices(const ServiceReconciler& r) {
   std::vector<std::string> out;
   for (const UnprogrammedFrontend& u : r.Unprogrammed()) {
-    out.push_back(absl::StrCat(u.service, " ", u.addr.ToString(), ":", u.port, " ", u.map,
-                               u.truncated ? absl::StrCat(" truncated ", u.backends_programmed,
-                                                          "/", u.backends_wanted)
-                                           : ""));
+    out.push_back(absl::StrCat(
+        u.service, " ", u.addr.ToString(), ":", u.port, " ", u.map,
+        u.truncated ? absl::StrCat(" truncated ", u.backends_programmed, "/", u.backends_wanted)
+                    : ""));
   }
   return out;
 }
@@ -642,17 +642,16 @@ std::vector<std::string> Dump(const std::map<SvcKey, sluice_lb4_service>& svc) {
 
 TEST(ServiceCapacityTest, WhatFitsIsTheSameWhateverTheOrderOfTheChanges) {
   std::vector<std::string> first;
-  for (const std::vector<int>& order : {std::vector<int>{1, 2, 3, 4, 5},
-                                        std::vector<int>{5, 4, 3, 2, 1},
-                                        std::vector<int>{3, 5, 1, 4, 2}}) {
+  for (const std::vector<int>& order :
+       {std::vector<int>{1, 2, 3, 4, 5}, std::vector<int>{5, 4, 3, 2, 1},
+        std::vector<int>{3, 5, 1, 4, 2}}) {
     RecordingLbMaps maps;
     maps.capacity.rev_nat = 3;  // three frontends
     auto r = *ServiceReconciler::Create(maps);
     ASSERT_TRUE(r->ApplyAll(Numbered(order)).ok());
     EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s2", "default/s3"));
-    EXPECT_THAT(RefusedServices(*r),
-                ElementsAre("default/s4 10.96.0.4:80 sluice_lb4_rnat",
-                            "default/s5 10.96.0.5:80 sluice_lb4_rnat"));
+    EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s4 10.96.0.4:80 sluice_lb4_rnat",
+                                                 "default/s5 10.96.0.5:80 sluice_lb4_rnat"));
     EXPECT_EQ(r->stats().unprogrammed, 2u);
     // Nothing of a refused frontend was written: no backend, no slot.
     EXPECT_THAT(maps.be, ::testing::SizeIs(6));
@@ -691,7 +690,9 @@ TEST(ServiceCapacityTest, ProgrammedFrontendsAreNeverEvictedDeletionLetsTheNextI
   std::vector<std::string> ops = maps.Take();
   EXPECT_THAT(ops, ::testing::Contains("master+ 10.96.0.1:80/6 count=2 flags=0 rnat=3"));
   // The room was made (s5's entries deleted) before s1's were written.
-  auto at = [&](const std::string& op) { return std::find(ops.begin(), ops.end(), op) - ops.begin(); };
+  auto at = [&](const std::string& op) {
+    return std::find(ops.begin(), ops.end(), op) - ops.begin();
+  };
   EXPECT_LT(at("rnat- 1"), at("rnat+ 3 10.96.0.1:80"));
   // A waiting Service that goes is forgotten.
   ASSERT_TRUE(r->Apply("default/s2", std::nullopt).ok());
@@ -727,9 +728,7 @@ TEST(ServiceCapacityTest, BackendMapFullRefusesNewFrontendsAndTruncatesGrowingOn
   EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s2 10.96.0.2:80 sluice_lb4_be"));
   // A frontend sharing s1's backends needs no new backend entry: it fits.
   ASSERT_TRUE(
-      r->Apply("default/s9",
-               T({Frontend("10.96.0.9", 80, {"10.244.1.1", "10.244.2.1"})}))
-          .ok());
+      r->Apply("default/s9", T({Frontend("10.96.0.9", 80, {"10.244.1.1", "10.244.2.1"})})).ok());
   EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s9"));
   // s1 grows by three backends: it keeps its place with the one that fits.
   maps.Take();
