@@ -6,18 +6,24 @@
 # on /metrics (sluice_services_unprogrammed{reason="map_full",map_name="sluice_lb4_rnat"}),
 # listed by `sluicectl services` and counted by `sluicectl status`, logged once each however
 # many batches follow; deleting two programmed Services lets the first two waiting, in name
-# order, in (and they answer), without an agent restart.
+# order, in (and they answer), without an agent restart. Then the masquerade maps full
+# (--bpf_nat_max=256, see the NAT section below for what a user gets).
 set -euo pipefail
 NAME=flt-mp$$
 source "$(dirname "$0")/lablib.sh"
 WORK=$(mktemp -d /tmp/sluice-map-pressure.XXXXXX)
 KEEP_LOGS=/tmp/map_pressure_test-$NAME
 CAP=12
-export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0.0.1:9879 --bpf_lb_revnat_max=$CAP"
+NAT_MAX=256
+export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0.0.1:9879 --bpf_lb_revnat_max=$CAP --bpf_nat_max=$NAT_MAX"
 START=$SECONDS
 KUBECONFIG_PATH=$("$LAB" up --nodes 1 --name "$NAME") || fail "up"
 log "lab $NAME up"
-before_down() { touch "$WORK/load.stop" 2>/dev/null || true; }
+NAT_SERVER=
+before_down() {
+  touch "$WORK/load.stop" 2>/dev/null || true
+  if [ -n "$NAT_SERVER" ]; then kill "$NAT_SERVER" 2>/dev/null || true; fi
+}
 
 K apply --validate=false -f - >/dev/null <<'YAML' || fail "apply good"
 apiVersion: v1
@@ -152,6 +158,53 @@ expect "refusals logged (one per frontend)" "$(logged)" 4
 
 touch "$WORK/load.stop"
 wait "$LOAD" || true
+
+# NAT map full: sluice_snat4 / sluice_rnat4 (LRU) hold $NAT_MAX masqueraded flows. The client pod
+# has two TCP connections to the outside, one kept busy and one idle (it echoed once), then opens
+# 4 x $NAT_MAX one-datagram UDP flows to the outside. What a user gets: every new flow gets out
+# (the LRU evicts for it: no nat_map_full drop, and no counter of the evictions); the kernel's LRU
+# gives a second chance to entries used since they were inserted, so the flood evicts its own
+# one-packet flows first and both TCP connections keep working, the idle one included.
+EXTERNAL_IP=$(lab status | awk '/^external:/ {print $2}')
+[ -n "$EXTERNAL_IP" ] || fail "no external namespace address in lab status"
+ip netns exec "$NAME-external" python3 "$(dirname "$0")/nat_pressure.py" server 9000 >"$WORK/nat-server.out" 2>&1 &
+NAT_SERVER=$!
+wait_for 10 grep -q READY "$WORK/nat-server.out" || fail "the outside server did not start: $(cat "$WORK/nat-server.out")"
+nat_drops() {
+  local out
+  out=$(metrics) || return 1
+  awk '$1 ~ /^sluice_drop_count_total[{]/ && index($1, "reason=\"nat_map_full\"") {v += $2} END {print v + 0}' <<<"$out"
+}
+map_entries() {
+  local out
+  out=$(sctl status -o json) || return 1
+  python3 -c 'import json,sys; print(next(m["entries"] for m in json.load(sys.stdin)["maps"] if m["name"] == sys.argv[1]))' "$1" <<<"$out"
+}
+m=$(metrics)
+grep -q 'sluice_drop_count_total{.*reason="nat_map_full"' <<<"$m" || fail "/metrics has no nat_map_full drop counter"
+DROPS_BEFORE=$(nat_drops)
+NAT_START=$SECONDS
+NAT_OUT=$(lab exec client -- python3 "$(cd "$(dirname "$0")" && pwd)/nat_pressure.py" client "$EXTERNAL_IP" 9000 $((4 * NAT_MAX))) ||
+  fail "the NAT client failed: $NAT_OUT"
+log "NAT client: $NAT_OUT"
+nat_field() { python3 -c 'import json,sys; print(json.loads(sys.argv[1]).get(sys.argv[2]))' "$NAT_OUT" "$1"; }
+expect "idle connection before the flood" "$(nat_field idle_before)" ok
+expect "UDP flows sent to the outside" "$(nat_field udp_sent)" $((4 * NAT_MAX))
+expect "failed echoes on the active connection during the flood" "$(nat_field active_failures)" 0
+[ "$(nat_field active_echoes)" -gt 10 ] || fail "the active connection hardly talked: $NAT_OUT"
+IDLE_AFTER=$(nat_field idle_after)
+expect "the idle connection after the flood" "$IDLE_AFTER" ok
+nat_out=$(sctl nat)
+TCP_MAPPINGS=$(grep -c "^tcp .*$EXTERNAL_IP:9000" <<<"$nat_out" || true)
+UDP_MAPPINGS=$(grep -c "^udp .*$EXTERNAL_IP:9001" <<<"$nat_out" || true)
+expect "TCP mappings of the two connections" "$TCP_MAPPINGS" 2
+SNAT=$(map_entries sluice_snat4)
+[ "$SNAT" -le "$NAT_MAX" ] && [ "$SNAT" -ge $((NAT_MAX * 9 / 10)) ] || fail "sluice_snat4 holds $SNAT of $NAT_MAX"
+EVICTED=$((4 * NAT_MAX - UDP_MAPPINGS))
+[ "$EVICTED" -ge $((3 * NAT_MAX)) ] || fail "only $EVICTED of $((4 * NAT_MAX)) UDP flows evicted"
+log "ok: sluice_snat4 full ($SNAT of $NAT_MAX), $EVICTED of $((4 * NAT_MAX)) UDP flows evicted, both TCP connections kept"
+expect "nat_map_full drops (the LRU evicts instead)" "$(($(nat_drops) - DROPS_BEFORE))" 0
+NAT_SECONDS=$((SECONDS - NAT_START))
 TOTAL=$(wc -l <"$WORK/load.log")
 FAILED=$(grep -c FAIL "$WORK/load.log" || true)
 expect "failed requests to good (of $TOTAL, TCP and UDP)" "$FAILED" 0
@@ -159,5 +212,5 @@ RESTARTS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["node
 expect "agent restarts" "$RESTARTS" 0
 # Refusals are no errors: no failed reconcile, so no retry with back-off.
 expect "failed Service reconciles" "$(sample 'sluice_reconcile_errors_total{subsystem="services"}')" 0
-log "figures: room for $CAP frontends, $FILLERS Services created, 4 refused then 2 after 2 deletions, $TOTAL requests to good with 0 failed, $((SECONDS - START)) s"
+log "figures: room for $CAP frontends, $FILLERS Services created, 4 refused then 2 after 2 deletions, $TOTAL requests to good with 0 failed; NAT: $NAT_MAX entries, $((4 * NAT_MAX)) new flows in ${NAT_SECONDS} s, $EVICTED UDP mappings evicted (uncounted), 0 drops, active connection $(nat_field active_echoes) echoes 0 failed, idle one $IDLE_AFTER; $((SECONDS - START)) s in all"
 echo "map_pressure_test: PASS"
