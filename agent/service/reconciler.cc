@@ -825,8 +825,11 @@ absl::Status ServiceReconciler::AdmitPendingLocked() {
   for (const std::string& service : order) {
     auto it = pending_.find(service);
     if (it == pending_.end()) continue;
-    if (room_.rnat < 1 || room_.svc < 1) {
-      // Not even a frontend without backends fits: refuse what is undecided without a walk.
+    const bool truncated = std::any_of(it->second.refused.begin(), it->second.refused.end(),
+                                       [](const auto& r) { return r.second.truncated; });
+    if ((room_.rnat < 1 || room_.svc < 1) && (!truncated || room_.svc < 1)) {
+      // Not even a frontend without backends fits (nor, without room in sluice_lb4_svc, a slot
+      // of a truncated one): refuse what is undecided without a walk.
       const char* full = room_.rnat < 1 ? maps::name::sluice_lb4_rnat : maps::name::sluice_lb4_svc;
       for (auto& [fk, u] : it->second.refused) {
         if (!u.map.empty()) continue;
@@ -949,12 +952,19 @@ std::vector<std::string> ServiceReconciler::BlockedServices() const {
   return std::vector<std::string>(blocked_.begin(), blocked_.end());
 }
 
-std::vector<UnprogrammedFrontend> ServiceReconciler::Unprogrammed() const {
+std::vector<UnprogrammedFrontend> ServiceReconciler::Unprogrammed(size_t limit,
+                                                                  size_t* total) const {
   absl::MutexLock l(&mu_);
   std::vector<UnprogrammedFrontend> out;
+  size_t n = 0;
   for (const auto& [service, p] : pending_) {
-    for (const auto& [fk, u] : p.refused) out.push_back(u);
+    for (const auto& [fk, u] : p.refused) {
+      if (u.map.empty()) continue;  // undecided (a failed pass): listed once decided
+      if (out.size() < limit) out.push_back(u);
+      ++n;
+    }
   }
+  if (total != nullptr) *total = n;
   return out;
 }
 

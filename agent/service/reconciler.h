@@ -195,8 +195,10 @@ class ServiceReconciler {
   // Services with a frontend skipped at their last apply because another Service held its key:
   // worth applying again once some frontend is removed.
   std::vector<std::string> BlockedServices() const;
-  // What does not fit in the maps now, in the programming order (see ApplyAll).
-  std::vector<UnprogrammedFrontend> Unprogrammed() const;
+  // What does not fit in the maps now, in the programming order (see ApplyAll): the first
+  // `limit`, and in *total (if given) how many there are.
+  std::vector<UnprogrammedFrontend> Unprogrammed(size_t limit = SIZE_MAX,
+                                                 size_t* total = nullptr) const;
   // How many frontends are refused / truncated now, by the map without room (every Service map
   // named, zeros included).
   struct UnprogrammedCount {

@@ -98,11 +98,10 @@ ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::End
 void ServiceSync::PublishUnprogrammed() {
   // The list is bounded: with a whole cluster's worth refused the counts say the rest.
   constexpr size_t kMaxListed = 10000;
-  std::vector<UnprogrammedFrontend> all = reconciler_.Unprogrammed();
+  size_t total = 0;
+  std::vector<UnprogrammedFrontend> listed = reconciler_.Unprogrammed(kMaxListed, &total);
   nlohmann::json list = nlohmann::json::array();
-  for (size_t i = 0; i < all.size() && i < kMaxListed; ++i) {
-    const UnprogrammedFrontend& u = all[i];
-    if (u.map.empty()) continue;
+  for (const UnprogrammedFrontend& u : listed) {
     nlohmann::json e = {
         {"service", u.service},         {"frontend", absl::StrCat(u.addr.ToString(), ":", u.port)},
         {"protocol", u.proto},          {"scope", u.scope},
@@ -111,7 +110,7 @@ void ServiceSync::PublishUnprogrammed() {
     if (u.truncated) e["backendsProgrammed"] = u.backends_programmed;
     list.push_back(std::move(e));
   }
-  nlohmann::json doc = {{"total", all.size()}, {"frontends", std::move(list)}};
+  nlohmann::json doc = {{"total", total}, {"frontends", std::move(list)}};
   std::string json = doc.dump(1) + "\n";
   bool changed;
   {
