@@ -63,11 +63,12 @@ wait_for 30 answers "$GOOD" udp || fail "good does not answer over UDP"
 
 sctl() { "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" --state_dir="$DIR/node1/state" "$@"; }
 metrics() { lab exec node/node1 -- curl -sf -m 2 http://127.0.0.1:9879/metrics; }
-unprogrammed() {  # the gauge for sluice_lb4_rnat
+sample() {  # sample METRIC: its value (0 when absent)
   local out
   out=$(metrics) || return 1
-  awk '$1 == "sluice_services_unprogrammed{reason=\"map_full\",map_name=\"sluice_lb4_rnat\"}" {v = $2} END {print v + 0}' <<<"$out"
+  awk -v m="$1" '$1 == m {v = $2} END {print v + 0}' <<<"$out"
 }
+unprogrammed() { sample 'sluice_services_unprogrammed{reason="map_full",map_name="sluice_lb4_rnat"}'; }
 rnat_entries() {
   local out
   out=$(sctl status -o json) || return 1
@@ -129,11 +130,6 @@ log "ok: $(wc -l <<<"$PROGRAMMED") fillers programmed and answering; refused: $(
 logged() { grep -c "is full; frontend not programmed" "$DIR/node1/log/agent.log" || true; }
 LOGGED=$(logged)
 expect "refusals logged (one per frontend)" "$LOGGED" 4
-sample() {  # sample METRIC: its value (0 when absent)
-  local out
-  out=$(metrics) || return 1
-  awk -v m="$1" '$1 == m {v = $2} END {print v + 0}' <<<"$out"
-}
 reconciles() { sample 'sluice_reconcile_duration_seconds_count{subsystem="services"}'; }
 BEFORE=$(reconciles)
 for s in $REFUSED; do K annotate svc "${s#default/}" touched=1 >/dev/null || fail "annotate $s"; done
@@ -199,7 +195,9 @@ TCP_MAPPINGS=$(grep -c "^tcp .*$EXTERNAL_IP:9000" <<<"$nat_out" || true)
 UDP_MAPPINGS=$(grep -c "^udp .*$EXTERNAL_IP:9001" <<<"$nat_out" || true)
 expect "TCP mappings of the two connections" "$TCP_MAPPINGS" 2
 SNAT=$(map_entries sluice_snat4)
-[ "$SNAT" -le "$NAT_MAX" ] && [ "$SNAT" -ge $((NAT_MAX * 9 / 10)) ] || fail "sluice_snat4 holds $SNAT of $NAT_MAX"
+# The kernel's LRU frees entries in batches (per CPU): after the flood it holds from about half
+# of its entries to all of them.
+[ "$SNAT" -le "$NAT_MAX" ] && [ "$SNAT" -ge $((NAT_MAX / 2)) ] || fail "sluice_snat4 holds $SNAT of $NAT_MAX"
 EVICTED=$((4 * NAT_MAX - UDP_MAPPINGS))
 [ "$EVICTED" -ge $((3 * NAT_MAX)) ] || fail "only $EVICTED of $((4 * NAT_MAX)) UDP flows evicted"
 log "ok: sluice_snat4 full ($SNAT of $NAT_MAX), $EVICTED of $((4 * NAT_MAX)) UDP flows evicted, both TCP connections kept"
