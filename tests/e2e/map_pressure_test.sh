@@ -117,7 +117,13 @@ for s in $REFUSED; do
   table=$(sctl services | sed '/^MAP FULL/,$d')
   entries=$(awk -v f="$ip:80" '$1 == f' <<<"$table")
   [ -z "$entries" ] || fail "$s ($ip) is refused yet has entries in sluice_lb4_svc: $entries"
+  outcome=$(lab probe --from client --to "$ip:80" --timeout 1 || true)
+  [ "$outcome" != CONNECTED ] || fail "$s ($ip) is refused yet answers"
 done
+REFUSED_OUTCOME=$outcome
+json_out=$(sctl services -o json)
+expect "refused in sluicectl services -o json" "$(python3 -c 'import json,sys; print(sum(1 for e in json.load(sys.stdin) if e.get("notProgrammed") == "map_full" and e.get("map") == "sluice_lb4_rnat"))' <<<"$json_out")" 4
+log "ok: refused frontends have no entry and do not answer ($REFUSED_OUTCOME)"
 # The programmed fillers answer.
 PROGRAMMED=$(for i in $(seq 0 $((FILLERS - 1))); do printf 'default/fill-%02d\n' "$i"; done | grep -vxF -f <(echo "$REFUSED"))
 for s in $PROGRAMMED; do
