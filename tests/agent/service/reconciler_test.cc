@@ -757,6 +757,30 @@ TEST(ServiceCapacityTest, BackendMapFullRefusesNewFrontendsAndTruncatesGrowingOn
   EXPECT_THAT(maps.be, ::testing::SizeIs(3));
 }
 
+TEST(ServiceCapacityTest, TruncatedFrontendGrowsWhenBackendsFreeUpThoughEveryRevNatIsTaken) {
+  RecordingLbMaps maps;
+  maps.capacity.rev_nat = 2;
+  maps.capacity.backends = 3;
+  auto r = *ServiceReconciler::Create(maps);
+  ASSERT_TRUE(
+      r->Apply("default/s1", T({Frontend("10.96.0.1", 80, {"10.244.1.1", "10.244.1.2"})})).ok());
+  ASSERT_TRUE(r->Apply("default/s2", T({Frontend("10.96.0.2", 80, {"10.244.2.1"})})).ok());
+  ASSERT_TRUE(r->Apply("default/s1",
+                       T({Frontend("10.96.0.1", 80,
+                                   {"10.244.1.1", "10.244.1.2", "10.244.1.3", "10.244.1.4"})}))
+                  .ok());
+  EXPECT_THAT(RefusedServices(*r),
+              ElementsAre("default/s1 10.96.0.1:80 sluice_lb4_be truncated 2/4"));
+  // s2 moves to one of s1's backends: its own leaves sluice_lb4_be, and s1 takes the room.
+  ASSERT_TRUE(r->Apply("default/s2", T({Frontend("10.96.0.2", 80, {"10.244.1.1"})})).ok());
+  EXPECT_EQ(maps.svc[Tup(sluice_lb4_key{
+                         .addr = htonl(0x0a600001), .dport = htons(80), .proto = IPPROTO_TCP})]
+                .count,
+            3);
+  EXPECT_THAT(RefusedServices(*r),
+              ElementsAre("default/s1 10.96.0.1:80 sluice_lb4_be truncated 3/4"));
+}
+
 TEST(ServiceCapacityTest, StaleStateRestoredFromTheMapsMakesRoomOnlyWhenPruned) {
   RecordingLbMaps maps;
   maps.capacity.rev_nat = 3;
