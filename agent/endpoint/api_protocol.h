@@ -42,6 +42,7 @@ enum CniError : int {
   kSluiceInterfaceExists = 101,  // ADD: CNI_IFNAME already exists in the netns
   kSluicePoolExhausted = 102,    // ADD: no free address in the node's pod CIDR
   kSluiceCheckFailed = 103,      // CHECK: the endpoint differs from what ADD set up
+  kSluiceMapFull = 104,          // ADD: a datapath map (named in msg) has no room for the pod
 };
 
 }  // namespace sluice::api

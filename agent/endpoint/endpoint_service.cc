@@ -299,6 +299,11 @@ absl::Status EndpointService::Plumb(const Endpoint& ep) {
   value.endpoint_id = ep.endpoint_id;
   // The entry first: the program attached next finds the pod from its first packet.
   if (auto st = datapath_.UpsertEndpoint(*addr, value); !st.ok()) {
+    if (absl::IsResourceExhausted(st)) {  // E2BIG: one entry per local pod, and none is free
+      return WithCode(api::kSluiceMapFull, st,
+                      absl::StrCat("endpoint map entry for ", ep.ipv4, ": ", maps::name::sluice_ep4,
+                                   " is full"));
+    }
     return WithCode(api::kSluiceInternal, st, absl::StrCat("endpoint map entry for ", ep.ipv4));
   }
   if (auto st = datapath_.AttachPod(ep.host_ifindex); !st.ok()) {

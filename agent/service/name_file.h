@@ -18,6 +18,10 @@
 namespace sluice::agent {
 
 inline constexpr char kServiceNamesFile[] = "services.json";
+// The frontends that do not fit in the Service maps (ServiceSync, reconciler.h): {"total": N,
+// "frontends": [{"service", "frontend", "protocol", "scope", "reason", "map", "backends",
+// "backendsProgrammed" (truncated ones)}]} in the programming order, at most 10000 listed.
+inline constexpr char kServiceUnprogrammedFile[] = "services-unprogrammed.json";
 
 class ServiceNameFile {
  public:

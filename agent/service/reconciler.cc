@@ -3,6 +3,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 
+#include <bpf/bpf.h>
+
 #include <algorithm>
 #include <limits>
 
@@ -97,6 +99,24 @@ absl::Status BpfLbMaps::Flush() {
     return st;
   }
   return FlushPending(svc_, svc_keys_, svc_values_, "sluice_lb4_svc");
+}
+
+namespace {
+
+uint32_t MaxEntries(int fd) {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(fd, &info, &len) != 0) return UINT32_MAX;  // unknown: no limit
+  return info.max_entries;
+}
+
+}  // namespace
+
+LbCapacity BpfLbMaps::Capacity() const {
+  return LbCapacity{.services = MaxEntries(svc_.fd()),
+                    .backends = MaxEntries(be_.fd()),
+                    .rev_nat = MaxEntries(rnat_.fd()),
+                    .source_ranges = MaxEntries(srcr_.fd())};
 }
 
 absl::Status BpfLbMaps::UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) {
@@ -412,6 +432,7 @@ absl::Status ServiceReconciler::ProgramFrontendLocked(const FrontendKey& key, Fr
                             true));
     }
     fe.slots.pop_back();
+    ++room_.svc;
   }
   for (auto it = fe.ranges.begin(); it != fe.ranges.end();) {
     if (want_ranges.contains(*it)) {
@@ -422,6 +443,7 @@ absl::Status ServiceReconciler::ProgramFrontendLocked(const FrontendKey& key, Fr
         maps_.DeleteSourceRange(RangeMapKey(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it))),
         true));
     it = fe.ranges.erase(it);
+    ++room_.srcr;
   }
   std::set<uint32_t> keep(ids.begin(), ids.end());
   std::vector<uint32_t> dropped;
@@ -446,6 +468,10 @@ absl::Status ServiceReconciler::RemoveFrontendLocked(const FrontendKey& key) {
   if (it == frontends_.end()) return absl::OkStatus();
   Frontend& fe = it->second;
   const auto [addr, port, proto, scope] = key;
+  // What FreeRoomLocked counts for it (written or not), free once the deletes below are done.
+  const Room freed{.svc = 1 + static_cast<int64_t>(fe.slots.size()),
+                   .rnat = 1,
+                   .srcr = static_cast<int64_t>(fe.ranges.size())};
   if (fe.master) {
     RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, port, proto, scope, 0)), true));
     if (fe.master->flags & SLUICE_SVC_F_AFFINITY) flush_affinity_.insert(fe.rev_nat_id);
@@ -487,6 +513,9 @@ absl::Status ServiceReconciler::RemoveFrontendLocked(const FrontendKey& key) {
   }
   frontends_.erase(it);
   ++stats_.frontends_removed;
+  room_.svc += freed.svc;
+  room_.rnat += freed.rnat;
+  room_.srcr += freed.srcr;
   return absl::OkStatus();
 }
 
@@ -513,6 +542,7 @@ absl::Status ServiceReconciler::DeleteOrphanBackendsLocked(bool all) {
     if (kit != backend_ids_.end() && kit->second == id) backend_ids_.erase(kit);
     backends_.erase(it);
     orphans_.erase(id);
+    ++room_.be;
   }
   return absl::OkStatus();
 }
@@ -536,6 +566,7 @@ absl::Status ServiceReconciler::SyncWildcardsLocked(bool prune) {
     } else if (it != wildcards_.end() && (!it->second || prune)) {
       RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, 0, 0, 0, 0)), true));
       wildcards_.erase(it);
+      ++room_.svc;
     }
     wildcard_dirty_.erase(addr);
   }
@@ -584,8 +615,28 @@ void ServiceReconciler::ForgetWrittenLocked() {
   rewrite_wildcards_ = true;
 }
 
-absl::Status ServiceReconciler::ApplyOneLocked(
-    const std::string& service, const std::optional<ServiceTranslation>& translation) {
+ServiceReconciler::Room ServiceReconciler::FreeRoomLocked() const {
+  Room used;
+  used.svc = static_cast<int64_t>(stale_slots_.size() + wildcards_.size());
+  for (const auto& [addr, n] : cluster_ip_refs_) {
+    if (!wildcards_.contains(addr)) ++used.svc;  // wanted, written at the end of the pass
+  }
+  for (const auto& [fk, fe] : frontends_) {
+    used.svc += 1 + static_cast<int64_t>(fe.slots.size());
+    used.srcr += static_cast<int64_t>(fe.ranges.size());
+  }
+  used.rnat = static_cast<int64_t>(frontends_.size() + stale_rnat_.size());
+  used.srcr += static_cast<int64_t>(stale_ranges_.size());
+  used.be = static_cast<int64_t>(backends_.size());
+  return Room{.svc = static_cast<int64_t>(capacity_.services) - used.svc,
+              .be = static_cast<int64_t>(capacity_.backends) - used.be,
+              .rnat = static_cast<int64_t>(capacity_.rev_nat) - used.rnat,
+              .srcr = static_cast<int64_t>(capacity_.source_ranges) - used.srcr};
+}
+
+absl::Status ServiceReconciler::ApplyOneLocked(const std::string& service,
+                                               const std::optional<ServiceTranslation>& translation,
+                                               bool admit_new) {
   // What this Service wants, by map key; a key another Service holds is left to it.
   std::map<FrontendKey, const LbFrontend*> want;
   blocked_.erase(service);
@@ -608,6 +659,99 @@ absl::Status ServiceReconciler::ApplyOneLocked(
     }
     want.try_emplace(fk, f);
   }
+  // Frontends the Service no longer has go first: their room is free for what it gains.
+  if (auto sit = by_service_.find(service); sit != by_service_.end()) {
+    std::vector<FrontendKey> gone;
+    for (const FrontendKey& fk : sit->second) {
+      if (!want.contains(fk)) gone.push_back(fk);
+    }
+    for (const FrontendKey& fk : gone) RETURN_IF_ERROR(RemoveFrontendLocked(fk));
+  }
+  // Decide what fits before writing anything: a frontend programmed already keeps its place
+  // (and as many of its new backends as fit), a new one goes in whole or not at all.
+  std::map<FrontendKey, UnprogrammedFrontend> refused;
+  std::map<FrontendKey, size_t> take;  // backends to program, per frontend
+  std::set<BackendKey> reserved_be;    // new backends counted in this call
+  std::set<uint32_t> reserved_wild;    // new wildcard masters counted in this call
+  for (auto it = want.begin(); it != want.end();) {
+    const auto& [fk, f] = *it;
+    const size_t n = std::min<size_t>(f->backends.size(), std::numeric_limits<uint16_t>::max());
+    UnprogrammedFrontend u{.service = service,
+                           .addr = f->addr,
+                           .port = f->port,
+                           .proto = f->proto,
+                           .scope = f->scope,
+                           .backends_wanted = n};
+    auto fit = frontends_.find(fk);
+    if (fit == frontends_.end()) {
+      if (!admit_new) {  // decided in order, with every other newcomer (AdmitPendingLocked)
+        refused.emplace(fk, std::move(u));
+        it = want.erase(it);
+        continue;
+      }
+      Room need{.svc = 1 + static_cast<int64_t>(n), .rnat = 1};
+      const uint32_t addr = std::get<0>(fk);
+      const bool new_wild = (f->flags & kNotClusterIpFlags) == 0 &&
+                            !cluster_ip_refs_.contains(addr) && !wildcards_.contains(addr) &&
+                            !reserved_wild.contains(addr);
+      if (new_wild) ++need.svc;
+      std::set<BackendKey> new_be;
+      for (size_t i = 0; i < n; ++i) {
+        const LbBackend& b = f->backends[i];
+        BackendKey bk{AddrBe(b.addr), b.port, b.proto};
+        if (!backend_ids_.contains(bk) && !reserved_be.contains(bk)) new_be.insert(bk);
+      }
+      need.be = static_cast<int64_t>(new_be.size());
+      std::set<std::pair<uint32_t, int>> ranges;
+      for (const IpPrefix& p : f->source_ranges) {
+        if (p.network().is_v4()) ranges.insert({AddrBe(p.network()), p.length()});
+      }
+      need.srcr = static_cast<int64_t>(ranges.size());
+      const char* full = need.rnat > room_.rnat   ? maps::name::sluice_lb4_rnat
+                         : need.svc > room_.svc   ? maps::name::sluice_lb4_svc
+                         : need.be > room_.be     ? maps::name::sluice_lb4_be
+                         : need.srcr > room_.srcr ? maps::name::sluice_lb4_srcr
+                                                  : nullptr;
+      if (full != nullptr) {
+        u.map = full;
+        refused.emplace(fk, std::move(u));
+        it = want.erase(it);
+        continue;
+      }
+      room_.svc -= need.svc;
+      room_.be -= need.be;
+      room_.rnat -= need.rnat;
+      room_.srcr -= need.srcr;
+      reserved_be.insert(new_be.begin(), new_be.end());
+      if (new_wild) reserved_wild.insert(std::get<0>(fk));
+      take[fk] = n;
+    } else {
+      // Growth: each slot beyond the current count and each new backend needs room.
+      const Frontend& fe = fit->second;
+      size_t k = 0;
+      const char* full = nullptr;
+      for (; k < n; ++k) {
+        const LbBackend& b = f->backends[k];
+        BackendKey bk{AddrBe(b.addr), b.port, b.proto};
+        const int64_t slot = k >= fe.slots.size() ? 1 : 0;
+        const int64_t be = !backend_ids_.contains(bk) && !reserved_be.contains(bk) ? 1 : 0;
+        if (slot > room_.svc) full = maps::name::sluice_lb4_svc;
+        if (full == nullptr && be > room_.be) full = maps::name::sluice_lb4_be;
+        if (full != nullptr) break;
+        room_.svc -= slot;
+        room_.be -= be;
+        if (be != 0) reserved_be.insert(bk);
+      }
+      take[fk] = k;
+      if (k < n) {
+        u.map = full;
+        u.truncated = true;
+        u.backends_programmed = k;
+        refused.emplace(fk, std::move(u));
+      }
+    }
+    ++it;
+  }
   // Claim (or create) the frontends and write their backends first.
   std::map<FrontendKey, std::vector<uint32_t>> ids;
   for (const auto& [fk, f] : want) {
@@ -622,8 +766,8 @@ absl::Status ServiceReconciler::ApplyOneLocked(
     }
     SetClusterIpLocked(fk, fe, (f->flags & kNotClusterIpFlags) == 0);
     std::vector<uint32_t>& v = ids[fk];
-    size_t n = std::min<size_t>(f->backends.size(), std::numeric_limits<uint16_t>::max());
-    if (n < f->backends.size()) {
+    size_t n = take[fk];
+    if (f->backends.size() > std::numeric_limits<uint16_t>::max()) {
       spdlog::warn("services: {} {}:{} has {} backends; programming the first {}", service,
                    f->addr.ToString(), f->port, f->backends.size(), n);
     }
@@ -636,22 +780,89 @@ absl::Status ServiceReconciler::ApplyOneLocked(
   for (const auto& [fk, f] : want) {
     RETURN_IF_ERROR(ProgramFrontendLocked(fk, frontends_[fk], *f, ids[fk]));
   }
-  // Frontends the Service no longer has.
-  if (auto sit = by_service_.find(service); sit != by_service_.end()) {
-    std::vector<FrontendKey> gone;
-    for (const FrontendKey& fk : sit->second) {
-      if (!want.contains(fk)) gone.push_back(fk);
+  // What did not fit: logged once per frontend (and again only after it was programmed whole).
+  for (const auto& [fk, f] : want) {
+    if (!refused.contains(fk)) refusal_logged_.erase({service, fk});
+  }
+  for (const auto& [fk, u] : refused) {
+    if (u.map.empty() || !refusal_logged_.insert({service, fk}).second) continue;
+    if (u.truncated) {
+      spdlog::warn("services: {} {}:{}/{}: {} is full; programmed {} of {} backends", service,
+                   u.addr.ToString(), u.port, u.proto, u.map, u.backends_programmed,
+                   u.backends_wanted);
+    } else {
+      spdlog::warn("services: {} {}:{}/{}: {} is full; frontend not programmed", service,
+                   u.addr.ToString(), u.port, u.proto, u.map);
     }
-    for (const FrontendKey& fk : gone) RETURN_IF_ERROR(RemoveFrontendLocked(fk));
+  }
+  if (refused.empty()) {
+    pending_.erase(service);
+  } else {
+    Pending& p = pending_[service];
+    if (!admit_new) p.translation = translation;  // AdmitPendingLocked keeps its own
+    p.refused = std::move(refused);
+    if (!admit_new) new_pending_.insert(service);
+  }
+  if (!translation) {
+    for (auto it = refusal_logged_.lower_bound({service, FrontendKey{}});
+         it != refusal_logged_.end() && std::get<0>(*it) == service;) {
+      it = refusal_logged_.erase(it);
+    }
   }
   RETURN_IF_ERROR(DeleteOrphanBackendsLocked(/*all=*/false));
   return SyncWildcardsLocked(/*prune=*/false);
 }
 
+absl::Status ServiceReconciler::AdmitPendingLocked() {
+  const bool grew = !room_tried_ || room_.svc > room_tried_->svc || room_.be > room_tried_->be ||
+                    room_.rnat > room_tried_->rnat || room_.srcr > room_tried_->srcr;
+  std::vector<std::string> order;
+  for (const auto& [service, p] : pending_) {
+    if (grew || new_pending_.contains(service)) order.push_back(service);
+  }
+  new_pending_.clear();
+  absl::Status first;
+  for (const std::string& service : order) {
+    auto it = pending_.find(service);
+    if (it == pending_.end()) continue;
+    const bool truncated = std::any_of(it->second.refused.begin(), it->second.refused.end(),
+                                       [](const auto& r) { return r.second.truncated; });
+    if ((room_.rnat < 1 || room_.svc < 1) && (!truncated || room_.svc < 1)) {
+      // Not even a frontend without backends fits (nor, without room in sluice_lb4_svc, a slot
+      // of a truncated one): refuse what is undecided without a walk.
+      const char* full = room_.rnat < 1 ? maps::name::sluice_lb4_rnat : maps::name::sluice_lb4_svc;
+      for (auto& [fk, u] : it->second.refused) {
+        if (!u.map.empty()) continue;
+        u.map = full;
+        if (refusal_logged_.insert({service, fk}).second) {
+          spdlog::warn("services: {} {}:{}/{}: {} is full; frontend not programmed", service,
+                       u.addr.ToString(), u.port, u.proto, u.map);
+        }
+      }
+      continue;
+    }
+    // ApplyOneLocked replaces the entry: keep the translation out of it meanwhile.
+    std::optional<ServiceTranslation> t = std::move(it->second.translation);
+    it->second.translation.reset();
+    absl::Status st = ApplyOneLocked(service, t, /*admit_new=*/true);
+    if (auto again = pending_.find(service); again != pending_.end()) {
+      again->second.translation = std::move(t);
+    }
+    if (!st.ok() && first.ok()) {
+      first = absl::Status(st.code(), absl::StrCat(service, ": ", st.message()));
+    }
+  }
+  room_tried_ = room_;
+  return first;
+}
+
 absl::Status ServiceReconciler::Apply(const std::string& service,
                                       const std::optional<ServiceTranslation>& translation) {
   absl::MutexLock l(&mu_);
-  absl::Status st = ApplyOneLocked(service, translation);
+  room_ = FreeRoomLocked();
+  new_pending_.clear();
+  absl::Status st = ApplyOneLocked(service, translation, /*admit_new=*/false);
+  if (st.ok()) st = AdmitPendingLocked();
   // A failed write may have been a batch that the maps flushed on the way.
   if (!st.ok()) ForgetWrittenLocked();
   absl::Status flushed = FlushLocked();
@@ -661,13 +872,16 @@ absl::Status ServiceReconciler::Apply(const std::string& service,
 absl::Status ServiceReconciler::ApplyAll(
     const std::vector<std::pair<std::string, std::optional<ServiceTranslation>>>& changes) {
   absl::MutexLock l(&mu_);
+  room_ = FreeRoomLocked();
+  new_pending_.clear();
   absl::Status first;
   for (const auto& [service, translation] : changes) {
-    absl::Status st = ApplyOneLocked(service, translation);
+    absl::Status st = ApplyOneLocked(service, translation, /*admit_new=*/false);
     if (!st.ok() && first.ok()) {
       first = absl::Status(st.code(), absl::StrCat(service, ": ", st.message()));
     }
   }
+  if (first.ok()) first = AdmitPendingLocked();
   if (!first.ok()) ForgetWrittenLocked();
   absl::Status flushed = FlushLocked();
   return first.ok() ? flushed : first;
@@ -675,6 +889,7 @@ absl::Status ServiceReconciler::ApplyAll(
 
 absl::Status ServiceReconciler::PruneStale() {
   absl::MutexLock l(&mu_);
+  room_ = FreeRoomLocked();
   std::vector<FrontendKey> unclaimed;
   for (const auto& [fk, fe] : frontends_) {
     if (fe.service.empty()) unclaimed.push_back(fk);
@@ -685,23 +900,30 @@ absl::Status ServiceReconciler::PruneStale() {
     const auto [addr, port, proto, scope] = fk;
     RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, port, proto, scope, slot)), true));
     it = stale_slots_.erase(it);
+    ++room_.svc;
   }
   for (auto it = stale_rnat_.begin(); it != stale_rnat_.end();) {
     RETURN_IF_ERROR(Count(maps_.DeleteRevNat(*it), true));
     it = stale_rnat_.erase(it);
+    ++room_.rnat;
   }
   for (auto it = stale_ranges_.begin(); it != stale_ranges_.end();) {
     RETURN_IF_ERROR(Count(
         maps_.DeleteSourceRange(RangeMapKey(std::get<0>(*it), std::get<1>(*it), std::get<2>(*it))),
         true));
     it = stale_ranges_.erase(it);
+    ++room_.srcr;
   }
   RETURN_IF_ERROR(DeleteOrphanBackendsLocked(/*all=*/true));
   RETURN_IF_ERROR(SyncWildcardsLocked(/*prune=*/true));
   if (!unclaimed.empty()) {
     spdlog::info("services: pruned {} stale frontends", unclaimed.size());
   }
-  return FlushLocked();
+  // What was stale made room for what waits.
+  absl::Status st = AdmitPendingLocked();
+  if (!st.ok()) ForgetWrittenLocked();
+  absl::Status flushed = FlushLocked();
+  return st.ok() ? flushed : st;
 }
 
 uint32_t ServiceReconciler::RevNatId(const IpAddress& addr, uint16_t port, uint8_t proto,
@@ -730,6 +952,40 @@ std::vector<std::string> ServiceReconciler::BlockedServices() const {
   return std::vector<std::string>(blocked_.begin(), blocked_.end());
 }
 
+std::vector<UnprogrammedFrontend> ServiceReconciler::Unprogrammed(size_t limit,
+                                                                  size_t* total) const {
+  absl::MutexLock l(&mu_);
+  std::vector<UnprogrammedFrontend> out;
+  size_t n = 0;
+  for (const auto& [service, p] : pending_) {
+    for (const auto& [fk, u] : p.refused) {
+      if (u.map.empty()) continue;  // undecided (a failed pass): listed once decided
+      if (out.size() < limit) out.push_back(u);
+      ++n;
+    }
+  }
+  if (total != nullptr) *total = n;
+  return out;
+}
+
+std::map<std::string, ServiceReconciler::UnprogrammedCount> ServiceReconciler::UnprogrammedByMap()
+    const {
+  absl::MutexLock l(&mu_);
+  std::map<std::string, UnprogrammedCount> out;
+  for (const char* m : {maps::name::sluice_lb4_svc, maps::name::sluice_lb4_be,
+                        maps::name::sluice_lb4_rnat, maps::name::sluice_lb4_srcr}) {
+    out[m];
+  }
+  for (const auto& [service, p] : pending_) {
+    for (const auto& [fk, u] : p.refused) {
+      if (u.map.empty()) continue;  // undecided (a failed pass): counted once decided
+      UnprogrammedCount& c = out[u.map];
+      ++(u.truncated ? c.truncated : c.refused);
+    }
+  }
+  return out;
+}
+
 uint64_t ServiceReconciler::FrontendsRemoved() const {
   absl::MutexLock l(&mu_);
   return stats_.frontends_removed;
@@ -743,6 +999,9 @@ ServiceReconcilerStats ServiceReconciler::stats() const {
     if (!fe.service.empty()) ++s.frontends;
   }
   s.backends = backends_.size();
+  for (const auto& [service, p] : pending_) {
+    for (const auto& [fk, u] : p.refused) ++(u.truncated ? s.truncated : s.unprogrammed);
+  }
   return s;
 }
 

@@ -26,10 +26,21 @@
 
 namespace sluice::agent {
 
+// Entries each Service map can hold (its max_entries).
+struct LbCapacity {
+  uint32_t services = UINT32_MAX;       // sluice_lb4_svc: masters, slots, wildcard masters
+  uint32_t backends = UINT32_MAX;       // sluice_lb4_be
+  uint32_t rev_nat = UINT32_MAX;        // sluice_lb4_rnat: one per frontend
+  uint32_t source_ranges = UINT32_MAX;  // sluice_lb4_srcr
+};
+
 // The handful of operations the reconciler needs on sluice_lb4_* and sluice_ct4.
 class LbMaps {
  public:
   virtual ~LbMaps() = default;
+
+  // What the maps can hold; the reconciler programs only what fits (default: no limit).
+  virtual LbCapacity Capacity() const { return {}; }
 
   virtual absl::Status UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) = 0;
   virtual absl::Status DeleteService(const sluice_lb4_key& key) = 0;
@@ -91,6 +102,8 @@ class BpfLbMaps : public LbMaps {
   absl::Status UpdateSourceRange(const sluice_lb4_srcrange_key& key) override;
   absl::Status DeleteSourceRange(const sluice_lb4_srcrange_key& key) override;
   absl::Status Flush() override;
+  // max_entries of the four maps, read from the kernel.
+  LbCapacity Capacity() const override;
   absl::StatusOr<size_t> FlushUdpFlows(
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) override;
   absl::Status FlushAffinity(
@@ -129,6 +142,22 @@ struct ServiceReconcilerStats {
   uint64_t frontends_removed = 0;
   size_t frontends = 0;  // programmed (owned) frontends
   size_t backends = 0;
+  size_t unprogrammed = 0;  // frontends refused now: no room in the maps (map_full)
+  size_t truncated = 0;     // programmed frontends holding fewer backends than wanted (map_full)
+};
+
+// A frontend not programmed, or programmed with fewer backends than its Service has, because a
+// Service map has no room for it (reason "map_full").
+struct UnprogrammedFrontend {
+  std::string service;  // "namespace/name"
+  IpAddress addr;
+  uint16_t port = 0;
+  uint8_t proto = 0;
+  uint8_t scope = 0;
+  std::string map;  // the first map without room: "sluice_lb4_rnat", ...
+  size_t backends_wanted = 0;
+  size_t backends_programmed = 0;  // truncated frontends only; 0 for a refused one
+  bool truncated = false;          // programmed, with backends_programmed of backends_wanted
 };
 
 class ServiceReconciler {
@@ -142,6 +171,15 @@ class ServiceReconciler {
   [[nodiscard]] absl::Status Apply(const std::string& service,
                                    const std::optional<ServiceTranslation>& translation);
   // Several Services in one pass (one conntrack flush at the end).
+  //
+  // Only what fits in the maps (LbMaps::Capacity) is programmed, decided before writing: first
+  // the frontends already programmed (restored or applied before) are updated, so none is ever
+  // evicted for a newcomer (one that grows beyond the room left keeps the first backends that
+  // fit); then every frontend not yet programmed, of this pass or refused earlier, is taken in
+  // the order (namespace/name, address, port, protocol, scope) and programmed whole (backends,
+  // reverse NAT, source ranges, slots, master, wildcard) if it fits, else refused: logged once,
+  // listed by Unprogrammed(). A refused frontend is no error (nothing to retry with back-off);
+  // it is programmed by the first pass that finds room for it (a Service deleted or shrunk).
   [[nodiscard]] absl::Status ApplyAll(
       const std::vector<std::pair<std::string, std::optional<ServiceTranslation>>>& changes);
   // Deletes what was restored from the maps and never claimed since, plus entries nothing
@@ -157,6 +195,17 @@ class ServiceReconciler {
   // Services with a frontend skipped at their last apply because another Service held its key:
   // worth applying again once some frontend is removed.
   std::vector<std::string> BlockedServices() const;
+  // What does not fit in the maps now, in the programming order (see ApplyAll): the first
+  // `limit`, and in *total (if given) how many there are.
+  std::vector<UnprogrammedFrontend> Unprogrammed(size_t limit = SIZE_MAX,
+                                                 size_t* total = nullptr) const;
+  // How many frontends are refused / truncated now, by the map without room (every Service map
+  // named, zeros included).
+  struct UnprogrammedCount {
+    size_t refused = 0;
+    size_t truncated = 0;
+  };
+  std::map<std::string, UnprogrammedCount> UnprogrammedByMap() const;
   // Counters and sizes; walks every frontend (for tests and debug logs, not per change).
   ServiceReconcilerStats stats() const;
   // stats().frontends_removed without the walk.
@@ -187,12 +236,29 @@ class ServiceReconciler {
     bool written = true;
   };
 
-  explicit ServiceReconciler(LbMaps& maps) : maps_(maps) {}
+  // Free entries per map during a pass (may go negative when a programmed frontend grows).
+  struct Room {
+    int64_t svc = 0, be = 0, rnat = 0, srcr = 0;
+  };
+  // A Service with frontends not programmed (or truncated) for want of room: its translation,
+  // applied again when room appears, and what was refused, by frontend, with the map.
+  struct Pending {
+    std::optional<ServiceTranslation> translation;
+    std::map<FrontendKey, UnprogrammedFrontend> refused;
+  };
+
+  explicit ServiceReconciler(LbMaps& maps) : maps_(maps), capacity_(maps.Capacity()) {}
   absl::Status Restore();
 
+  // `admit_new`: also program the Service's frontends not programmed yet, those that fit.
   absl::Status ApplyOneLocked(const std::string& service,
-                              const std::optional<ServiceTranslation>& translation)
+                              const std::optional<ServiceTranslation>& translation, bool admit_new)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The room left in the maps by what the reconciler holds (written or restored).
+  Room FreeRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Programs what fits of the pending Services, in order (all of them when room grew since the
+  // last time, else only those that became pending in this pass).
+  absl::Status AdmitPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ProgramFrontendLocked(const FrontendKey& key, Frontend& fe, const LbFrontend& want,
                                      const std::vector<uint32_t>& backend_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -215,7 +281,15 @@ class ServiceReconciler {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   LbMaps& maps_;
+  const LbCapacity capacity_;
   mutable absl::Mutex mu_;
+  Room room_ ABSL_GUARDED_BY(mu_);
+  // Room when pending Services were last tried: only more room can admit one of them.
+  std::optional<Room> room_tried_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> new_pending_ ABSL_GUARDED_BY(mu_);  // became pending in this pass
+  // Frontends whose refusal (or truncation) was logged; forgotten once they are programmed whole.
+  std::set<std::tuple<std::string, FrontendKey>> refusal_logged_ ABSL_GUARDED_BY(mu_);
   std::map<FrontendKey, Frontend> frontends_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::set<FrontendKey>> by_service_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, Backend> backends_ ABSL_GUARDED_BY(mu_);

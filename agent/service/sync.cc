@@ -4,6 +4,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "agent/base/files.h"
+#include "agent/metrics/registry.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {
@@ -24,7 +27,8 @@ ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::End
       reconciler_(reconciler),
       health_(health),
       node_(std::move(node)),
-      names_(std::move(state_dir)) {
+      names_(state_dir),
+      state_dir_(std::move(state_dir)) {
   // Slices listed before the listener is added (a stale key is harmless: Translate skips it).
   {
     absl::MutexLock l(&index_->mu);
@@ -75,6 +79,53 @@ ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::End
     }
     for (std::string& svc : dirty) keys->Mark(std::move(svc));
   });
+  metrics_ = std::make_unique<metrics::ScopedCollector>(
+      metrics::Default(), metrics::Default().AddCollector([this](metrics::ScrapeSink& out) {
+        absl::MutexLock l(&unprogrammed_mu_);
+        for (const auto& [map, c] : unprogrammed_) {
+          out.Gauge("sluice_services_unprogrammed",
+                    "Service frontends not programmed because a Service map has no room for "
+                    "them, by the map that is full",
+                    {{"reason", "map_full"}, {"map_name", map}}, static_cast<double>(c.refused));
+          out.Gauge("sluice_services_truncated",
+                    "Service frontends programmed with fewer backends than the Service has "
+                    "because a Service map has no room for more, by the map that is full",
+                    {{"reason", "map_full"}, {"map_name", map}}, static_cast<double>(c.truncated));
+        }
+      }));
+}
+
+void ServiceSync::PublishUnprogrammed() {
+  // The list is bounded: with a whole cluster's worth refused the counts say the rest.
+  constexpr size_t kMaxListed = 10000;
+  size_t total = 0;
+  std::vector<UnprogrammedFrontend> listed = reconciler_.Unprogrammed(kMaxListed, &total);
+  nlohmann::json list = nlohmann::json::array();
+  for (const UnprogrammedFrontend& u : listed) {
+    nlohmann::json e = {
+        {"service", u.service},         {"frontend", absl::StrCat(u.addr.ToString(), ":", u.port)},
+        {"protocol", u.proto},          {"scope", u.scope},
+        {"reason", "map_full"},         {"map", u.map},
+        {"backends", u.backends_wanted}};
+    if (u.truncated) e["backendsProgrammed"] = u.backends_programmed;
+    list.push_back(std::move(e));
+  }
+  nlohmann::json doc = {{"total", total}, {"frontends", std::move(list)}};
+  std::string json = doc.dump(1) + "\n";
+  bool changed;
+  {
+    absl::MutexLock l(&unprogrammed_mu_);
+    unprogrammed_ = reconciler_.UnprogrammedByMap();
+    changed = json != unprogrammed_json_;
+    unprogrammed_json_ = json;
+  }
+  if ((changed || !unprogrammed_written_) && !state_dir_.empty()) {
+    absl::Status st = WriteFileAtomically(state_dir_, kServiceUnprogrammedFile, json, 0600);
+    unprogrammed_written_ = st.ok();
+    if (!st.ok()) {
+      spdlog::warn("services: unprogrammed frontends for sluicectl not saved: {}", st.ToString());
+    }
+  }
 }
 
 std::optional<ServiceTranslation> ServiceSync::Translate(const std::string& service) {
@@ -119,6 +170,7 @@ absl::Status ServiceSync::Reconcile(const controller::Batch& batch) {
   if (absl::Status w = names_.Flush(); !w.ok()) {
     spdlog::warn("services: Service names for sluicectl not saved: {}", w.ToString());
   }
+  PublishUnprogrammed();
   if (health_ != nullptr) {
     for (const auto& [key, t] : changes) {
       health_->Update(key, t ? t->health_check : std::nullopt);

@@ -3,7 +3,10 @@
 // translates and applies them in batches through the ServiceReconciler. Nothing is applied (so
 // nothing is deleted) before every watch has synced; then everything is applied once and stale
 // state restored from the maps is pruned. After each batch the Services' names go to
-// <state_dir>/services.json (name_file.h), which sluicectl reads while the agent is down.
+// <state_dir>/services.json (name_file.h), which sluicectl reads while the agent is down, and
+// the frontends that do not fit in the maps to <state_dir>/services-unprogrammed.json, which
+// `sluicectl services` lists; their counts are the gauges sluice_services_unprogrammed and
+// sluice_services_truncated of the default metrics registry.
 #pragma once
 
 #include <cstdint>
@@ -19,6 +22,7 @@
 #include "agent/controller/controller.h"
 #include "agent/k8s/model.h"
 #include "agent/k8s/store.h"
+#include "agent/metrics/agent_endpoints.h"
 #include "agent/service/health_check.h"
 #include "agent/service/name_file.h"
 #include "agent/service/reconciler.h"
@@ -44,9 +48,15 @@ class ServiceSync {
   uint64_t applies() const { return controller_->reconciled(); }  // Services applied so far
   // What the translator refused so far, per reason (each refusal counted once per object).
   RefusalCounts refusals() const { return refusals_.counts(); }
+  // <state_dir>/services-unprogrammed.json as last written (also with no state_dir).
+  std::string UnprogrammedJson() const {
+    absl::MutexLock l(&unprogrammed_mu_);
+    return unprogrammed_json_;
+  }
 
  private:
   absl::Status Reconcile(const controller::Batch& batch);
+  void PublishUnprogrammed();
   std::optional<ServiceTranslation> Translate(const std::string& service);
 
   k8s::Store<k8s::Service>& services_;
@@ -56,6 +66,13 @@ class ServiceSync {
   const NodeContext node_;
   ServiceRefusals refusals_;
   ServiceNameFile names_;  // only the controller's thread (Reconcile) touches it
+  const std::string state_dir_;
+  mutable absl::Mutex unprogrammed_mu_;
+  std::string unprogrammed_json_ ABSL_GUARDED_BY(unprogrammed_mu_);
+  bool unprogrammed_written_ = false;  // only Reconcile's thread
+  // Frontends refused / truncated per map, as of the last batch (read by scrapes).
+  std::map<std::string, ServiceReconciler::UnprogrammedCount> unprogrammed_
+      ABSL_GUARDED_BY(unprogrammed_mu_);
 
   // EndpointSlice keys by the Service ("namespace/name") they are labelled for. Kept by the
   // slice listener, which may outlive this object (stores have no RemoveListener): shared.
@@ -66,6 +83,7 @@ class ServiceSync {
   const std::shared_ptr<SliceIndex> index_ = std::make_shared<SliceIndex>();
   // Last: its thread calls Reconcile, which uses everything above.
   std::unique_ptr<controller::Controller> controller_;
+  std::unique_ptr<metrics::ScopedCollector> metrics_;  // reads unprogrammed_
 };
 
 }  // namespace sluice::agent

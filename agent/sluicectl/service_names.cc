@@ -87,4 +87,35 @@ ServiceNames LoadServiceNames() {
   return n;
 }
 
+Unprogrammed LoadUnprogrammed() {
+  Unprogrammed u;
+  const std::string path = absl::GetFlag(FLAGS_state_dir) + "/services-unprogrammed.json";
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    u.unavailable = absl::StrCat("no ", path);
+    return u;
+  }
+  std::stringstream buf;
+  buf << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || !j.contains("frontends") || !j["frontends"].is_array()) {
+    u.unavailable = absl::StrCat(path, " is not a list of frontends");
+    return u;
+  }
+  u.total = j.value("total", size_t{0});
+  for (const auto& f : j["frontends"]) {
+    if (!f.is_object()) continue;
+    UnprogrammedFrontend e;
+    e.service = f.value("service", "");
+    e.frontend = f.value("frontend", "");
+    e.proto = Proto(static_cast<uint8_t>(f.value("protocol", 0)));
+    e.internal = f.value("scope", 0) == SLUICE_LB_SCOPE_INTERNAL;
+    e.map = f.value("map", "");
+    e.backends = f.value("backends", size_t{0});
+    e.programmed = f.value("backendsProgrammed", -1L);
+    u.frontends.push_back(std::move(e));
+  }
+  return u;
+}
+
 }  // namespace sluice::ctl

@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 namespace sluice::ctl {
 
@@ -36,5 +37,24 @@ struct ServiceNames {
 // Asks the agent (--agent); when it does not answer, reads <--state_dir>/services.json (no
 // why_empty then); when neither has names `unavailable` says why and the maps are empty.
 ServiceNames LoadServiceNames();
+
+// Frontends the agent could not program because a Service map is full, from the list it writes
+// after each batch (<--state_dir>/services-unprogrammed.json, agent/service/name_file.h), in the
+// order it will program them as room appears.
+struct UnprogrammedFrontend {
+  std::string service;   // "default/web"
+  std::string frontend;  // "10.96.0.10:80"
+  std::string proto;     // "tcp"
+  bool internal = false;
+  std::string map;  // the map that is full
+  size_t backends = 0;
+  long programmed = -1;  // >= 0: programmed with this many of `backends` (truncated)
+};
+struct Unprogrammed {
+  size_t total = 0;  // may exceed frontends.size(): the file lists the first 10000
+  std::vector<UnprogrammedFrontend> frontends;
+  std::string unavailable;  // no list (no file: an agent without Services, or an older one)
+};
+Unprogrammed LoadUnprogrammed();
 
 }  // namespace sluice::ctl

@@ -110,6 +110,41 @@ int Services() {
                      {"backends", backends}});
     }
   }
+  // What the agent could not program (a Service map is full), in the order it will as room
+  // appears: a JSON entry has "notProgrammed" instead of slots.
+  Unprogrammed refused = LoadUnprogrammed();
+  size_t shown = 0;
+  for (const UnprogrammedFrontend& u : refused.frontends) {
+    if (!absl::GetFlag(FLAGS_service).empty() && !ServiceSelected(u.service)) continue;
+    const std::string what =
+        u.programmed >= 0
+            ? absl::StrCat("programmed with ", u.programmed, " of ", u.backends, " backends")
+            : absl::StrCat("not programmed (", u.backends, " backends)");
+    if (json) {
+      out.push_back({{"frontend", u.frontend},
+                     {"proto", u.proto},
+                     {"scope", u.internal ? "internal" : "external"},
+                     {"service", u.service},
+                     {"notProgrammed", "map_full"},
+                     {"map", u.map},
+                     {"backendsWanted", u.backends},
+                     {"backendsProgrammed", u.programmed >= 0 ? u.programmed : 0}});
+      continue;
+    }
+    if (shown++ == 0) {
+      std::printf("\nMAP FULL: %zu frontends not (fully) programmed, in the order they get room:\n",
+                  refused.total);
+      std::printf("%-22s %-5s %-8s %-16s %-40s %s\n", "FRONTEND", "PROTO", "SCOPE", "FULL MAP",
+                  "STATE", "SERVICE");
+    }
+    std::printf("%-22s %-5s %-8s %-16s %-40s %s\n", u.frontend.c_str(), u.proto.c_str(),
+                u.internal ? "internal" : "external", u.map.c_str(), what.c_str(),
+                u.service.c_str());
+  }
+  if (!json && refused.total > refused.frontends.size() && shown > 0) {
+    std::printf("... and %zu more (sluice_services_unprogrammed on /metrics)\n",
+                refused.total - refused.frontends.size());
+  }
   if (json) PrintJson(out);
   return 0;
 }

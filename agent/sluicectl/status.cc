@@ -153,6 +153,9 @@ int Status() {
     });
   }
   std::sort(serving_nothing.begin(), serving_nothing.end());
+  Unprogrammed refused = LoadUnprogrammed();
+  std::map<std::string, size_t> refused_by_map;
+  for (const UnprogrammedFrontend& u : refused.frontends) ++refused_by_map[u.map];
   Ipam ipam = ReadIpam();
   out["ipam"] = {{"podCIDR", ipam.cidr}, {"used", ipam.used}, {"total", ipam.total}};
   out["endpoints"] = by_name["sluice_ep4"].entries;
@@ -162,7 +165,9 @@ int Status() {
       {"named", names.services},
       {"namesFrom", names.unavailable.empty() ? (names.from.empty() ? "agent" : names.from) : ""},
       {"namesUnavailable", names.unavailable},
-      {"servingNothing", serving_nothing}};
+      {"servingNothing", serving_nothing},
+      {"unprogrammed", refused.total},
+      {"unprogrammedByMap", refused_by_map}};
   out["maps"] = nlohmann::json::array();
   for (const auto& f : *fill) {
     out["maps"].push_back({{"name", f.name},
@@ -261,6 +266,14 @@ int Status() {
   } else {
     std::printf("                       %zu Services named%s%s\n", names.services,
                 names.from.empty() ? " by the agent" : " from ", names.from.c_str());
+  }
+  if (refused.total > 0) {
+    std::string maps;
+    for (const auto& [m, n] : refused_by_map) absl::StrAppend(&maps, maps.empty() ? "" : ", ", m);
+    std::printf(
+        "                       %zu frontends not (fully) programmed: %s full "
+        "(sluicectl services)\n",
+        refused.total, maps.c_str());
   }
   constexpr size_t kShown = 10;
   for (size_t i = 0; i < serving_nothing.size() && i < kShown; ++i) {

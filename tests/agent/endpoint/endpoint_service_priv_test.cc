@@ -4,6 +4,8 @@
 // named "cnihard-<pid>-<n>-...".
 #include "agent/endpoint/endpoint_service.h"
 
+#include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 #include <filesystem>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "agent/kernel/netns.h"
@@ -345,6 +348,49 @@ TEST_F(EndpointServicePrivTest, GcWithoutAListKeepsRecordedEndpointsAndAnEmptyLi
   EXPECT_EQ(empty["ok"], true) << empty;
   EXPECT_FALSE(store_->Get("ctr1", "eth0").has_value());
   EXPECT_TRUE(ipam_->Allocated().empty());
+}
+
+// sluice_ep4 full (filled here with entries of addresses no pod has): an ADD fails with code 104
+// naming the map and leaves nothing behind (no address held, no link, no record, no entry); the
+// pod added before keeps its endpoint; one free entry and the same ADD succeeds.
+TEST_F(EndpointServicePrivTest, AddWithTheEndpointMapFullFailsWithCode104AndLeavesNothing) {
+  ASSERT_EQ(Call("ADD", PodPath())["ok"], true);
+  const std::string pod2 = base_ + "-pod2";
+  ASSERT_EQ(Sh("ip netns add " + pod2), 0);
+  const std::string pod2_path = "/var/run/netns/" + pod2;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(dp_->endpoints().fd(), &info, &len), 0);
+  const size_t used = *dp_->endpoints().Count();
+  std::vector<sluice_ep4_key> keys;
+  for (uint32_t i = 0; keys.size() + used < info.max_entries; ++i) {
+    keys.push_back(sluice_ep4_key{htonl(0x0a640000u + i)});  // 10.100.0.0 and on
+  }
+  std::vector<sluice_endpoint> values(keys.size());
+  size_t done = 0;
+  ASSERT_TRUE(dp_->endpoints().UpdateBatch(keys.data(), values.data(), keys.size(), &done).ok());
+  ASSERT_EQ(*dp_->endpoints().Count(), size_t{info.max_entries});
+
+  json full = Call("ADD", pod2_path, Config(), "ctr2");
+  EXPECT_EQ(full["ok"], false) << full;
+  EXPECT_EQ(Code(full), api::kSluiceMapFull) << full;
+  EXPECT_THAT(Msg(full), ::testing::HasSubstr("sluice_ep4 is full")) << full;
+  EXPECT_EQ(ipam_->Allocated().size(), 1u);  // ctr1's only
+  EXPECT_FALSE(store_->Get("ctr2", "eth0").has_value());
+  EXPECT_NE(Sh("ip -n " + pod2 + " link show eth0 >/dev/null 2>&1"), 0) << "eth0 left in pod2";
+  // ctr1's host veth only (the node namespace has no other link of that kind).
+  EXPECT_EQ(Sh("test \"$(ip -n " + base_ + "-node -o link show type veth | wc -l)\" = 1"), 0)
+      << "a host veth left by the failed ADD";
+  EXPECT_EQ(store_->List().size(), 1u);
+  EXPECT_EQ(*dp_->endpoints().Count(), size_t{info.max_entries});
+  // The pod added before is untouched.
+  EXPECT_EQ(Call("CHECK", PodPath())["ok"], true);
+
+  ASSERT_TRUE(dp_->endpoints().Delete(keys.back()).ok());
+  json added = Call("ADD", pod2_path, Config(), "ctr2");
+  EXPECT_EQ(added["ok"], true) << added;
+  EXPECT_EQ(ipam_->Allocated().size(), 2u);
+  Sh("ip netns del " + pod2);
 }
 
 }  // namespace

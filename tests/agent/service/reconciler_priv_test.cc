@@ -1,19 +1,21 @@
 // The reconciler against the real pinned maps of a loaded datapath: what it writes, what a
 // restarted reconciler restores, what pruning and conntrack flushing remove.
 #include <arpa/inet.h>
+#include <bpf/bpf.h>
 #include <netinet/in.h>
 
-#include <bpf/bpf.h>
-
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "agent/service/reconciler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -295,8 +297,13 @@ TEST_F(ServiceReconcilerPrivTest, FailedBatchedWriteLeavesNoMasterAndIsWrittenAg
                           sizeof(sluice_lb4_backend), 4, &opts);
   ASSERT_GE(fd, 0) << std::strerror(errno);
   maps::Lb4BackendMap small{maps::MapFd(fd)};
-  BpfLbMaps lb(dp_->lb4_services(), small, dp_->lb4_revnat(), dp_->lb4_source_ranges(),
-               dp_->ct4_any(), &dp_->lb4_affinity());
+  // Claims no limit, so the reconciler writes more than fits (as if its count were wrong).
+  struct UnboundedLbMaps : BpfLbMaps {
+    using BpfLbMaps::BpfLbMaps;
+    LbCapacity Capacity() const override { return {}; }
+  };
+  UnboundedLbMaps lb(dp_->lb4_services(), small, dp_->lb4_revnat(), dp_->lb4_source_ranges(),
+                     dp_->ct4_any(), &dp_->lb4_affinity());
   auto r = ServiceReconciler::Create(lb);
   ASSERT_TRUE(r.ok()) << r.status();
   std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> both = {
@@ -321,6 +328,92 @@ TEST_F(ServiceReconcilerPrivTest, FailedBatchedWriteLeavesNoMasterAndIsWrittenAg
     EXPECT_TRUE(small.Lookup(slot->backend_id).ok()) << "slot " << s;
   }
   EXPECT_TRUE(dp_->lb4_revnat().Lookup(master->rev_nat_id).ok());
+}
+
+// With the real maps sized small (as --bpf_lb_service_max=1024 does): the same Services are
+// programmed whatever the order of the changes, each whole, the rest refused without an error;
+// deleting programmed Services lets the next ones in the order in.
+class ServiceMapsFullPrivTest : public ServiceReconcilerPrivTest {
+ protected:
+  void SetUp() override {
+    ServiceReconcilerPrivTest::SetUp();
+    lb_.reset();
+    dp_.reset();
+    auto dp = loader::Datapath::Load(bpffs_->path(), {{maps::name::sluice_lb4_svc, 1024}});
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    dp_ = std::move(*dp);
+    lb_ = MakeMaps();
+  }
+  static std::pair<std::string, std::optional<ServiceTranslation>> Svc(int s) {
+    std::vector<std::string> bes;
+    for (int e = 0; e < 10; ++e) bes.push_back(absl::StrCat("10.244.", s, ".", e + 1));
+    return {absl::StrFormat("default/svc-%03d", s),
+            T({Frontend(absl::StrCat("10.96.1.", s + 1), 80, bes)})};
+  }
+  // Every master's slots and backends are there (no frontend half programmed).
+  void ExpectWhole(int s) {
+    std::vector<std::string> got = Backends(absl::StrCat("10.96.1.", s + 1), 80, IPPROTO_TCP);
+    ASSERT_EQ(got.size(), 10u) << "svc-" << s << ": " << got[0];
+    for (const std::string& b : got) EXPECT_EQ(b.rfind("10.244.", 0), 0u) << b;
+  }
+};
+
+TEST_F(ServiceMapsFullPrivTest, SameServicesProgrammedWhateverTheOrderAndNewcomersAfterDeletion) {
+  ASSERT_EQ(lb_->Capacity().services, 1024u);
+  // Each Service takes 12 entries of sluice_lb4_svc (master, 10 slots, the ClusterIP's
+  // wildcard): 85 of 100 fit (1020 entries).
+  constexpr int kServices = 100, kFit = 85;
+  std::vector<std::string> first_programmed;
+  for (int round = 0; round < 3; ++round) {
+    std::vector<int> order(kServices);
+    for (int i = 0; i < kServices; ++i) order[i] = i;
+    if (round == 1) std::reverse(order.begin(), order.end());
+    if (round == 2) std::shuffle(order.begin(), order.end(), std::mt19937(42));
+    std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> all;
+    for (int i : order) all.push_back(Svc(i));
+    auto r = NewReconciler();
+    ASSERT_TRUE(r->ApplyAll(all).ok());
+    ASSERT_TRUE(r->PruneStale().ok());
+    std::vector<std::string> programmed = r->Services();
+    ASSERT_EQ(programmed.size(), size_t{kFit}) << "round " << round;
+    EXPECT_EQ(programmed.front(), "default/svc-000");
+    EXPECT_EQ(programmed.back(), absl::StrFormat("default/svc-%03d", kFit - 1));
+    if (round == 0) first_programmed = programmed;
+    EXPECT_EQ(programmed, first_programmed) << "round " << round;
+    EXPECT_EQ(Entries(dp_->lb4_services()), size_t{kFit} * 12);
+    EXPECT_EQ(Entries(dp_->lb4_backends()), size_t{kFit} * 10);
+    EXPECT_EQ(Entries(dp_->lb4_revnat()), size_t{kFit});
+    for (int s = 0; s < kFit; ++s) ExpectWhole(s);
+    for (int s = kFit; s < kServices; ++s) {
+      EXPECT_FALSE(dp_->lb4_services()
+                       .Lookup(Key(absl::StrCat("10.96.1.", s + 1), 80, IPPROTO_TCP, 0))
+                       .ok());
+    }
+    EXPECT_EQ(r->stats().unprogrammed, size_t{kServices - kFit});
+    EXPECT_EQ(r->stats().errors, 0u);
+    if (round < 2) {
+      // Empty the maps for the next round.
+      std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> none;
+      for (int i = 0; i < kServices; ++i) none.emplace_back(Svc(i).first, std::nullopt);
+      ASSERT_TRUE(r->ApplyAll(none).ok());
+      ASSERT_EQ(Entries(dp_->lb4_services()), 0u);
+      continue;
+    }
+    // Three programmed Services go (one batch): the next three in the order come in.
+    std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> gone;
+    for (int s : {3, 40, 7}) gone.emplace_back(Svc(s).first, std::nullopt);
+    ASSERT_TRUE(r->ApplyAll(gone).ok());
+    std::vector<std::string> now = r->Services();
+    EXPECT_EQ(now.size(), size_t{kFit});
+    for (int s = kFit; s < kFit + 3; ++s) {
+      EXPECT_TRUE(std::count(now.begin(), now.end(), Svc(s).first)) << s;
+      ExpectWhole(s);
+    }
+    EXPECT_FALSE(std::count(now.begin(), now.end(), Svc(kFit + 3).first));
+    EXPECT_EQ(Entries(dp_->lb4_services()), size_t{kFit} * 12);
+    EXPECT_EQ(r->stats().unprogrammed, size_t{kServices - kFit - 3});
+    EXPECT_EQ(r->stats().errors, 0u);
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "agent/k8s/store.h"
+#include "agent/metrics/registry.h"
 #include "agent/service/sync.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -59,7 +60,10 @@ class RecordingLbMaps : public LbMaps {
   // Conntrack: key -> (rev_nat_id, backend_id); forward and reply entries alike.
   std::map<std::tuple<int, uint8_t>, std::pair<uint32_t, uint32_t>> ct;
 
+  LbCapacity capacity;  // read by a reconciler when it is created
+
   std::vector<std::string> Take() { return std::exchange(ops, {}); }
+  LbCapacity Capacity() const override { return capacity; }
 
   absl::Status UpdateService(const sluice_lb4_key& k, const sluice_lb4_service& v) override {
     if (k.backend_slot != 0) {
@@ -600,6 +604,229 @@ TEST(ServiceSyncTest, ServiceRefusedAFrontendGetsItWhenTheHolderGoes) {
   services.Delete(Svc(holder.substr(std::string("default/").size()), "10.96.0.10"));
   ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
   EXPECT_THAT(r->Services(), ElementsAre("default/" + other));
+}
+
+// Full Service maps: what fits is decided before writing, in the order of the Services' names,
+// whole frontends only; what is programmed stays; room made by a deletion goes to the next.
+
+std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> Numbered(
+    const std::vector<int>& order) {
+  std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> out;
+  for (int i : order) {
+    out.emplace_back(absl::StrCat("default/s", i),
+                     T({Frontend(absl::StrCat("10.96.0.", i), 80,
+                                 {absl::StrCat("10.244.1.", i), absl::StrCat("10.244.2.", i)})}));
+  }
+  return out;
+}
+
+std::vector<std::string> RefusedServices(const ServiceReconciler& r) {
+  std::vector<std::string> out;
+  for (const UnprogrammedFrontend& u : r.Unprogrammed()) {
+    out.push_back(absl::StrCat(
+        u.service, " ", u.addr.ToString(), ":", u.port, " ", u.map,
+        u.truncated ? absl::StrCat(" truncated ", u.backends_programmed, "/", u.backends_wanted)
+                    : ""));
+  }
+  return out;
+}
+
+std::vector<std::string> Dump(const std::map<SvcKey, sluice_lb4_service>& svc) {
+  std::vector<std::string> out;
+  for (const auto& [k, v] : svc) {
+    out.push_back(absl::StrCat(Fe(FromTup(k)), "#", std::get<4>(k), " count=", v.count,
+                               " be=", v.backend_id, " rnat=", v.rev_nat_id, " flags=", v.flags));
+  }
+  return out;
+}
+
+TEST(ServiceCapacityTest, WhatFitsIsTheSameWhateverTheOrderOfTheChanges) {
+  std::vector<std::string> first;
+  for (const std::vector<int>& order :
+       {std::vector<int>{1, 2, 3, 4, 5}, std::vector<int>{5, 4, 3, 2, 1},
+        std::vector<int>{3, 5, 1, 4, 2}}) {
+    RecordingLbMaps maps;
+    maps.capacity.rev_nat = 3;  // three frontends
+    auto r = *ServiceReconciler::Create(maps);
+    ASSERT_TRUE(r->ApplyAll(Numbered(order)).ok());
+    EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s2", "default/s3"));
+    EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s4 10.96.0.4:80 sluice_lb4_rnat",
+                                                 "default/s5 10.96.0.5:80 sluice_lb4_rnat"));
+    EXPECT_EQ(r->stats().unprogrammed, 2u);
+    // Nothing of a refused frontend was written: no backend, no slot.
+    EXPECT_THAT(maps.be, ::testing::SizeIs(6));
+    EXPECT_THAT(maps.rnat, ::testing::SizeIs(3));
+    for (const std::string& op : maps.ops) {
+      EXPECT_THAT(op, ::testing::Not(::testing::HasSubstr("10.96.0.4"))) << op;
+      EXPECT_THAT(op, ::testing::Not(::testing::HasSubstr("10.244.1.5"))) << op;
+    }
+    // The same entries whatever the order (ids included: they are given in the same order).
+    if (first.empty()) {
+      first = Dump(maps.svc);
+    } else {
+      EXPECT_EQ(Dump(maps.svc), first);
+    }
+  }
+}
+
+TEST(ServiceCapacityTest, ProgrammedFrontendsAreNeverEvictedDeletionLetsTheNextInOrderIn) {
+  RecordingLbMaps maps;
+  maps.capacity.rev_nat = 2;
+  auto r = *ServiceReconciler::Create(maps);
+  // One at a time, the last names first: the first two to come stay.
+  for (int i : {5, 4, 3, 2, 1}) ASSERT_TRUE(r->ApplyAll(Numbered({i})).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s4", "default/s5"));
+  EXPECT_EQ(r->stats().unprogrammed, 3u);
+  // Applied again, changed or not, refused frontends are no error (no retry, no back-off) and
+  // write nothing.
+  maps.Take();
+  ASSERT_TRUE(r->ApplyAll(Numbered({1, 2, 3})).ok());
+  EXPECT_THAT(maps.Take(), IsEmpty());
+  // s5 goes: the first in order of those waiting (s1) takes its place, whole.
+  ASSERT_TRUE(r->Apply("default/s5", std::nullopt).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s4"));
+  EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s2 10.96.0.2:80 sluice_lb4_rnat",
+                                               "default/s3 10.96.0.3:80 sluice_lb4_rnat"));
+  std::vector<std::string> ops = maps.Take();
+  EXPECT_THAT(ops, ::testing::Contains("master+ 10.96.0.1:80/6 count=2 flags=0 rnat=3"));
+  // The room was made (s5's entries deleted) before s1's were written.
+  auto at = [&](const std::string& op) {
+    return std::find(ops.begin(), ops.end(), op) - ops.begin();
+  };
+  EXPECT_LT(at("rnat- 1"), at("rnat+ 3 10.96.0.1:80"));
+  // A waiting Service that goes is forgotten.
+  ASSERT_TRUE(r->Apply("default/s2", std::nullopt).ok());
+  EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s3 10.96.0.3:80 sluice_lb4_rnat"));
+}
+
+TEST(ServiceCapacityTest, ServiceMapCountsMastersSlotsAndWildcards) {
+  RecordingLbMaps maps;
+  // s1: master, two slots, the ClusterIP's wildcard = 4; s2 needs 4 more.
+  maps.capacity.services = 7;
+  auto r = *ServiceReconciler::Create(maps);
+  ASSERT_TRUE(r->ApplyAll(Numbered({2, 1})).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s1"));
+  EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s2 10.96.0.2:80 sluice_lb4_svc"));
+  EXPECT_THAT(maps.svc, ::testing::SizeIs(4));
+  EXPECT_THAT(maps.be, ::testing::SizeIs(2));
+  // With one more entry s2 fits; a frontend without backends needs its master only (and the
+  // wildcard of a new ClusterIP).
+  maps.capacity.services = 8;
+  auto r2 = *ServiceReconciler::Create(maps);
+  ASSERT_TRUE(r2->ApplyAll(Numbered({1, 2})).ok());
+  ASSERT_TRUE(r2->PruneStale().ok());
+  EXPECT_THAT(r2->Services(), ElementsAre("default/s1", "default/s2"));
+  EXPECT_THAT(maps.svc, ::testing::SizeIs(8));
+}
+
+TEST(ServiceCapacityTest, BackendMapFullRefusesNewFrontendsAndTruncatesGrowingOnes) {
+  RecordingLbMaps maps;
+  maps.capacity.backends = 3;
+  auto r = *ServiceReconciler::Create(maps);
+  ASSERT_TRUE(r->ApplyAll(Numbered({1, 2})).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s1"));
+  EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s2 10.96.0.2:80 sluice_lb4_be"));
+  // A frontend sharing s1's backends needs no new backend entry: it fits.
+  ASSERT_TRUE(
+      r->Apply("default/s9", T({Frontend("10.96.0.9", 80, {"10.244.1.1", "10.244.2.1"})})).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s9"));
+  // s1 grows by three backends: it keeps its place with the one that fits.
+  maps.Take();
+  ASSERT_TRUE(r->Apply("default/s1", T({Frontend("10.96.0.1", 80,
+                                                 {"10.244.1.1", "10.244.2.1", "10.244.3.1",
+                                                  "10.244.4.1", "10.244.5.1"})}))
+                  .ok());
+  EXPECT_THAT(maps.Take(), ElementsAre("be+ 3 10.244.3.1:8080", "slot+ 10.96.0.1:80/6#3 -> 3",
+                                       "master+ 10.96.0.1:80/6 count=3 flags=0 rnat=1"));
+  EXPECT_THAT(RefusedServices(*r),
+              ElementsAre("default/s1 10.96.0.1:80 sluice_lb4_be truncated 3/5",
+                          "default/s2 10.96.0.2:80 sluice_lb4_be"));
+  EXPECT_EQ(r->stats().truncated, 1u);
+  auto by_map = r->UnprogrammedByMap();
+  EXPECT_EQ(by_map["sluice_lb4_be"].refused, 1u);
+  EXPECT_EQ(by_map["sluice_lb4_be"].truncated, 1u);
+  EXPECT_EQ(by_map["sluice_lb4_rnat"].refused, 0u);
+  // s9 goes (its backends are s1's: no room made); s1 shrinks to one backend, freeing two:
+  // s2 gets in.
+  ASSERT_TRUE(r->Apply("default/s9", std::nullopt).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s1"));
+  EXPECT_THAT(RefusedServices(*r), ::testing::SizeIs(2));
+  ASSERT_TRUE(r->Apply("default/s1", T({Frontend("10.96.0.1", 80, {"10.244.1.1"})})).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s2"));
+  EXPECT_THAT(RefusedServices(*r), IsEmpty());
+  EXPECT_THAT(maps.be, ::testing::SizeIs(3));
+}
+
+TEST(ServiceCapacityTest, TruncatedFrontendGrowsWhenBackendsFreeUpThoughEveryRevNatIsTaken) {
+  RecordingLbMaps maps;
+  maps.capacity.rev_nat = 2;
+  maps.capacity.backends = 3;
+  auto r = *ServiceReconciler::Create(maps);
+  ASSERT_TRUE(
+      r->Apply("default/s1", T({Frontend("10.96.0.1", 80, {"10.244.1.1", "10.244.1.2"})})).ok());
+  ASSERT_TRUE(r->Apply("default/s2", T({Frontend("10.96.0.2", 80, {"10.244.2.1"})})).ok());
+  ASSERT_TRUE(r->Apply("default/s1",
+                       T({Frontend("10.96.0.1", 80,
+                                   {"10.244.1.1", "10.244.1.2", "10.244.1.3", "10.244.1.4"})}))
+                  .ok());
+  EXPECT_THAT(RefusedServices(*r),
+              ElementsAre("default/s1 10.96.0.1:80 sluice_lb4_be truncated 2/4"));
+  // s2 moves to one of s1's backends: its own leaves sluice_lb4_be, and s1 takes the room.
+  ASSERT_TRUE(r->Apply("default/s2", T({Frontend("10.96.0.2", 80, {"10.244.1.1"})})).ok());
+  EXPECT_EQ(maps.svc[Tup(sluice_lb4_key{
+                         .addr = htonl(0x0a600001), .dport = htons(80), .proto = IPPROTO_TCP})]
+                .count,
+            3);
+  EXPECT_THAT(RefusedServices(*r),
+              ElementsAre("default/s1 10.96.0.1:80 sluice_lb4_be truncated 3/4"));
+}
+
+TEST(ServiceCapacityTest, StaleStateRestoredFromTheMapsMakesRoomOnlyWhenPruned) {
+  RecordingLbMaps maps;
+  maps.capacity.rev_nat = 3;
+  {
+    auto before = *ServiceReconciler::Create(maps);
+    ASSERT_TRUE(before->ApplyAll(Numbered({1, 2, 3})).ok());
+  }
+  // Restarted: s1 and s2 were deleted while the agent was down, s4 and s5 created.
+  auto r = *ServiceReconciler::Create(maps);
+  ASSERT_TRUE(r->ApplyAll(Numbered({5, 3, 4})).ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s3"));
+  EXPECT_EQ(r->stats().unprogrammed, 2u);
+  ASSERT_TRUE(r->PruneStale().ok());
+  EXPECT_THAT(r->Services(), ElementsAre("default/s3", "default/s4", "default/s5"));
+  EXPECT_THAT(RefusedServices(*r), IsEmpty());
+  EXPECT_THAT(maps.rnat, ::testing::SizeIs(3));
+}
+
+TEST(ServiceSyncTest, UnprogrammedFrontendsAreGaugedPerMap) {
+  RecordingLbMaps maps;
+  maps.capacity.rev_nat = 1;
+  auto r = *ServiceReconciler::Create(maps);
+  k8s::SyncGate gate;
+  k8s::Store<k8s::Service> services(&gate);
+  k8s::Store<k8s::EndpointSlice> slices(&gate);
+  ServiceSync sync(
+      services, slices, [&] { return gate.AllSynced(); }, *r, nullptr,
+      NodeContext{"node-a", {Ip("192.168.0.10")}});
+  services.Replace({Svc("b", "10.96.0.11"), Svc("a", "10.96.0.10"), Svc("c", "10.96.0.12")}, "1");
+  slices.Replace({Slice("a", {"10.244.1.4"}), Slice("b", {"10.244.1.5"})}, "2");
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(r->Services(), ElementsAre("default/a"));
+  std::string text = metrics::Default().Expose();
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "sluice_services_unprogrammed{reason=\"map_full\",map_name=\"sluice_lb4_"
+                        "rnat\"} 2"));
+  EXPECT_THAT(text, ::testing::HasSubstr(
+                        "sluice_services_unprogrammed{reason=\"map_full\",map_name=\"sluice_lb4_"
+                        "svc\"} 0"));
+  EXPECT_THAT(sync.UnprogrammedJson(), ::testing::HasSubstr("\"service\": \"default/b\""));
+  services.Delete(Svc("a", "10.96.0.10"));
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  EXPECT_THAT(r->Services(), ElementsAre("default/b"));
+  EXPECT_THAT(metrics::Default().Expose(),
+              ::testing::HasSubstr("sluice_services_unprogrammed{reason=\"map_full\",map_name="
+                                   "\"sluice_lb4_rnat\"} 1"));
 }
 
 }  // namespace
