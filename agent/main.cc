@@ -175,6 +175,7 @@ ABSL_FLAG(uint32_t, bpf_lb_service_max, 0,
 ABSL_FLAG(uint32_t, bpf_lb_backend_max, 0, "entries of sluice_lb4_be; 0: compiled-in");
 ABSL_FLAG(uint32_t, bpf_lb_revnat_max, 0,
           "entries of sluice_lb4_rnat (one per frontend); 0: compiled-in");
+ABSL_FLAG(uint32_t, bpf_ep_max, 0, "entries of sluice_ep4 (this node's pod endpoints); 0: 65536");
 ABSL_FLAG(uint32_t, bpf_frag_max, 0,
           "entries of sluice_frag4 (fragmented datagrams in flight); 0: 8192");
 
@@ -357,7 +358,8 @@ int Run() {
                                    {maps::name::sluice_lb4_svc, &FLAGS_bpf_lb_service_max},
                                    {maps::name::sluice_lb4_be, &FLAGS_bpf_lb_backend_max},
                                    {maps::name::sluice_lb4_rnat, &FLAGS_bpf_lb_revnat_max},
-                                   {maps::name::sluice_frag4, &FLAGS_bpf_frag_max}}) {
+                                   {maps::name::sluice_frag4, &FLAGS_bpf_frag_max},
+                                   {maps::name::sluice_ep4, &FLAGS_bpf_ep_max}}) {
     if (uint32_t n = absl::GetFlag(*flag); n != 0) map_sizes[name] = n;
   }
   auto dp = loader::Datapath::Load(absl::GetFlag(FLAGS_bpffs_root), map_sizes);

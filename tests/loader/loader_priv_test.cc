@@ -159,6 +159,21 @@ TEST(Datapath, MapSizesComeFromConfigurationAndAChangedSizeReplacesThePin) {
   ASSERT_TRUE(pinned.ok());
   EXPECT_EQ(max_entries(pinned->fd()), 2048u) << "every object shares the resized pin";
 
+  // Every map an agent flag sizes (--bpf_*_max) is sizable.
+  ScratchBpffs other;
+  auto flagged = loader::Datapath::Load(other.path(), {{maps::name::sluice_ct4, 1024},
+                                                       {maps::name::sluice_ct4_any, 1024},
+                                                       {maps::name::sluice_snat4, 512},
+                                                       {maps::name::sluice_rnat4, 512},
+                                                       {maps::name::sluice_lb4_svc, 4096},
+                                                       {maps::name::sluice_lb4_be, 4096},
+                                                       {maps::name::sluice_lb4_rnat, 1024},
+                                                       {maps::name::sluice_frag4, 256},
+                                                       {maps::name::sluice_ep4, 128}});
+  ASSERT_TRUE(flagged.ok()) << flagged.status();
+  EXPECT_EQ(max_entries((*flagged)->frag4().fd()), 256u);
+  EXPECT_EQ(max_entries((*flagged)->endpoints().fd()), 128u);
+
   EXPECT_FALSE(loader::Datapath::Load(fs.path(), {{maps::name::sluice_node, 2}}).ok());
   EXPECT_FALSE(loader::Datapath::Load(fs.path(), {{maps::name::sluice_ct4, 0}}).ok());
 }
