@@ -87,15 +87,16 @@ void DatapathTest::TearDown() {
   bpffs_.reset();
 }
 
-RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex) {
+namespace {
+
+// BPF_PROG_TEST_RUN once on `in` with the program type's context `ctx`.
+RunResult TestRun(int prog_fd, const Bytes& in, const void* ctx, size_t ctx_size) {
   RunResult r;
   r.out.assign(in.size() + 256, 0);
-  struct __sk_buff ctx {};
-  ctx.ifindex = ifindex;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(),
-              .data_out = r.out.data(), .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = 1);
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = r.out.data(),
+              .data_size_in = static_cast<__u32>(in.size()),
+              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = ctx,
+              .ctx_size_in = static_cast<__u32>(ctx_size), .repeat = 1);
   int err = bpf_prog_test_run_opts(prog_fd, &opts);
   EXPECT_EQ(err, 0) << "BPF_PROG_TEST_RUN: " << strerror(errno);
   r.verdict = static_cast<int>(opts.retval);
@@ -103,21 +104,19 @@ RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex) {
   return r;
 }
 
+}  // namespace
+
+RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex) {
+  struct __sk_buff ctx {};
+  ctx.ifindex = ifindex;
+  return TestRun(prog_fd, in, &ctx, sizeof(ctx));
+}
+
 RunResult DatapathTest::RunXdp(int prog_fd, const Bytes& in, int ifindex) {
-  RunResult r;
-  r.out.assign(in.size() + 256, 0);
   struct xdp_md ctx {};
   ctx.data_end = static_cast<__u32>(in.size());  // the whole frame is linear
   ctx.ingress_ifindex = ifindex;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = r.out.data(),
-              .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = 1);
-  int err = bpf_prog_test_run_opts(prog_fd, &opts);
-  EXPECT_EQ(err, 0) << "BPF_PROG_TEST_RUN: " << strerror(errno);
-  r.verdict = static_cast<int>(opts.retval);
-  r.out.resize(opts.data_size_out);
-  return r;
+  return TestRun(prog_fd, in, &ctx, sizeof(ctx));
 }
 
 uint64_t DatapathTest::Drops(unsigned reason) {
