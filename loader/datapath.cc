@@ -143,7 +143,7 @@ absl::StatusOr<XdpMode> Datapath::AttachXdp(int ifindex) {
   return AttachXdpLink((*xdp_)->progs.sluice_xdp_net, ifindex, LinkPinPath(kXdpLinkName));
 }
 
-absl::Status Datapath::DetachXdp() { return DetachPinnedLink(LinkPinPath(kXdpLinkName)); }
+absl::Status Datapath::DetachXdp() { return DetachXdpLink(LinkPinPath(kXdpLinkName)); }
 
 absl::Status Datapath::AttachPod(int host_ifindex) {
   // The pod's ingress policy point first: the pod sends nothing before both are in place.

@@ -73,6 +73,23 @@ const char* XdpModeName(XdpMode mode) {
   return "?";
 }
 
+absl::Status DetachXdpLink(const std::string& pin_path) {
+  Fd link{bpf_obj_get(pin_path.c_str())};
+  if (link.fd < 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("open pinned link ", pin_path));
+  }
+  struct bpf_link_info info = {};
+  __u32 len = sizeof(info);
+  if (link.fd >= 0 && bpf_obj_get_info_by_fd(link.fd, &info, &len) == 0 &&
+      info.type == BPF_LINK_TYPE_XDP && bpf_link_detach(link.fd) != 0 && errno != ENOLINK) {
+    return ErrnoStatus(errno, absl::StrCat("detach link ", pin_path));
+  }
+  if (unlink(pin_path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus(errno, absl::StrCat("unpin link ", pin_path));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<XdpMode> AttachedXdpMode(int ifindex) {
   LIBBPF_OPTS(bpf_xdp_query_opts, q);
   if (int err = bpf_xdp_query(ifindex, 0, &q); err != 0) {
@@ -107,9 +124,7 @@ absl::StatusOr<XdpMode> AttachXdpLink(struct bpf_program* prog, int ifindex,
 
   // No live link of Sluice's for the device: a stale pin goes (detaching it from a device it no
   // longer serves); a program already on the device is someone else's.
-  if (unlink(pin_path.c_str()) != 0 && errno != ENOENT) {
-    return ErrnoStatus(errno, absl::StrCat("remove stale link pin ", pin_path));
-  }
+  if (auto st = DetachXdpLink(pin_path); !st.ok()) return st;
   auto existing = AttachedXdpMode(ifindex);
   if (!existing.ok()) return existing.status();
   if (*existing != XdpMode::kNone) return XdpMode::kNone;

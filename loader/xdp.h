@@ -28,6 +28,11 @@ const char* XdpModeName(XdpMode mode);
 [[nodiscard]] absl::StatusOr<XdpMode> AttachXdpLink(struct bpf_program* prog, int ifindex,
                                                     const std::string& pin_path);
 
+// Detaches the XDP link pinned at `pin_path` from its device (BPF_LINK_DETACH: the hook is empty
+// when this returns; dropping the last reference alone frees the link later, from a workqueue)
+// and removes the pin. An absent pin is not an error.
+[[nodiscard]] absl::Status DetachXdpLink(const std::string& pin_path);
+
 // The mode of the XDP program attached to `ifindex`: kNone when there is none.
 [[nodiscard]] absl::StatusOr<XdpMode> AttachedXdpMode(int ifindex);
 
