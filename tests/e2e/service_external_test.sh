@@ -192,7 +192,9 @@ if [[ " ${SLUICE_LAB_AGENT_ARGS:-} " == *" --lb_acceleration=native "* ]]; then
   for n in node1 node2; do
     link=$(ip -n "$NAME-$n" -d link show eth0)
     grep -qE '^ +prog/xdp id [0-9]+' <<<"$link" || fail "$n: no native XDP program on eth0: $link"
-    status=$("$BUILD/agent/sluicectl" --bpffs_root="$DIR/$n/bpf" status)
+    status=$(ip netns exec "$NAME-$n" "$BUILD/agent/sluicectl" --bpffs_root="$DIR/$n/bpf" status)
+    grep -qE 'eth0 +xdp \(native\) sluice_xdp_net, ingress sluice_from_net' <<<"$status" ||
+      fail "$n: sluicectl status does not show sluice_xdp_net on eth0: $status"
     xdp_packets=$(awk '$1 == "net_xdp" {print $2}' <<<"$status")
     # 30 NodePort requests through each node, about half to the other node's pod, each a few
     # packets each way: far more than 20 if XDP really carries them.
