@@ -199,6 +199,12 @@ if [[ " ${SLUICE_LAB_AGENT_ARGS:-} " == *" --lb_acceleration=native "* ]]; then
     # 30 NodePort requests through each node, about half to the other node's pod, each a few
     # packets each way: far more than 20 if XDP really carries them.
     [ "${xdp_packets:-0}" -ge 20 ] || fail "$n: XDP forwarded ${xdp_packets:-no} packets: $status"
+    metrics=$(lab exec node/"$n" -- curl -sf -m 5 http://127.0.0.1:9879/metrics) ||
+      fail "$n: /metrics (service_external_xdp_test.sh serves it on 127.0.0.1:9879)"
+    grep -q '^sluice_lb_acceleration_attached{mode="native"} 1$' <<<"$metrics" ||
+      fail "$n: /metrics does not say native XDP: $(grep lb_acceleration <<<"$metrics")"
+    grep -qE '^sluice_forward_packets_total\{direction="net_xdp"\} [1-9]' <<<"$metrics" ||
+      fail "$n: /metrics net_xdp: $(grep net_xdp <<<"$metrics")"
     log "ok: $n: sluice_xdp_net in native mode forwarded $xdp_packets packets"
   done
 fi
