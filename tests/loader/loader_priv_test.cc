@@ -14,6 +14,7 @@
 #include "loader/bpffs.h"
 #include "loader/datapath.h"
 #include "loader/tc.h"
+#include "loader/uninstall.h"
 #include "loader/xdp.h"
 
 namespace sluice::testing {
@@ -261,6 +262,20 @@ TEST(Xdp, AttachesNativeOnAVethThroughAPinnedLinkAndARestartSwapsTheProgramInPla
   ASSERT_TRUE((*new_dp)->DetachXdp().ok());
   EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), 0u);
   EXPECT_EQ(*loader::AttachedXdpMode(Ifindex()), loader::XdpMode::kNone);
+}
+
+TEST(Xdp, UninstallTakesSluicesXdpProgramOffTheDevice) {
+  ScratchBpffs fs;
+  {
+    auto dp = loader::Datapath::Load(fs.path());
+    ASSERT_TRUE(dp.ok());
+    auto mode = (*dp)->AttachXdp(Ifindex());
+    ASSERT_TRUE(mode.ok()) << mode.status();
+    ASSERT_NE(*loader::AttachedXdpProgram(Ifindex()), 0u);
+  }  // the agent has stopped; the pinned link keeps the program attached
+  ASSERT_NE(*loader::AttachedXdpProgram(Ifindex()), 0u);
+  ASSERT_TRUE(loader::RemoveDatapath(fs.path()).ok());
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), 0u);
 }
 
 TEST(Xdp, AnotherProgramsXdpIsNeverReplacedOrDetached) {
