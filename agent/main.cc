@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +111,9 @@ ABSL_FLAG(bool, cni_exclusive, false,
 ABSL_FLAG(bool, socket_lb, true,
           "socket-level Service load balancing for the node's own (host-network) processes: "
           "cgroup connect4/sendmsg4/recvmsg4/getpeername4 programs");
+ABSL_FLAG(std::string, lb_acceleration, "disabled",
+          "NodePort acceleration: native (XDP on the native device; generic XDP where the driver "
+          "lacks native XDP) or disabled (TC only; detaches Sluice's XDP program)");
 ABSL_FLAG(std::string, cgroup_root, "",
           "cgroup v2 directory the socket-LB programs attach to (default: the cgroup2 mount in "
           "/proc/mounts, else one mounted at /run/sluice/cgroupv2)");
@@ -335,6 +339,12 @@ int Run() {
     return Fail(st, "--nat_port_range");
   }
 
+  const std::string acceleration = absl::GetFlag(FLAGS_lb_acceleration);
+  if (acceleration != "native" && acceleration != "disabled") {
+    return Fail(absl::InvalidArgumentError("want native or disabled"), "--lb_acceleration");
+  }
+  const bool lb_acceleration = acceleration == "native";
+
   // Signals are taken synchronously by the main thread once serving.
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -406,6 +416,42 @@ int Run() {
   } else if (auto st = (*dp)->DetachSocketLb(); !st.ok()) {
     return Fail(st, "detach socket LB");
   }
+
+  // NodePort acceleration: the XDP link is pinned like socket LB's (a restart swaps the program
+  // in place); disabled unpins it. Another program's XDP on the device is never replaced.
+  std::atomic<int> xdp_mode{static_cast<int>(loader::XdpMode::kNone)};
+  std::atomic<uint64_t> xdp_refused{0};
+  if (lb_acceleration) {
+    auto mode = (*dp)->AttachXdp(node->native_ifindex);
+    if (!mode.ok()) return Fail(mode.status(), "attach XDP");
+    xdp_mode = static_cast<int>(*mode);
+    if (*mode == loader::XdpMode::kNone) {
+      xdp_refused++;
+      auto other = loader::AttachedXdpProgram(node->native_ifindex);
+      spdlog::warn(
+          "lb_acceleration=native: {} already runs XDP program id {} that is not "
+          "Sluice's; left in place, NodePorts are balanced at TC only",
+          node->native_device, other.ok() ? *other : 0u);
+    } else {
+      spdlog::info("lb_acceleration=native: sluice_xdp_net attached to {} in {} XDP mode",
+                   node->native_device, loader::XdpModeName(*mode));
+    }
+  } else if (auto st = (*dp)->DetachXdp(); !st.ok()) {
+    return Fail(st, "detach XDP");
+  }
+  metrics::ScopedCollector xdp_metrics(
+      metrics::Default(),
+      metrics::Default().AddCollector([&xdp_mode, &xdp_refused](metrics::ScrapeSink& out) {
+        for (auto m : {loader::XdpMode::kNative, loader::XdpMode::kGeneric}) {
+          out.Gauge("sluice_lb_acceleration_attached",
+                    "1 when sluice_xdp_net runs on the native device in this XDP mode",
+                    {{"mode", loader::XdpModeName(m)}},
+                    xdp_mode.load() == static_cast<int>(m) ? 1.0 : 0.0);
+        }
+        out.Counter("sluice_lb_acceleration_refused_total",
+                    "XDP attaches not made because the native device runs another program's XDP",
+                    {}, static_cast<double>(xdp_refused.load()));
+      }));
 
   int mtu = static_cast<int>(
       PodMtu(node_opts.routing_mode, node->native_mtu,

@@ -24,7 +24,9 @@
 #      100 changes and a namespace relabel of 1000 pods, p50/p99 vs a no-op batch
 #      (policy_change_bench);
 #  12. new connections/s to a pod under a policy of 10, 1k, 10k rules: Sluice vs kube-router's
-#      iptables + ipset layout vs no policy (policy_conn_bench.sh).
+#      iptables + ipset layout vs no policy (policy_conn_bench.sh);
+#  13. packets/s through a NodePort to a backend on another node: sluice_xdp_net (XDP_TX) vs the
+#      TC path, with the rig's floor, on a veth pair (xdp_pps).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -120,4 +122,11 @@ if want 12; then
 echo
 echo "#### 12. New connections to a pod under a NetworkPolicy: Sluice vs kube-router iptables + ipset"
 "$HERE/policy_conn_bench.sh" "$BUILD"
+fi
+
+if want 13; then
+echo
+echo "#### 13. NodePort to a remote backend, packets/s: XDP vs the TC path, veth pair"
+[ -x "$BUILD/bench/xdp_pps" ] || { echo "bench/run.sh: $BUILD/bench/xdp_pps missing: cmake --build $BUILD --target xdp_pps" >&2; exit 1; }
+"$BUILD/bench/xdp_pps" 2000000 5
 fi

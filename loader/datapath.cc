@@ -39,6 +39,7 @@ static_assert(HasExactlyTheListedMaps<sluice_pod_egress>(), "sluice_pod_egress h
 static_assert(HasExactlyTheListedMaps<sluice_netdev>(), "sluice_netdev has unlisted maps");
 static_assert(HasExactlyTheListedMaps<sluice_sock_lb>(), "sluice_sock_lb has unlisted maps");
 static_assert(HasExactlyTheListedMaps<sluice_overlay>(), "sluice_overlay has unlisted maps");
+static_assert(HasExactlyTheListedMaps<sluice_xdp>(), "sluice_xdp has unlisted maps");
 
 // Every object gets the same sizes: they share each map through its pin, and an object with
 // another size would replace the pin the previous one made.
@@ -92,6 +93,9 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
   auto overlay = Skeleton<sluice_overlay>::OpenAndLoad(bpffs_root, SizeMaps<sluice_overlay>(sizes));
   if (!overlay.ok()) return overlay.status();
   dp->overlay_ = std::move(*overlay);
+  auto xdp = Skeleton<sluice_xdp>::OpenAndLoad(bpffs_root, SizeMaps<sluice_xdp>(sizes));
+  if (!xdp.ok()) return xdp.status();
+  dp->xdp_ = std::move(*xdp);
 
   // All objects share every map through its pin; take the handles from the first one.
   auto* m = &(*dp->pod_egress_)->maps;
@@ -128,6 +132,18 @@ int Datapath::to_net_fd() const { return bpf_program__fd((*netdev_)->progs.sluic
 int Datapath::from_overlay_fd() const {
   return bpf_program__fd((*overlay_)->progs.sluice_from_overlay);
 }
+
+int Datapath::xdp_net_fd() const { return bpf_program__fd((*xdp_)->progs.sluice_xdp_net); }
+
+absl::StatusOr<XdpMode> Datapath::AttachXdp(int ifindex) {
+  std::string dir = absl::StrCat(root_, "/", SLUICE_LINKS_DIR);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(errno, absl::StrCat("mkdir ", dir));
+  }
+  return AttachXdpLink((*xdp_)->progs.sluice_xdp_net, ifindex, LinkPinPath(kXdpLinkName));
+}
+
+absl::Status Datapath::DetachXdp() { return DetachXdpLink(LinkPinPath(kXdpLinkName)); }
 
 absl::Status Datapath::AttachPod(int host_ifindex) {
   // The pod's ingress policy point first: the pod sends nothing before both are in place.

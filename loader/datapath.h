@@ -13,11 +13,13 @@
 #include "absl/status/statusor.h"
 #include "loader/skeleton.h"
 #include "loader/tc.h"
+#include "loader/xdp.h"
 #include "maps/sluice_maps.h"
 #include "sluice_netdev.skel.h"
 #include "sluice_overlay.skel.h"
 #include "sluice_pod_egress.skel.h"
 #include "sluice_sock_lb.skel.h"
+#include "sluice_xdp.skel.h"
 
 namespace sluice::loader {
 
@@ -25,6 +27,10 @@ SLUICE_SKELETON_OPS(sluice_pod_egress);
 SLUICE_SKELETON_OPS(sluice_netdev);
 SLUICE_SKELETON_OPS(sluice_sock_lb);
 SLUICE_SKELETON_OPS(sluice_overlay);
+SLUICE_SKELETON_OPS(sluice_xdp);
+
+// The pin (under <bpffs root>/links/) of the native device's XDP link.
+inline constexpr char kXdpLinkName[] = "sluice_xdp_net";
 
 // Sizes from configuration: max_entries per map name (maps/map_list.h). A map not named keeps its
 // compiled-in size. Only the maps in kSizableMaps may be sized.
@@ -72,6 +78,7 @@ class Datapath {
   int from_net_fd() const;
   int to_net_fd() const;
   int from_overlay_fd() const;
+  int xdp_net_fd() const;
 
   // Pod programs on a pod's host-side veth: what the pod sends (TC ingress) and what the node's
   // stack delivers to it (TC egress, the pod's ingress policy).
@@ -79,6 +86,13 @@ class Datapath {
   // Masquerade programs on the native device (egress) and their reverse (ingress).
   [[nodiscard]] absl::Status AttachNative(int ifindex);
   [[nodiscard]] absl::Status DetachNative(int ifindex);
+  // NodePort acceleration (--lb_acceleration=native): sluice_xdp_net on the native device
+  // through a link pinned at LinkPinPath(kXdpLinkName), native mode or generic where the driver
+  // lacks it; kNone when another program holds the device's XDP hook (it is left alone).
+  [[nodiscard]] absl::StatusOr<XdpMode> AttachXdp(int ifindex);
+  // Unpins the XDP link (--lb_acceleration=disabled), which detaches Sluice's program; none is
+  // not an error. Another program's XDP stays.
+  [[nodiscard]] absl::Status DetachXdp();
   // Tunnel mode: the receive program on the node's VXLAN device (TC ingress).
   [[nodiscard]] absl::Status AttachOverlay(int ifindex);
   // Socket-level load balancing (cgroup connect4/sendmsg4/recvmsg4/getpeername4) for the
@@ -144,6 +158,7 @@ class Datapath {
   std::unique_ptr<Skeleton<sluice_netdev>> netdev_;
   std::unique_ptr<Skeleton<sluice_sock_lb>> sock_lb_;
   std::unique_ptr<Skeleton<sluice_overlay>> overlay_;
+  std::unique_ptr<Skeleton<sluice_xdp>> xdp_;
   maps::EndpointMap endpoints_;
   maps::NodeConfigMap node_;
   maps::NoMasqMap nomasq_;

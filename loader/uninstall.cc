@@ -6,7 +6,9 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
+#include "loader/datapath.h"
 #include "loader/tc.h"
+#include "loader/xdp.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::loader {
@@ -30,6 +32,11 @@ absl::Status RemoveDatapath(const std::string& bpffs_root) {
   if (!status.ok()) return status;
   spdlog::info("uninstall: removed {} tc programs", detached);
 
+  // The XDP link is detached at once (its unpin alone frees it later, from a workqueue).
+  if (auto st = DetachXdpLink(absl::StrCat(bpffs_root, "/", SLUICE_LINKS_DIR, "/", kXdpLinkName));
+      !st.ok()) {
+    return st;
+  }
   // Pins: links first (each unpin detaches a socket-LB program), then maps.
   std::error_code ec;
   int removed = 0;

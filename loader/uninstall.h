@@ -10,9 +10,9 @@ namespace sluice::loader {
 
 // In the calling thread's network namespace: removes Sluice's tc filters (its own slot, and a
 // Sluice program at the legacy slot) from both directions of every interface, node device and
-// pod veths alike; then, under `bpffs_root`, unpins the socket-LB links (which detaches their
-// programs) and every pinned map, leaving the directory itself (it may be a mount point). Other
-// filters, qdiscs and pins are left alone. Idempotent.
+// pod veths alike; then, under `bpffs_root`, unpins the socket-LB links and the native device's
+// XDP link (which detaches their programs) and every pinned map, leaving the directory itself (it
+// may be a mount point). Other filters, qdiscs and pins are left alone. Idempotent.
 [[nodiscard]] absl::Status RemoveDatapath(const std::string& bpffs_root);
 
 }  // namespace sluice::loader

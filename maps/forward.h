@@ -12,7 +12,8 @@ enum sluice_fwd_dir {
 	SLUICE_FWD_POD_INGRESS = 1, /* sluice_to_pod: what the node's stack delivers to a pod */
 	SLUICE_FWD_NET_INGRESS = 2, /* sluice_from_net, sluice_from_overlay: from the network */
 	SLUICE_FWD_NET_EGRESS = 3,  /* sluice_to_net: what leaves through the native device */
-	SLUICE_FWD_DIR_MAX = 4,     /* size of sluice_forward; keep last */
+	SLUICE_FWD_NET_XDP = 4,     /* sluice_xdp_net: from the network, sent on at XDP */
+	SLUICE_FWD_DIR_MAX = 5,     /* size of sluice_forward; keep last */
 };
 
 /* Value of sluice_forward (BPF_MAP_TYPE_PERCPU_ARRAY, key = enum sluice_fwd_dir). bytes is the
@@ -32,6 +33,7 @@ static inline const char *sluice_fwd_dir_name(unsigned int dir)
 	case SLUICE_FWD_POD_INGRESS: return "pod_ingress";
 	case SLUICE_FWD_NET_INGRESS: return "net_ingress";
 	case SLUICE_FWD_NET_EGRESS: return "net_egress";
+	case SLUICE_FWD_NET_XDP: return "net_xdp";
 	default: return (const char *)0;
 	}
 }

@@ -1,6 +1,11 @@
 #include "agent/lab/topology.h"
 
+#include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <fcntl.h>
+#include <linux/if_link.h>
+#include <net/if.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/file.h>
 #include <sys/mount.h>
@@ -14,6 +19,7 @@
 #include <fstream>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -125,6 +131,63 @@ absl::Status AttachToUnderlay(const Topology& t, const std::string& netns, const
   return absl::OkStatus();
 }
 
+// Whether the nodes' agents run XDP on eth0 (SLUICE_LAB_AGENT_ARGS has --lb_acceleration=native).
+bool AgentsRunXdp() {
+  const char* extra = getenv("SLUICE_LAB_AGENT_ARGS");
+  if (extra == nullptr) return false;
+  for (absl::string_view a : absl::StrSplit(extra, ' ', absl::SkipWhitespace())) {
+    if (a == "--lb_acceleration=native") return true;
+  }
+  return false;
+}
+
+// A veth takes the frames its peer's XDP program sends back (XDP_TX) or redirects into it only
+// through the NAPI queue an XDP program of its own gives it: without one the kernel queues them
+// where nothing reads them (GRO on, which the kernel documents as the other way, did not do it on
+// the lab's kernels). So the underlay's end of a node's eth0 gets a program that passes every
+// frame (native mode, attached to the device, no pin: it goes with the device). From a thread of
+// its own, which enters the underlay namespace and ends: no other thread changes namespace.
+absl::Status AttachXdpPass(const std::string& netns, const std::string& dev) {
+  absl::Status status;
+  std::thread worker([&] {
+    std::string path = absl::StrCat(kNetnsDir, "/", netns);
+    int ns = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
+      status = absl::InternalError(absl::StrCat("enter ", path, ": ", strerror(errno)));
+      if (ns >= 0) close(ns);
+      return;
+    }
+    close(ns);
+    const struct bpf_insn pass[] = {
+        {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = XDP_PASS},
+        {.code = BPF_JMP | BPF_EXIT},
+    };
+    int fd = bpf_prog_load(BPF_PROG_TYPE_XDP, "lab_xdp_pass", "GPL", pass, 2, nullptr);
+    if (fd < 0) {
+      status = absl::InternalError(absl::StrCat("load lab_xdp_pass: ", strerror(-fd)));
+      return;
+    }
+    int ifindex = static_cast<int>(if_nametoindex(dev.c_str()));
+    int err = ifindex == 0 ? -ENODEV : bpf_xdp_attach(ifindex, fd, XDP_FLAGS_DRV_MODE, nullptr);
+    close(fd);
+    if (err != 0) {
+      status = absl::InternalError(
+          absl::StrCat("attach lab_xdp_pass to ", netns, "/", dev, ": ", strerror(-err)));
+    }
+  });
+  worker.join();
+  return status;
+}
+
+// A veth hands a TCP/UDP packet on with the checksum its sender's stack left to "hardware"
+// (CHECKSUM_PARTIAL: only the pseudo header's sum in the field), and the skb's state says so; an
+// XDP program sees the bytes alone, and a frame it sends with XDP_TX or a redirect arrives with
+// that partial sum as its checksum, which the receiver rejects. Checksums computed in software
+// before eth0 sends (tx checksumming off) make the underlay carry what a wire carries.
+absl::Status ChecksumOnTheWire(const std::string& netns) {
+  return RunChecked({"ip", "netns", "exec", netns, "ethtool", "-K", "eth0", "tx", "off"});
+}
+
 absl::Status CreateLinks(const Topology& t) {
   if (auto st = Ip({"netns", "add", t.underlay_netns}); !st.ok()) return st;
   std::vector<std::vector<std::string>> steps = {
@@ -163,8 +226,13 @@ absl::Status CreateLinks(const Topology& t) {
     if (auto st = AttachToUnderlay(t, n.netns, absl::StrCat("n", k + 1), n.ip); !st.ok()) {
       return st;
     }
+    if (AgentsRunXdp()) {
+      if (auto st = AttachXdpPass(t.underlay_netns, absl::StrCat("n", k + 1)); !st.ok()) return st;
+      if (auto st = ChecksumOnTheWire(n.netns); !st.ok()) return st;
+    }
   }
-  return AttachToUnderlay(t, t.external_netns, "ext", t.external_ip);
+  if (auto st = AttachToUnderlay(t, t.external_netns, "ext", t.external_ip); !st.ok()) return st;
+  return AgentsRunXdp() ? ChecksumOnTheWire(t.external_netns) : absl::OkStatus();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/metrics/datapath_metrics.h"
@@ -23,6 +24,7 @@
 #include "agent/sluicectl/service_names.h"
 #include "loader/datapath.h"
 #include "loader/tc.h"
+#include "loader/xdp.h"
 
 namespace sluice::ctl {
 
@@ -38,7 +40,7 @@ std::string ProgName(uint32_t id) {
 
 namespace {
 
-// Interfaces of this network namespace with a Sluice TC program, and which.
+// Interfaces of this network namespace with a Sluice TC or XDP program, and which.
 std::vector<std::pair<std::string, std::string>> AttachedPrograms() {
   std::vector<std::pair<std::string, std::string>> out;
   // An interface without clsact is simply not ours: keep libbpf from printing about it.
@@ -47,6 +49,14 @@ std::vector<std::pair<std::string, std::string>> AttachedPrograms() {
   if (all == nullptr) return out;
   for (struct if_nameindex* i = all; i->if_index != 0; ++i) {
     std::string progs;
+    // NodePort acceleration (--lb_acceleration=native): Sluice's XDP program and its mode.
+    if (auto id = loader::AttachedXdpProgram(static_cast<int>(i->if_index)); id.ok() && *id != 0) {
+      std::string name = ProgName(*id);
+      auto mode = loader::AttachedXdpMode(static_cast<int>(i->if_index));
+      if (absl::StartsWith(name, "sluice_") && mode.ok()) {
+        absl::StrAppend(&progs, "xdp (", loader::XdpModeName(*mode), ") ", name);
+      }
+    }
     for (auto dir : {loader::TcDirection::kIngress, loader::TcDirection::kEgress}) {
       auto id = loader::AttachedTcProgram(static_cast<int>(i->if_index), dir);
       if (!id.ok() || *id == 0) continue;

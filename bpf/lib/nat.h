@@ -131,31 +131,69 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 	return -SLUICE_DROP_NAT_NO_PORT;
 }
 
+/* The node address and port p's flow leaves with: its recorded translation, or a new one. Maps
+ * only. Returns 0 or minus a drop reason. */
+static __always_inline int nat4_snat_entry(const struct sluice_node_config *cfg,
+					   const struct nat4_pkt *p,
+					   struct sluice_nat4_entry *entry)
+{
+	struct sluice_nat4_entry *found = bpf_map_lookup_elem(&sluice_snat4, &p->key);
+
+	if (found) {
+		*entry = *found;
+		return 0;
+	}
+	if (p->csum.absent)
+		return -SLUICE_DROP_FRAGMENT; /* a later fragment opens no flow of its own */
+	return nat4_allocate(cfg, p, entry);
+}
+
+/* Rewrites the source of a packet leaving the node as nat4_snat_entry decided. Returns
+ * CTX_ACT_OK or minus a drop reason. */
+static __always_inline int nat4_snat_rewrite(struct sluice_ctx *ctx, struct pkt4 *pkt,
+					     const struct nat4_pkt *p,
+					     const struct sluice_nat4_entry *entry)
+{
+	int ret;
+
+	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
+				    entry->addr, p->port_off, p->key.sport, entry->port, &p->csum);
+	if (ret < 0)
+		return ret;
+	pkt->saddr = entry->addr;
+	nat4_set_port(pkt, 1, entry->port);
+	return CTX_ACT_OK;
+}
+
 /* Source-NATs a pod packet leaving the node. Returns CTX_ACT_OK or minus a drop reason. */
 static __always_inline int nat4_masquerade(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					   const struct sluice_node_config *cfg,
 					   const struct nat4_pkt *p)
 {
-	struct sluice_nat4_entry *found, entry;
+	struct sluice_nat4_entry entry;
 	int ret;
 
-	found = bpf_map_lookup_elem(&sluice_snat4, &p->key);
-	if (found) {
-		entry = *found;
-	} else if (p->csum.absent) {
-		return -SLUICE_DROP_FRAGMENT; /* a later fragment opens no flow of its own */
-	} else {
-		ret = nat4_allocate(cfg, p, &entry);
-		if (ret < 0)
-			return ret;
-	}
-	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, saddr), p->key.saddr,
-				    entry.addr, p->port_off, p->key.sport, entry.port, &p->csum);
+	ret = nat4_snat_entry(cfg, p, &entry);
 	if (ret < 0)
 		return ret;
-	pkt->saddr = entry.addr;
-	nat4_set_port(pkt, 1, entry.port);
-	return CTX_ACT_OK;
+	return nat4_snat_rewrite(ctx, pkt, p, &entry);
+}
+
+/* Rewrites the destination of a reply to a masqueraded flow back to the pod or client the flow
+ * left from (entry, from sluice_rnat4). Returns 0 or minus a drop reason. */
+static __always_inline int nat4_unmasquerade_rewrite(struct sluice_ctx *ctx, struct pkt4 *pkt,
+						     const struct nat4_pkt *p,
+						     const struct sluice_nat4_entry *entry)
+{
+	int ret;
+
+	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
+				    entry->addr, p->port_off, p->key.dport, entry->port, &p->csum);
+	if (ret < 0)
+		return ret;
+	pkt->daddr = entry->addr;
+	nat4_set_port(pkt, 0, entry->port);
+	return 0;
 }
 
 /* Translates a reply to a masqueraded flow back to the pod. Returns NAT4_XLATED, NAT4_NONE when
@@ -170,12 +208,9 @@ static __always_inline int nat4_unmasquerade(struct sluice_ctx *ctx, struct pkt4
 	if (!found)
 		return NAT4_NONE;
 	entry = *found;
-	ret = rewrite_ip4_addr_port(ctx, pkt->l3_off, offsetof(struct iphdr, daddr), p->key.daddr,
-				    entry.addr, p->port_off, p->key.dport, entry.port, &p->csum);
+	ret = nat4_unmasquerade_rewrite(ctx, pkt, p, &entry);
 	if (ret < 0)
 		return ret;
-	pkt->daddr = entry.addr;
-	nat4_set_port(pkt, 0, entry.port);
 	return NAT4_XLATED;
 }
 

@@ -185,4 +185,27 @@ K label pod web-1 app- >/dev/null
 wait_for 20 sh -c "kubectl --kubeconfig $KUBECONFIG_PATH get endpointslices -o yaml | grep -q 'terminating: true'" ||
   fail "web-2 never terminating"
 expect "only a terminating endpoint left" "$(hosts_seen 10 default/client "$WEB:80")" "web-2 "
+
+# service_external_xdp_test.sh: sluice_xdp_net ran in native XDP mode on both nodes' eth0, and
+# the NodePort flows to the other node's pod were sent on by it (its own counter), not by TC.
+if [[ " ${SLUICE_LAB_AGENT_ARGS:-} " == *" --lb_acceleration=native "* ]]; then
+  for n in node1 node2; do
+    link=$(ip -n "$NAME-$n" -d link show eth0)
+    grep -qE '^ +prog/xdp id [0-9]+' <<<"$link" || fail "$n: no native XDP program on eth0: $link"
+    status=$(ip netns exec "$NAME-$n" "$BUILD/agent/sluicectl" --bpffs_root="$DIR/$n/bpf" status)
+    grep -qE 'eth0 +xdp \(native\) sluice_xdp_net, ingress sluice_from_net' <<<"$status" ||
+      fail "$n: sluicectl status does not show sluice_xdp_net on eth0: $status"
+    xdp_packets=$(awk '$1 == "net_xdp" {print $2}' <<<"$status")
+    # 30 NodePort requests through each node, about half to the other node's pod, each a few
+    # packets each way: far more than 20 if XDP really carries them.
+    [ "${xdp_packets:-0}" -ge 20 ] || fail "$n: XDP forwarded ${xdp_packets:-no} packets: $status"
+    metrics=$(lab exec node/"$n" -- curl -sf -m 5 http://127.0.0.1:9879/metrics) ||
+      fail "$n: /metrics (service_external_xdp_test.sh serves it on 127.0.0.1:9879)"
+    grep -q '^sluice_lb_acceleration_attached{mode="native"} 1$' <<<"$metrics" ||
+      fail "$n: /metrics does not say native XDP: $(grep lb_acceleration <<<"$metrics")"
+    grep -qE '^sluice_forward_packets_total\{direction="net_xdp"\} [1-9]' <<<"$metrics" ||
+      fail "$n: /metrics net_xdp: $(grep net_xdp <<<"$metrics")"
+    log "ok: $n: sluice_xdp_net in native mode forwarded $xdp_packets packets"
+  done
+fi
 log "PASS"

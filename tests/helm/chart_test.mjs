@@ -166,6 +166,7 @@ const cases = [
     assert.equal(cfg.routing_mode, 'tunnel');
     assert.equal(cfg.tunnel_port, '8472');
     assert.equal(cfg.socket_lb, 'true');
+    assert.equal(cfg.lb_acceleration, 'disabled');
     assert.equal(cfg.cni_exclusive, 'false');
     assert.equal(cfg.bpffs_root, '/sys/fs/bpf/sluice');
     assert.equal(cfg.metrics_address, undefined);
@@ -247,6 +248,8 @@ const cases = [
     assert.equal(agentContainer(r).ports, undefined);
   }],
   ['socket LB off', ['--set', 'socketLB.enabled=false'], (r) => assert.equal(config(r).socket_lb, 'false')],
+  ['XDP NodePort acceleration', ['--set', 'loadBalancer.acceleration=native'],
+    (r) => assert.equal(config(r).lb_acceleration, 'native')],
   ['kube-proxy kept, no policy, debug', ['--set-string', 'kubeProxyReplacement=false',
     '--set', 'policyEnforcementMode=never,debug.enabled=true'], (r) => {
     assert.equal(config(r).kube_proxy_replacement, 'false');
@@ -302,6 +305,7 @@ const refused = [
   [['--set', 'bpf.policyMapMax=65536'], 'bpf.policyMapMax: Invalid type', 'bpf.policyMapMax is not supported: the policy maps'],
   [['--set', 'bpf.ctTcpMax=100'], 'bpf.ctTcpMax', 'bpf.ctTcpMax=100: a map size of 1024 to 16777216 entries'],
   [['--set', 'ipv6.enabled=true'], 'ipv6.enabled', 'ipv6.enabled=true is not supported'],
+  [['--set', 'loadBalancer.acceleration=best-effort'], 'loadBalancer.acceleration', 'loadBalancer.acceleration=best-effort is not supported'],
   [['--set', 'policyEnforcementMode=always'], 'policyEnforcementMode', 'policyEnforcementMode=always is not supported'],
   [['--set', 'cni.chainingMode=aws-cni'], 'cni.chainingMode', 'cni.chainingMode=aws-cni is not supported'],
   [['--set', 'prometheus.serviceMonitor.enabled=true'], 'prometheus.serviceMonitor.enabled', 'serviceMonitor.enabled=true is not supported'],

@@ -1,6 +1,7 @@
 // The loader against the real kernel: bpffs mounting, pinning and reuse of maps across loads
 // (an agent restart), and TC attachment that is idempotent and replaces programs in place.
 #include <bpf/bpf.h>
+#include <linux/if_link.h>
 #include <net/if.h>
 #include <sched.h>
 #include <unistd.h>
@@ -13,6 +14,8 @@
 #include "loader/bpffs.h"
 #include "loader/datapath.h"
 #include "loader/tc.h"
+#include "loader/uninstall.h"
+#include "loader/xdp.h"
 
 namespace sluice::testing {
 namespace {
@@ -224,6 +227,107 @@ TEST(Tc, DetachIsIdempotentAndQueryReportsAbsence) {
   EXPECT_FALSE(id.ok());
   EXPECT_TRUE(loader::DetachTc(999999, loader::TcDirection::kIngress).ok())
       << "a vanished interface has nothing left to detach";
+}
+
+// ---- XDP (--lb_acceleration) -------------------------------------------------------------------
+
+// A program of no one's in particular, attached without a link as another tool would.
+int ForeignXdpProgram() {
+  const struct bpf_insn pass[] = {
+      {.code = BPF_ALU64 | BPF_MOV | BPF_K, .dst_reg = BPF_REG_0, .imm = XDP_PASS},
+      {.code = BPF_JMP | BPF_EXIT},
+  };
+  return bpf_prog_load(BPF_PROG_TYPE_XDP, "other_xdp", "GPL", pass, 2, nullptr);
+}
+
+TEST(Xdp, AttachesNativeOnAVethThroughAPinnedLinkAndARestartSwapsTheProgramInPlace) {
+  ScratchBpffs fs;
+  auto old_dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(old_dp.ok()) << old_dp.status();
+  auto mode = (*old_dp)->AttachXdp(Ifindex());
+  ASSERT_TRUE(mode.ok()) << mode.status();
+  EXPECT_EQ(*mode, loader::XdpMode::kNative) << "veth has native XDP";
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), *loader::ProgramId((*old_dp)->xdp_net_fd()));
+  const std::string pin = (*old_dp)->LinkPinPath(loader::kXdpLinkName);
+  ASSERT_TRUE(std::filesystem::exists(pin));
+  int link = bpf_obj_get(pin.c_str());
+  ASSERT_GE(link, 0);
+  struct bpf_link_info before = {};
+  __u32 len = sizeof(before);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(link, &before, &len), 0);
+  close(link);
+
+  auto new_dp = loader::Datapath::Load(fs.path());  // a restarted agent
+  ASSERT_TRUE(new_dp.ok());
+  mode = (*new_dp)->AttachXdp(Ifindex());
+  ASSERT_TRUE(mode.ok()) << mode.status();
+  EXPECT_EQ(*mode, loader::XdpMode::kNative);
+  old_dp->reset();
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), *loader::ProgramId((*new_dp)->xdp_net_fd()));
+  link = bpf_obj_get(pin.c_str());
+  ASSERT_GE(link, 0);
+  struct bpf_link_info after = {};
+  len = sizeof(after);
+  ASSERT_EQ(bpf_obj_get_info_by_fd(link, &after, &len), 0);
+  close(link);
+  EXPECT_EQ(after.id, before.id) << "the same link, its program replaced";
+
+  // Disabled: the pin goes and the program with it; twice is fine.
+  ASSERT_TRUE((*new_dp)->DetachXdp().ok());
+  ASSERT_TRUE((*new_dp)->DetachXdp().ok());
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), 0u);
+  EXPECT_EQ(*loader::AttachedXdpMode(Ifindex()), loader::XdpMode::kNone);
+}
+
+TEST(Xdp, UninstallTakesSluicesXdpProgramOffTheDevice) {
+  ScratchBpffs fs;
+  {
+    auto dp = loader::Datapath::Load(fs.path());
+    ASSERT_TRUE(dp.ok());
+    auto mode = (*dp)->AttachXdp(Ifindex());
+    ASSERT_TRUE(mode.ok()) << mode.status();
+    ASSERT_NE(*loader::AttachedXdpProgram(Ifindex()), 0u);
+  }  // the agent has stopped; the pinned link keeps the program attached
+  ASSERT_NE(*loader::AttachedXdpProgram(Ifindex()), 0u);
+  ASSERT_TRUE(loader::RemoveDatapath(fs.path()).ok());
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), 0u);
+}
+
+TEST(Xdp, AnotherProgramsXdpIsNeverReplacedOrDetached) {
+  ScratchBpffs fs;
+  auto dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(dp.ok());
+  int other = ForeignXdpProgram();
+  ASSERT_GE(other, 0) << strerror(errno);
+  ASSERT_EQ(bpf_xdp_attach(Ifindex(), other, XDP_FLAGS_DRV_MODE, nullptr), 0);
+  const uint32_t other_id = *loader::ProgramId(other);
+
+  auto mode = (*dp)->AttachXdp(Ifindex());
+  ASSERT_TRUE(mode.ok()) << mode.status();
+  EXPECT_EQ(*mode, loader::XdpMode::kNone);
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), other_id);
+  EXPECT_FALSE(std::filesystem::exists((*dp)->LinkPinPath(loader::kXdpLinkName)));
+  ASSERT_TRUE((*dp)->DetachXdp().ok());
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), other_id) << "disabled leaves it too";
+
+  ASSERT_EQ(bpf_xdp_detach(Ifindex(), XDP_FLAGS_DRV_MODE, nullptr), 0);
+  close(other);
+}
+
+TEST(Xdp, GenericModeWhereTheDriverHasNoNativeXdp) {
+  // A bridge device has no native XDP.
+  ASSERT_EQ(std::system("ip link add sluice-d0 type bridge && ip link set sluice-d0 up"), 0);
+  const int bridge = static_cast<int>(if_nametoindex("sluice-d0"));
+  ScratchBpffs fs;
+  auto dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(dp.ok());
+  auto mode = (*dp)->AttachXdp(bridge);
+  ASSERT_TRUE(mode.ok()) << mode.status();
+  EXPECT_EQ(*mode, loader::XdpMode::kGeneric);
+  EXPECT_EQ(*loader::AttachedXdpMode(bridge), loader::XdpMode::kGeneric);
+  ASSERT_TRUE((*dp)->DetachXdp().ok());
+  EXPECT_EQ(*loader::AttachedXdpMode(bridge), loader::XdpMode::kNone);
+  ASSERT_EQ(std::system("ip link del sluice-d0"), 0);
 }
 
 }  // namespace

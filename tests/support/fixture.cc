@@ -87,20 +87,36 @@ void DatapathTest::TearDown() {
   bpffs_.reset();
 }
 
-RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex) {
+namespace {
+
+// BPF_PROG_TEST_RUN once on `in` with the program type's context `ctx`.
+RunResult TestRun(int prog_fd, const Bytes& in, const void* ctx, size_t ctx_size) {
   RunResult r;
   r.out.assign(in.size() + 256, 0);
-  struct __sk_buff ctx {};
-  ctx.ifindex = ifindex;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(),
-              .data_out = r.out.data(), .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = 1);
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = r.out.data(),
+              .data_size_in = static_cast<__u32>(in.size()),
+              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = ctx,
+              .ctx_size_in = static_cast<__u32>(ctx_size), .repeat = 1);
   int err = bpf_prog_test_run_opts(prog_fd, &opts);
   EXPECT_EQ(err, 0) << "BPF_PROG_TEST_RUN: " << strerror(errno);
   r.verdict = static_cast<int>(opts.retval);
   r.out.resize(opts.data_size_out);
   return r;
+}
+
+}  // namespace
+
+RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex) {
+  struct __sk_buff ctx {};
+  ctx.ifindex = ifindex;
+  return TestRun(prog_fd, in, &ctx, sizeof(ctx));
+}
+
+RunResult DatapathTest::RunXdp(int prog_fd, const Bytes& in, int ifindex) {
+  struct xdp_md ctx {};
+  ctx.data_end = static_cast<__u32>(in.size());  // the whole frame is linear
+  ctx.ingress_ifindex = ifindex;
+  return TestRun(prog_fd, in, &ctx, sizeof(ctx));
 }
 
 uint64_t DatapathTest::Drops(unsigned reason) {
@@ -153,6 +169,8 @@ const char* ProgName(Prog p) {
       return "sluice_to_net";
     case Prog::kFromOverlay:
       return "sluice_from_overlay";
+    case Prog::kXdpNet:
+      return "sluice_xdp_net";
   }
   return "?";
 }
@@ -177,6 +195,8 @@ unsigned FwdDirOf(Prog p) {
       return SLUICE_FWD_NET_INGRESS;
     case Prog::kToNet:
       return SLUICE_FWD_NET_EGRESS;
+    case Prog::kXdpNet:
+      return SLUICE_FWD_NET_XDP;
   }
   return SLUICE_FWD_DIR_MAX;
 }
@@ -186,7 +206,20 @@ unsigned DropDirOf(Prog p) {
                                                   : SLUICE_DROP_DIR_INGRESS;
 }
 
-std::string VerdictName(int v) {
+std::string VerdictName(Prog p, int v) {
+  if (p == Prog::kXdpNet) {
+    switch (v) {
+      case kXdpDrop:
+        return "XDP_DROP";
+      case kXdpPass:
+        return "XDP_PASS";
+      case kXdpTx:
+        return "XDP_TX";
+      case kXdpRedirect:
+        return "XDP_REDIRECT";
+    }
+    return absl::StrCat("XDP verdict ", v);
+  }
   switch (v) {
     case kTcOk:
       return "TC_ACT_OK";
@@ -215,6 +248,7 @@ void DatapathTest::RunCase(const PacketCase& c) {
              : step.prog == Prog::kToPod       ? dp_->to_pod_fd()
              : step.prog == Prog::kFromNet     ? dp_->from_net_fd()
              : step.prog == Prog::kFromOverlay ? dp_->from_overlay_fd()
+             : step.prog == Prog::kXdpNet      ? dp_->xdp_net_fd()
                                                : dp_->to_net_fd();
     if (!step.companion.empty()) {
       auto it = companions_.find(step.companion);
@@ -227,10 +261,14 @@ void DatapathTest::RunCase(const PacketCase& c) {
     for (unsigned d = 0; d < SLUICE_FWD_DIR_MAX; ++d) fwd_before.push_back(Forwarded(d));
     const uint64_t dir_drops_before = step.drop ? Drops(*step.drop, drop_dir) : 0;
     auto drops_before = DropCounts();
-    RunResult r = Run(fd, in, step.ifindex);
+    const bool xdp = step.prog == Prog::kXdpNet;
+    RunResult r = xdp ? RunXdp(fd, in, step.ifindex) : Run(fd, in, step.ifindex);
+    // XDP counts only what it sends on (a pass is TC's to count); TC everything it does not drop.
+    const bool dropped = xdp ? r.verdict == kXdpDrop : r.verdict == kTcShot;
+    const bool sent_on = xdp ? r.verdict == kXdpTx || r.verdict == kXdpRedirect : !dropped;
     auto drops_after = DropCounts();
     std::string shown = absl::StrCat("input:\n", Layers(in), "\nactual output:\n", Layers(r.out));
-    ASSERT_EQ(VerdictName(r.verdict), VerdictName(step.verdict)) << shown;
+    ASSERT_EQ(VerdictName(step.prog, r.verdict), VerdictName(step.prog, step.verdict)) << shown;
 
     for (const auto& [reason, after] : drops_after) {
       uint64_t want = drops_before[reason] + (step.drop == reason ? 1 : 0);
@@ -249,7 +287,7 @@ void DatapathTest::RunCase(const PacketCase& c) {
     // Whatever a Sluice program does not drop it counts as forwarded, once, in its direction,
     // with the length it hands on; no other direction moves.
     for (unsigned d = 0; d < SLUICE_FWD_DIR_MAX; ++d) {
-      const bool counted = own_prog && d == FwdDirOf(step.prog) && r.verdict != kTcShot;
+      const bool counted = own_prog && d == FwdDirOf(step.prog) && sent_on;
       const sluice_fwd_count now = Forwarded(d);
       if (!own_prog) continue;  // a companion may count under any direction
       EXPECT_EQ(now.packets, fwd_before[d].packets + (counted ? 1 : 0))
@@ -263,7 +301,7 @@ void DatapathTest::RunCase(const PacketCase& c) {
     auto decoded = Decode(r.out);
     trail.out.push_back(decoded.value_or(Decoded{}));
     trail.raw.push_back(r.out);
-    if (step.verdict != kTcShot && decoded && decoded->ethertype == 0x0800) {
+    if (!dropped && decoded && decoded->ethertype == 0x0800) {
       EXPECT_TRUE(decoded->ip_csum_ok) << shown;
       if (!decoded->later_fragment) EXPECT_TRUE(decoded->l4_csum_ok) << shown;
     }

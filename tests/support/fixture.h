@@ -26,7 +26,8 @@ struct RunResult {
 // cases are one step; a flow's first packet and its reply are two, the reply built from what the
 // first step put out (the backend the program picked at random, the port it allocated).
 
-enum class Prog { kFromPod, kToPod, kFromNet, kToNet, kFromOverlay };
+// kXdpNet is an XDP program: its steps' verdicts are XDP's (kXdpPass, ...).
+enum class Prog { kFromPod, kToPod, kFromNet, kToNet, kFromOverlay, kXdpNet };
 const char* ProgName(Prog p);
 
 // The decoded outputs of a case's steps so far, and their raw bytes.
@@ -109,6 +110,8 @@ class DatapathTest : public ::testing::Test {
   // Runs `prog_fd` once on `in` as if received on `ifindex` (1 = lo; test_run needs a real
   // device for any other index).
   RunResult Run(int prog_fd, const Bytes& in, int ifindex = 1);
+  // The same for an XDP program (the packet arrives on `ifindex`, rx queue 0).
+  RunResult RunXdp(int prog_fd, const Bytes& in, int ifindex = 1);
   // Packets dropped under `reason`, in both directions / in direction `dir` (sluice_drop_dir).
   uint64_t Drops(unsigned reason);
   uint64_t Drops(unsigned reason, unsigned dir);
@@ -154,5 +157,10 @@ sluice_lb4_key LbKey(const std::string& addr, uint16_t port, uint8_t proto, uint
 inline constexpr int kTcOk = 0;
 inline constexpr int kTcShot = 2;
 inline constexpr int kTcRedirect = 7;
+// XDP verdicts (linux/bpf.h's enum xdp_action).
+inline constexpr int kXdpDrop = 1;
+inline constexpr int kXdpPass = 2;
+inline constexpr int kXdpTx = 3;
+inline constexpr int kXdpRedirect = 4;
 
 }  // namespace sluice::testing

@@ -1,5 +1,7 @@
 /* The XDP context behind the same ctx_* calls as ctx/skb.h, so lib/'s LB/NAT code builds for XDP.
- * XDP has no checksum helpers: the incremental updates are done here with bpf_csum_diff. */
+ * XDP has no checksum helpers and no checksum state: headers are read and written in place and
+ * the incremental updates computed inline (bpf_csum_diff and the byte helpers only for what is
+ * not in the frame's linear part). */
 #ifndef SLUICE_BPF_CTX_H
 #define SLUICE_BPF_CTX_H
 
@@ -42,14 +44,44 @@ static __always_inline int ctx_at_ingress(const struct sluice_ctx *ctx)
 	return 1;
 }
 
+/* Direct access reaches this far into the frame (headers only; bounded for the verifier). */
+#define SLUICE_CTX_DIRECT_MAX 0x3ff
+
+/* A pointer to len bytes of the frame's linear data at off, or NULL. */
+static __always_inline void *ctx_direct(const struct sluice_ctx *ctx, __u32 off, __u32 len)
+{
+	void *p, *end = ctx_data_end(ctx);
+
+	if (off > SLUICE_CTX_DIRECT_MAX)
+		return NULL;
+	p = ctx_data(ctx) + off;
+	if (p + len > end)
+		return NULL;
+	return p;
+}
+
+/* Headers are read and written in place; bpf_xdp_load/store_bytes only for what is not in the
+ * linear part (a multi-buffer frame's fragments). */
 static __always_inline int ctx_load_bytes(struct sluice_ctx *ctx, __u32 off, void *to, __u32 len)
 {
+	void *p = ctx_direct(ctx, off, len);
+
+	if (p) {
+		__builtin_memcpy(to, p, len);
+		return 0;
+	}
 	return bpf_xdp_load_bytes(ctx, off, to, len);
 }
 
 static __always_inline int ctx_store_bytes(struct sluice_ctx *ctx, __u32 off, const void *from,
 					   __u32 len)
 {
+	void *p = ctx_direct(ctx, off, len);
+
+	if (p) {
+		__builtin_memcpy(p, from, len);
+		return 0;
+	}
 	return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
 }
 
@@ -60,19 +92,44 @@ static __always_inline __u16 ctx_csum_fold(__u32 sum)
 	return (__u16)~sum;
 }
 
-/* RFC 1624: HC' = ~(~HC + ~m + m'), for a 2- or 4-byte field changing from `from` to `to`. A UDP
- * checksum of 0 means "none" (BPF_F_MARK_MANGLED_0): it stays 0, and a result of 0 is sent as
- * 0xffff. */
+/* RFC 1624: HC' = ~(~HC + ~m + m') for a 2- or 4-byte field changing from `from` to `to` (the
+ * halves of a 4-byte field summed as 16-bit words: the folded sum does not depend on the byte
+ * order). */
+static __always_inline __u16 ctx_csum_update(__u16 csum, __u32 from, __u32 to, __u32 size)
+{
+	__u32 sum = (__u16)~csum;
+
+	if (size == 4)
+		sum += (~from & 0xffff) + (~from >> 16) + (to & 0xffff) + (to >> 16);
+	else
+		sum += (__u16)~from + (__u16)to;
+	return ctx_csum_fold(sum);
+}
+
+/* The checksum field at off, updated for a field changing from `from` to `to` (flags: its size,
+ * BPF_F_MARK_MANGLED_0). A frame has no checksum state: the field always holds the full
+ * checksum, so the update is the same for every field. A UDP checksum of 0 means "none"
+ * (BPF_F_MARK_MANGLED_0): it stays 0, and a result of 0 is sent as 0xffff. */
 static __always_inline int ctx_csum_replace(struct sluice_ctx *ctx, __u32 off, __u64 from,
 					    __u64 to, __u64 flags)
 {
 	__u32 size = flags & BPF_F_HDR_FIELD_MASK;
+	__u16 *field = ctx_direct(ctx, off, sizeof(__u16));
 	__be32 f = (__be32)from, t = (__be32)to;
 	__sum16 csum;
 	__u32 sum;
 
 	if (size != 2 && size != 4)
 		return -1;
+	if (field) {
+		if ((flags & BPF_F_MARK_MANGLED_0) && *field == 0)
+			return 0;
+		csum = ctx_csum_update(*field, (__u32)from, (__u32)to, size);
+		if ((flags & BPF_F_MARK_MANGLED_0) && csum == 0)
+			csum = 0xffff;
+		*field = csum;
+		return 0;
+	}
 	if (ctx_load_bytes(ctx, off, &csum, sizeof(csum)))
 		return -1;
 	if ((flags & BPF_F_MARK_MANGLED_0) && csum == 0)

@@ -47,6 +47,9 @@ refuses the same values first; these checks keep the message clear when a schema
 {{- if $v.ipv6.enabled -}}
 {{- fail "ipv6.enabled=true is not supported: Sluice's datapath is IPv4 only" -}}
 {{- end -}}
+{{- if not (has $v.loadBalancer.acceleration (list "native" "disabled")) -}}
+{{- fail (printf "loadBalancer.acceleration=%s is not supported: use native (XDP, generic XDP where the driver lacks native) or disabled" $v.loadBalancer.acceleration) -}}
+{{- end -}}
 {{- if not (has $v.policyEnforcementMode (list "default" "never")) -}}
 {{- fail (printf "policyEnforcementMode=%s is not supported: use default (NetworkPolicies enforced) or never" $v.policyEnforcementMode) -}}
 {{- end -}}

@@ -65,7 +65,7 @@ TEST_F(DatapathMetricsTest, ScrapeSumsDropsOverCpusAndReportsMapFill) {
   EXPECT_THAT(text, HasSubstr("# TYPE sluice_forward_packets_total counter\n"));
   EXPECT_THAT(text, HasSubstr("sluice_forward_packets_total{direction=\"net_ingress\"} 11\n"));
   EXPECT_THAT(text, HasSubstr("sluice_forward_bytes_total{direction=\"net_ingress\"} 1100\n"));
-  for (const char* dir : {"pod_egress", "pod_ingress", "net_egress"}) {
+  for (const char* dir : {"pod_egress", "pod_ingress", "net_egress", "net_xdp"}) {
     EXPECT_THAT(
         text, HasSubstr(absl::StrCat("sluice_forward_packets_total{direction=\"", dir, "\"} 0\n")));
   }
@@ -74,7 +74,7 @@ TEST_F(DatapathMetricsTest, ScrapeSumsDropsOverCpusAndReportsMapFill) {
                                            SLUICE_EP4_MAX_ENTRIES, "\n")));
   // Reason x direction: 32 reasons, 2 directions.
   EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_drops\"} 64\n"));
-  EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_forward\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_forward\"} 5\n"));
   EXPECT_THAT(text, Not(HasSubstr("sluice_bpf_map_entries{map_name=\"sluice_drops\"}")));
   EXPECT_THAT(text, HasSubstr("sluice_datapath_conntrack_entries 0\n"));
   EXPECT_THAT(text, HasSubstr("sluice_policy_drop_count_total{direction=\"ingress\"} 0\n"));
