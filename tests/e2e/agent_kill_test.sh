@@ -82,7 +82,7 @@ backends_of() {  # backends_of NODE PORT: slot count of web's frontend in NODE's
 agent_ready() { lab exec "node/$1" -- curl -sf -m 1 -o /dev/null http://127.0.0.1:9879/readyz; }
 both_ready() { agent_ready node1 && agent_ready node2; }
 for n in node1 node2; do
-  wait_for 30 test "$(backends_of $n 80)" = 2 || fail "$n does not program web with 2 backends"
+  wait_for 30 output_is 2 backends_of $n 80 || fail "$n does not program web with 2 backends"
 done
 wait_for 30 both_ready || fail "agents not ready"
 
@@ -161,7 +161,7 @@ PHASE2=$SECONDS
   fail "scale up"
 kill_agents $((KILLS - KILLS / 2 - KILLS / 4))
 K wait --for=condition=Ready pod/web-3 pod/web-4 --timeout=60s >/dev/null || fail "web-3/4 not Ready"
-wait_for 60 test "$(backends_of node1 80)" = 4 || fail "node1 did not scale web to 4 backends"
+wait_for 60 output_is 4 backends_of node1 80 || fail "node1 did not scale web to 4 backends"
 log "scaled up to 4 backends"
 kill_agents $((KILLS / 4))
 while [ $((SECONDS - PHASE2)) -lt "$CHURN_SECONDS" ]; do kill_agents 1; done

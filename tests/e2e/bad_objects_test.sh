@@ -160,11 +160,11 @@ MANY=$(K get svc many-ports -o jsonpath='{.spec.clusterIP}')
 LONGIP=$(K get svc "$LONG" -o jsonpath='{.spec.clusterIP}')
 slots_of() { "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" services 2>/dev/null | awk -v f="$1" '$1 == f {print $6}'; }
 frontends_of() { "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" services 2>/dev/null | awk -v f="$1:" 'index($1, f) == 1 && $1 !~ /:\*$/' | wc -l; }
-wait_for 60 test "$(slots_of "$HUGE:80")" = 5000 || fail "the 5000-endpoint slice: $(slots_of "$HUGE:80") slots"
+wait_for 60 output_is 5000 slots_of "$HUGE:80" || fail "the 5000-endpoint slice: $(slots_of "$HUGE:80") slots"
 log "ok: a 5000-endpoint slice is programmed with 5000 backends"
-wait_for 30 test "$(frontends_of "$MANY")" = 200 || fail "the 200-port Service: $(frontends_of "$MANY") frontends"
+wait_for 30 output_is 200 frontends_of "$MANY" || fail "the 200-port Service: $(frontends_of "$MANY") frontends"
 log "ok: a 200-port Service is programmed with 200 frontends"
-wait_for 30 test "$(slots_of "$LONGIP:80")" = 1 || fail "the Service with a 63-character name is not programmed"
+wait_for 30 output_is 1 slots_of "$LONGIP:80" || fail "the Service with a 63-character name is not programmed"
 log "ok: a Service named with 63 characters is programmed (and one of 253 did no harm)"
 kill -0 "$AGENT_PID" 2>/dev/null || fail "the agent died on the big objects"
 good_answers || fail "the good Service stopped answering after the big objects"

@@ -129,7 +129,8 @@ log "ok: socket-LB links pinned and attached (programs$SOCK_PROGS)"
 lab status | grep -q "default/b .*$B" || fail "status does not list b: $(lab status)"
 
 # Readiness follows the annotation; a pod that is not Ready still runs.
-wait_for 30 test -n "$(K get pod notready -o jsonpath='{.status.podIP}')" || fail "notready has no IP"
+has_ip() { [ -n "$(K get pod "$1" -o jsonpath='{.status.podIP}')" ]; }
+wait_for 30 has_ip notready || fail "notready has no IP"
 [ "$(K get pod notready -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" = False ] ||
   fail "notready is Ready"
 expect "not-Ready pod serves" \

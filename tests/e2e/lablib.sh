@@ -39,6 +39,11 @@ fail() {
   done
   exit 1
 }
+# Conditions on a command's output for wait_for, read afresh at every poll (a "$(...)" among
+# wait_for's arguments is expanded once, before the first poll, and would be polled unchanged):
+# wait_for 30 output_is 2 backends_of node1 80; wait_for 20 output_gt 5 reconciles.
+output_is() { local want=$1; shift; [ "$("$@")" = "$want" ]; }
+output_gt() { local n=$1; shift; [ "$("$@")" -gt "$n" ]; }
 wait_for() {  # wait_for SECONDS CMD...: polls CMD until it succeeds
   local deadline=$((SECONDS + $1)); shift
   until "$@" >/dev/null 2>&1; do

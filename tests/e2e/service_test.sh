@@ -189,7 +189,7 @@ add_backends web-1:node1 web-2:node2 web-3:node2 dns-a:node2:dns
 backends_of() {  # backends_of NODE VIP PORT: slot count of the frontend in NODE's maps
   "$SLUICECTL" --bpffs_root="$DIR/$1/bpf" services | awk -v f="$2:$3" '$1 == f {print $6}'
 }
-wait_for 30 test "$(backends_of node1 "$WEB" 80)" = 3 ||
+wait_for 30 output_is 3 backends_of node1 "$WEB" 80 ||
   fail "node1 does not program web with 3 backends: $("$SLUICECTL" --bpffs_root="$DIR/node1/bpf" services)"
 
 # Each phase's client takes source ports from its own range, so a phase never reuses a tuple an
@@ -214,10 +214,10 @@ log "ok: 300 connections reach web-1, web-2 and web-3, each >= 15%"
 # 2. Scale 3 -> 10 -> 1 under continuous connections.
 start_client tcp "$WEB" 80 scale.json
 add_backends $(for i in $(seq 4 10); do echo "web-$i:node$((i % 2 + 1))"; done)
-wait_for 30 test "$(backends_of node1 "$WEB" 80)" = 10 || fail "web not at 10 backends"
+wait_for 30 output_is 10 backends_of node1 "$WEB" 80 || fail "web not at 10 backends"
 log "scaled up to 10"
 K delete pod $(for i in $(seq 2 10); do echo web-$i; done) --grace-period=2 --wait=false >/dev/null
-wait_for 30 test "$(backends_of node1 "$WEB" 80)" = 1 || fail "web not down to 1 backend"
+wait_for 30 output_is 1 backends_of node1 "$WEB" 80 || fail "web not down to 1 backend"
 wait_for 60 sh -c "[ \$(kubectl --kubeconfig $KUBECONFIG_PATH get pods -o name | grep -c pod/web-) = 1 ]" ||
   fail "scaled-down pods not gone"
 log "scaled down to 1"
@@ -234,10 +234,10 @@ lab exec client -- python3 "$WORK/client.py" tcp "$WEB" 80 "$WORK/after.json" 30
 # yet the client's flow moves to the new one as soon as the old leaves the Service.
 start_client udp "$DNS" 53 udp.json
 add_backends dns-b:node1:dns
-wait_for 30 test "$(backends_of node1 "$DNS" 53)" = 2 || fail "dns not at 2 backends"
+wait_for 30 output_is 2 backends_of node1 "$DNS" 53 || fail "dns not at 2 backends"
 SWITCH=$(date +%s.%N)
 K delete pod dns-a --grace-period=30 --wait=false >/dev/null
-wait_for 30 test "$(backends_of node1 "$DNS" 53)" = 1 || fail "dns-a not removed from dns"
+wait_for 30 output_is 1 backends_of node1 "$DNS" 53 || fail "dns-a not removed from dns"
 # The stream is observed for 2s past the removal (a measurement window, not a synchronisation).
 sleep 2
 stop_client udp.json
@@ -269,7 +269,7 @@ log "ok: UDP flow moved from dns-a to dns-b at once"
 
 # 4. Restart the client node's agent during continuous connections.
 add_backends web-2:node2
-wait_for 30 test "$(backends_of node1 "$WEB" 80)" = 2 || fail "web not at 2 backends"
+wait_for 30 output_is 2 backends_of node1 "$WEB" 80 || fail "web not at 2 backends"
 BEFORE=$("$SLUICECTL" --bpffs_root="$DIR/node1/bpf" services)
 AGENT_PID=$(python3 -c 'import json,sys; print([n["agentPid"] for n in json.load(open(sys.argv[1]))["nodes"] if n["name"] == "node1"][0])' "$DIR/status.json")
 mapfile -d '' AGENT_ARGV <"/proc/$AGENT_PID/cmdline"
