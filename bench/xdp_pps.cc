@@ -407,6 +407,7 @@ int Run(uint32_t frames, int rounds) {
         std::fprintf(stderr, "round %d %s: %llu frames in %.3f s\n", r, names[mode],
                      static_cast<unsigned long long>(after - before), secs);
         std::system("ethtool -S n0 | grep -v ': 0$'; ethtool -S g0 | grep -v ': 0$'");
+        if (mode >= 3) std::system("cat /proc/net/nf_conntrack");
       }
       if (after - before < frames / 2) {
         std::fprintf(stderr, "xdp_pps: %s round %d forwarded %llu of %u frames\n", names[mode], r,
