@@ -19,6 +19,10 @@ usage: gen_kube_proxy_rules.py MODE --services N [--per-service E] [--probed IP,
         iptables        the sync input (iptables-restore -w --noflush)
         nft             the nftables transaction (nft -f)
         single-dnat     one DNAT rule to the probed Service's first endpoint (iptables-restore)
+        nodeport-iptables  one NodePort Service (--node-port, --proto, one --endpoint IP:PORT,
+                        ClusterIP 172.30.0.1:80), jump rules included (iptables-restore, full)
+        nodeport-nft    the same Service in the nftables layout (nft -f); --node-ip fills
+                        nodeport-ips
 """
 import argparse
 import base64
@@ -98,32 +102,44 @@ def iptables_jumps(out):
         out.append("COMMIT")
 
 
+def jump_rules():
+    """The jump rules as -A lines, in the order iptables_jumps' inserts (-I, each at the top)
+    leave in the builtin chains."""
+    jumps = {"filter": [], "nat": []}
+    for tb, chain, target, new, comment in reversed(JUMPS):
+        ct = "-m conntrack --ctstate NEW " if new else ""
+        jumps[tb].append(f'-A {chain} -m comment --comment "{comment}" {ct}-j {target}')
+    for tb, chain, target in FIREWALL_JUMPS:
+        jumps[tb].append(f"-A {chain} -j {target}")
+    return jumps
+
+
+def iptables_filter_rules():
+    """The filter table's fixed KUBE-FIREWALL / KUBE-FORWARD rules."""
+    # (the nfacct ct_state_invalid_dropped_pkts rule is left out, as kube-proxy does without nfacct)
+    return [
+        '-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" '
+        '-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP',
+        "-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP",
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
+        '-m mark --mark 0x4000/0x4000 -j ACCEPT',
+        '-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
+        '-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT',
+    ]
+
+
 def iptables_sync(n, per_service, probed, out, with_jumps=False):
     """with_jumps: the jump rules and their chains go into the same input, for a restore without
     --noflush (iptables-nft 1.8.9's --noflush restore of tens of thousands of chains takes
     minutes; a full restore of the same rules takes seconds and yields the same ruleset)."""
-    jumps = {"filter": [], "nat": []}
-    if with_jumps:
-        # The order iptables_jumps' inserts (-I, each at the top) leave in the builtin chains.
-        for tb, chain, target, new, comment in reversed(JUMPS):
-            ct = "-m conntrack --ctstate NEW " if new else ""
-            jumps[tb].append(f'-A {chain} -m comment --comment "{comment}" {ct}-j {target}')
-        for tb, chain, target in FIREWALL_JUMPS:
-            jumps[tb].append(f"-A {chain} -j {target}")
+    jumps = jump_rules() if with_jumps else {"filter": [], "nat": []}
     total_eps = sum(len(endpoints(i, per_service, n, probed)) for i in range(n))
     large = total_eps > LARGE_CLUSTER_ENDPOINTS
     out += ["*filter"]
     out += [f":{c} - [0:0]" for c in ("KUBE-NODEPORTS", "KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES",
                                       "KUBE-FIREWALL", "KUBE-FORWARD", "KUBE-PROXY-FIREWALL")]
     out += jumps["filter"]
-    out.append('-A KUBE-FIREWALL -m comment --comment "block incoming localnet connections" '
-               '-d 127.0.0.0/8 ! -s 127.0.0.0/8 -m conntrack ! --ctstate RELATED,ESTABLISHED,DNAT -j DROP')
-    # (the nfacct ct_state_invalid_dropped_pkts rule is left out, as kube-proxy does without nfacct)
-    out.append("-A KUBE-FORWARD -m conntrack --ctstate INVALID -j DROP")
-    out.append('-A KUBE-FORWARD -m comment --comment "kubernetes forwarding rules" '
-               '-m mark --mark 0x4000/0x4000 -j ACCEPT')
-    out.append('-A KUBE-FORWARD -m comment --comment "kubernetes forwarding conntrack rule" '
-               '-m conntrack --ctstate RELATED,ESTABLISHED -j ACCEPT')
+    out += iptables_filter_rules()
     out.append("COMMIT")
 
     out.append("*nat")
@@ -167,7 +183,8 @@ def nft_hash_name(base):  # hashAndTruncate
     return b32(base)[:8] + "-" + base
 
 
-def nft_rules(n, per_service, probed, out):
+def nft_base(out):
+    """kube-proxy's nftables table, base chains, sets, maps and fixed rules (no Service)."""
     t = "ip kube-proxy"
     out.append(f'add table {t} {{ comment "rules for kube-proxy" ; }}')
     for chain, hook, prio in (("nat-prerouting", "type nat hook prerouting", -100),
@@ -216,6 +233,11 @@ def nft_rules(n, per_service, probed, out):
         f"add rule {t} cluster-ips-check ip daddr {{ {SERVICE_CIDR} }} drop",
         f"add rule {t} reject-chain reject",
     ]
+
+
+def nft_rules(n, per_service, probed, out):
+    t = "ip kube-proxy"
+    nft_base(out)
     elements = []
     for i in range(n):
         cip = cluster_ip(i)
@@ -238,6 +260,80 @@ def nft_rules(n, per_service, probed, out):
     out += elements
 
 
+NODEPORT_NAME = "ns0/np0:p80"  # the one NodePort Service of the nodeport-* modes
+NODEPORT_CLUSTER_IP = "172.30.0.1"
+
+
+def nodeport_iptables(a, out):
+    """kube-proxy's iptables rules for one NodePort Service (externalTrafficPolicy Cluster) with
+    one endpoint, jump rules included (a full iptables-restore): KUBE-SERVICES -> (ClusterIP rule,
+    then the last rule) KUBE-NODEPORTS -> KUBE-EXT-* (KUBE-MARK-MASQ, then KUBE-SVC-*) -> KUBE-SEP-*
+    DNAT; KUBE-POSTROUTING masquerades what was marked."""
+    name, proto, cip = NODEPORT_NAME, a.proto, NODEPORT_CLUSTER_IP
+    ep, ep_port = a.endpoint.split(":")
+    h = b32(name + proto)[:16]
+    svc, ext = "KUBE-SVC-" + h, "KUBE-EXT-" + h
+    sep = "KUBE-SEP-" + b32(name + proto + f"{ep}:{ep_port}")[:16]
+    jumps = jump_rules()
+    out += ["*filter"]
+    out += [f":{c} - [0:0]" for c in ("KUBE-NODEPORTS", "KUBE-SERVICES", "KUBE-EXTERNAL-SERVICES",
+                                      "KUBE-FIREWALL", "KUBE-FORWARD", "KUBE-PROXY-FIREWALL")]
+    out += jumps["filter"] + iptables_filter_rules() + ["COMMIT", "*nat"]
+    out += [f":{c} - [0:0]" for c in ("KUBE-NODEPORTS", "KUBE-SERVICES", "KUBE-MARK-MASQ",
+                                      "KUBE-POSTROUTING", ext, sep, svc)]
+    out += jumps["nat"]
+    out += [
+        f'-A KUBE-SERVICES -m comment --comment "{name} cluster IP" -m {proto} -p {proto} '
+        f"-d {cip} --dport {SERVICE_PORT} -j {svc}",
+        '-A KUBE-SERVICES -m comment --comment "kubernetes service nodeports; NOTE: this must be '
+        'the last rule in this chain" -m addrtype --dst-type LOCAL -j KUBE-NODEPORTS',
+        f"-A KUBE-NODEPORTS -m comment --comment {name} -m {proto} -p {proto} "
+        f"--dport {a.node_port} -j {ext}",
+        f'-A {ext} -m comment --comment "masquerade traffic for {name} external destinations" '
+        "-j KUBE-MARK-MASQ",
+        f"-A {ext} -j {svc}",
+        "-A KUBE-MARK-MASQ -j MARK --or-mark 0x4000",
+        "-A KUBE-POSTROUTING -m mark ! --mark 0x4000/0x4000 -j RETURN",
+        "-A KUBE-POSTROUTING -j MARK --xor-mark 0x4000",
+        '-A KUBE-POSTROUTING -m comment --comment "kubernetes service traffic requiring SNAT" '
+        "-j MASQUERADE --random-fully",
+        f'-A {svc} -m comment --comment "{name} cluster IP" -m {proto} -p {proto} -d {cip} '
+        f"--dport {SERVICE_PORT} ! -s {CLUSTER_CIDR} -j KUBE-MARK-MASQ",
+        f'-A {svc} -m comment --comment "{name} -> {ep}:{ep_port}" -j {sep}',
+        f"-A {sep} -m comment --comment {name} -s {ep} -j KUBE-MARK-MASQ",
+        f"-A {sep} -m comment --comment {name} -m {proto} -p {proto} -j DNAT "
+        f"--to-destination {ep}:{ep_port}",
+        "COMMIT",
+    ]
+
+
+def nodeport_nft(a, out):
+    """kube-proxy's nftables rules for the same Service: services' `ip daddr @nodeport-ips` rule
+    -> service-nodeports verdict map -> external-* (mark-for-masquerade, goto service-*) ->
+    endpoint-* dnat; masquerading masquerades what was marked."""
+    t, proto, cip = "ip kube-proxy", a.proto, NODEPORT_CLUSTER_IP
+    ep, ep_port = a.endpoint.split(":")
+    nft_base(out)
+    base = f"ns0/np0/{proto}/p80"
+    svc, ext = "service-" + nft_hash_name(base), "external-" + nft_hash_name(base)
+    epc = "endpoint-" + nft_hash_name(f"{base}__{ep}/{ep_port}")
+    out += [
+        f"add chain {t} {epc}",
+        f"add rule {t} {epc} ip saddr {ep} jump mark-for-masquerade",
+        f"add rule {t} {epc} meta l4proto {proto} dnat to {ep}:{ep_port}",
+        f"add chain {t} {svc}",
+        f"add rule {t} {svc} ip daddr {cip} ip saddr != {CLUSTER_CIDR} jump mark-for-masquerade",
+        f"add rule {t} {svc} numgen random mod 1 vmap {{ 0 : goto {epc} }}",
+        f"add chain {t} {ext}",
+        f'add rule {t} {ext} jump mark-for-masquerade comment "masquerade traffic from external sources"',
+        f"add rule {t} {ext} goto {svc}",
+        f"add element {t} cluster-ips {{ {cip} }}",
+        f"add element {t} service-ips {{ {cip} . {proto} . {SERVICE_PORT} : goto {svc} }}",
+        f"add element {t} nodeport-ips {{ {a.node_ip} }}",
+        f"add element {t} service-nodeports {{ {proto} . {a.node_port} : goto {ext} }}",
+    ]
+
+
 def single_dnat(n, per_service, probed, out):
     ep = endpoints(n - 1, per_service, n, probed)[0]
     out += ["*nat",
@@ -248,12 +344,17 @@ def single_dnat(n, per_service, probed, out):
 
 def main():
     p = argparse.ArgumentParser()
-    p.add_argument("mode", choices=["iptables-jumps", "iptables", "nft", "single-dnat"])
-    p.add_argument("--services", type=int, required=True)
+    p.add_argument("mode", choices=["iptables-jumps", "iptables", "nft", "single-dnat",
+                                    "nodeport-iptables", "nodeport-nft"])
+    p.add_argument("--services", type=int, default=1)
     p.add_argument("--per-service", type=int, default=3)
     p.add_argument("--probed", default="")
     p.add_argument("--with-jumps", action="store_true",
                    help="iptables: include the jump rules, for a restore without --noflush")
+    p.add_argument("--node-ip", default="10.99.0.2", help="nodeport-*: the node's address")
+    p.add_argument("--node-port", type=int, default=30080, help="nodeport-*: the NodePort")
+    p.add_argument("--proto", default="udp", choices=["tcp", "udp"], help="nodeport-*")
+    p.add_argument("--endpoint", default="10.99.1.5:8080", help="nodeport-*: the one endpoint")
     a = p.parse_args()
     probed = [x for x in a.probed.split(",") if x]
     out = []
@@ -263,6 +364,10 @@ def main():
         iptables_sync(a.services, a.per_service, probed, out, a.with_jumps)
     elif a.mode == "nft":
         nft_rules(a.services, a.per_service, probed, out)
+    elif a.mode == "nodeport-iptables":
+        nodeport_iptables(a, out)
+    elif a.mode == "nodeport-nft":
+        nodeport_nft(a, out)
     else:
         single_dnat(a.services, a.per_service, probed, out)
     sys.stdout.write("\n".join(out) + "\n")

@@ -26,7 +26,8 @@
 #  12. new connections/s to a pod under a policy of 10, 1k, 10k rules: Sluice vs kube-router's
 #      iptables + ipset layout vs no policy (policy_conn_bench.sh);
 #  13. packets/s through a NodePort to a backend on another node: sluice_xdp_net (XDP_TX) vs the
-#      TC path, with the rig's floor, on a veth pair (xdp_pps).
+#      TC path vs kube-proxy's iptables (legacy) and nftables NodePort layouts, with the rig's
+#      floor, on a veth pair (xdp_pps).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -126,7 +127,7 @@ fi
 
 if want 13; then
 echo
-echo "#### 13. NodePort to a remote backend, packets/s: XDP vs the TC path, veth pair"
+echo "#### 13. NodePort to a remote backend, packets/s: XDP vs the TC path vs kube-proxy iptables / nftables, veth pair"
 [ -x "$BUILD/bench/xdp_pps" ] || { echo "bench/run.sh: $BUILD/bench/xdp_pps missing: cmake --build $BUILD --target xdp_pps" >&2; exit 1; }
 "$BUILD/bench/xdp_pps" 2000000 5
 fi
