@@ -60,6 +60,8 @@ enum sluice_ct_stat {
 	SLUICE_CT_STAT_TCP_CROSSED = 4,       /* sluice_ct4 entries of a translated flow deleted by
 						 a direct flow crossing it (lib/lb.h) */
 	SLUICE_CT_STAT_ANY_CROSSED = 5,       /* the same in sluice_ct4_any */
+	SLUICE_CT_STAT_NAT_CREATED = 6,       /* masquerade mappings written into sluice_snat4
+						 (the GC's estimate of its LRU evictions) */
 	SLUICE_CT_STAT_MAX = 8,               /* size of sluice_ct_stats; keep last */
 };
 

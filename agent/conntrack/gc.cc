@@ -205,6 +205,20 @@ absl::Status ConntrackGc::RunOnce() {
     any_scanned_before = totals_.any.scanned;
   }
   absl::Status any_st = Collect(any_, /*tcp_map=*/false, now, totals_.any);
+  uint64_t nat_evicted = 0;
+  if (snat_ != nullptr && stats_ != nullptr) {
+    // Read before the count, as above: a mapping made meanwhile counts next time.
+    const uint64_t nat_created = SumStat(*stats_, SLUICE_CT_STAT_NAT_CREATED);
+    if (auto found = snat_->Count(); found.ok()) {
+      const uint64_t made = nat_left_ + (nat_created - nat_created_);
+      if (have_nat_baseline_ && made > *found) nat_evicted = made - *found;
+      have_nat_baseline_ = true;
+      nat_created_ = nat_created;
+      nat_left_ = *found;
+    } else {
+      any_st.Update(found.status());
+    }
+  }
   absl::MutexLock lock(&mu_);
   if (any_st.ok() && stats_ != nullptr) {
     const uint64_t found = totals_.any.scanned - any_scanned_before;
@@ -219,6 +233,7 @@ absl::Status ConntrackGc::RunOnce() {
     any_crossed_ = any_crossed;
     any_left_ = totals_.any.live;
   }
+  if (nat_evicted > 0) totals_.nat_lru_evictions += nat_evicted;
   ++totals_.runs;
   st.Update(any_st);
   if (!st.ok()) ++totals_.errors;
@@ -269,6 +284,10 @@ int AddConntrackGcCollector(metrics::Registry& registry, const ConntrackGc* gc) 
                 "the agent's or sluicectl's flushes)",
                 {{"map_name", maps::name::sluice_ct4_any}},
                 static_cast<double>(t.any.lru_evictions));
+    out.Counter("sluice_nat_lru_evictions_total",
+                "Masquerade mappings the LRU map sluice_snat4 evicted for new ones (estimated per "
+                "GC pass from the datapath's creation counter)",
+                {{"map_name", maps::name::sluice_snat4}}, static_cast<double>(t.nat_lru_evictions));
   });
 }
 

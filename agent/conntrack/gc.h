@@ -57,6 +57,7 @@ struct GcTotals {
   uint64_t errors = 0;
   MapTotals tcp;  // sluice_ct4
   MapTotals any;  // sluice_ct4_any
+  uint64_t nat_lru_evictions = 0;  // estimated, sluice_snat4 (see EstimateNatEvictions)
 };
 
 // CLOCK_MONOTONIC in ns: the clock of the datapath's timestamps (bpf_ktime_get[_coarse]_ns).
@@ -75,6 +76,12 @@ class ConntrackGc {
   ~ConntrackGc();
   ConntrackGc(const ConntrackGc&) = delete;
   ConntrackGc& operator=(const ConntrackGc&) = delete;
+
+  // Each pass also counts sluice_snat4 (`snat`, borrowed) and estimates its LRU evictions as
+  // for sluice_ct4_any: mappings the datapath created since the last pass
+  // (SLUICE_CT_STAT_NAT_CREATED) plus those left then, less those found now. Nothing else
+  // deletes mappings (they leave by eviction only). Needs `stats`; call before Start().
+  void EstimateNatEvictions(maps::NatMap* snat) { snat_ = snat; }
 
   // One pass over both maps.
   [[nodiscard]] absl::Status RunOnce();
@@ -100,6 +107,10 @@ class ConntrackGc {
   uint64_t any_created_ = 0;    // at the previous pass
   uint64_t any_crossed_ = 0;    // SLUICE_CT_STAT_ANY_CROSSED at the previous pass
   uint64_t any_left_ = 0;       // entries the previous pass left in sluice_ct4_any
+  maps::NatMap* snat_ = nullptr;
+  bool have_nat_baseline_ = false;  // the rest guarded by run_mu_
+  uint64_t nat_created_ = 0;
+  uint64_t nat_left_ = 0;
   absl::Notification stop_;
   std::thread thread_;
 };

@@ -23,6 +23,17 @@ struct nat4_pkt {
 	struct l4_csum csum;
 };
 
+/* One more mapping in sluice_snat4 (SLUICE_CT_STAT_NAT_CREATED): the agent's GC compares it
+ * with what it finds there to estimate the LRU's evictions. */
+static __always_inline void nat4_count_created(void)
+{
+	__u32 stat = SLUICE_CT_STAT_NAT_CREATED;
+	__u64 *c = bpf_map_lookup_elem(&sluice_ct_stats, &stat);
+
+	if (c)
+		*c += 1;
+}
+
 /* The masquerade view of a parsed packet. ICMP echo has no ports: the identifier stands in for
  * the node-side port, so it occupies sport when leaving and dport when a reply arrives, and the
  * reverse key is the swapped tuple. A later fragment has its first fragment's ports or id (lib/
@@ -126,6 +137,7 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 			bpf_map_delete_elem(&sluice_rnat4, &rkey);
 			return -SLUICE_DROP_NAT_MAP_FULL;
 		}
+		nat4_count_created();
 		return 0;
 	}
 	return -SLUICE_DROP_NAT_NO_PORT;

@@ -18,7 +18,7 @@ KEEP_LOGS=/tmp/map_pressure_test-$NAME
 CAP=12
 NAT_MAX=256
 EP_MAX=3
-export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0.0.1:9879 --bpf_lb_revnat_max=$CAP --bpf_nat_max=$NAT_MAX --bpf_ep_max=$EP_MAX"
+export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0.0.1:9879 --bpf_lb_revnat_max=$CAP --bpf_nat_max=$NAT_MAX --bpf_ep_max=$EP_MAX --ct_gc_interval=1s"
 START=$SECONDS
 KUBECONFIG_PATH=$("$LAB" up --nodes 1 --name "$NAME") || fail "up"
 log "lab $NAME up"
@@ -199,7 +199,7 @@ wait "$LOAD" || true
 # NAT map full: sluice_snat4 / sluice_rnat4 (LRU) hold $NAT_MAX masqueraded flows. The client pod
 # has two TCP connections to the outside, one kept busy and one idle (it echoed once), then opens
 # 4 x $NAT_MAX one-datagram UDP flows to the outside. What a user gets: every new flow gets out
-# (the LRU evicts for it: no nat_map_full drop, and no counter of the evictions); the kernel's LRU
+# (the LRU evicts for it: no nat_map_full drop; sluice_nat_lru_evictions_total counts them); the kernel's LRU
 # gives a second chance to entries used since they were inserted, so the flood evicts its own
 # one-packet flows first and both TCP connections keep working, the idle one included.
 EXTERNAL_IP=$(lab status | awk '/^external:/ {print $2}')
@@ -243,6 +243,13 @@ EVICTED=$((4 * NAT_MAX - UDP_MAPPINGS))
 [ "$EVICTED" -ge $((3 * NAT_MAX)) ] || fail "only $EVICTED of $((4 * NAT_MAX)) UDP flows evicted"
 log "ok: sluice_snat4 full ($SNAT of $NAT_MAX), $EVICTED of $((4 * NAT_MAX)) UDP flows evicted, both TCP connections kept"
 expect "nat_map_full drops (the LRU evicts instead)" "$(($(nat_drops) - DROPS_BEFORE))" 0
+# The evictions are counted: estimated by the GC (every second here) from the datapath's
+# creation counter and what it finds in sluice_snat4.
+nat_evictions() { sample 'sluice_nat_lru_evictions_total{map_name="sluice_snat4"}'; }
+wait_for 15 output_gt $((2 * NAT_MAX)) nat_evictions || fail "sluice_nat_lru_evictions_total: $(nat_evictions), want over $((2 * NAT_MAX)) ($EVICTED UDP mappings gone)"
+NAT_EVICTIONS=$(nat_evictions)
+[ "$NAT_EVICTIONS" -le $((4 * NAT_MAX + 2)) ] || fail "sluice_nat_lru_evictions_total $NAT_EVICTIONS: more than the $((4 * NAT_MAX + 2)) mappings made"
+log "ok: sluice_nat_lru_evictions_total $NAT_EVICTIONS ($EVICTED UDP mappings gone)"
 NAT_SECONDS=$((SECONDS - NAT_START))
 TOTAL=$(wc -l <"$WORK/load.log")
 FAILED=$(grep -c FAIL "$WORK/load.log" || true)
@@ -251,5 +258,5 @@ RESTARTS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["node
 expect "agent restarts" "$RESTARTS" 0
 # Refusals are no errors: no failed reconcile, so no retry with back-off.
 expect "failed Service reconciles" "$(sample 'sluice_reconcile_errors_total{subsystem="services"}')" 0
-log "figures: room for $CAP frontends, $FILLERS Services created, 4 refused then 2 after 2 deletions, $TOTAL requests to good with 0 failed; NAT: $NAT_MAX entries, $((4 * NAT_MAX)) new flows in ${NAT_SECONDS} s, $EVICTED UDP mappings evicted (uncounted), 0 drops, active connection $(nat_field active_echoes) echoes 0 failed, idle one $IDLE_AFTER; $((SECONDS - START)) s in all"
+log "figures: room for $CAP frontends, $FILLERS Services created, 4 refused then 2 after 2 deletions, $TOTAL requests to good with 0 failed; NAT: $NAT_MAX entries, $((4 * NAT_MAX)) new flows in ${NAT_SECONDS} s, $EVICTED UDP mappings evicted ($NAT_EVICTIONS counted), 0 drops, active connection $(nat_field active_echoes) echoes 0 failed, idle one $IDLE_AFTER; $((SECONDS - START)) s in all"
 echo "map_pressure_test: PASS"
