@@ -57,7 +57,8 @@ json ApiGroup(const std::string& name) {
 
 const std::vector<std::string>& Groups() {
   static const std::vector<std::string> kGroups = {"discovery.k8s.io", "networking.k8s.io",
-                                                   "coordination.k8s.io"};
+                                                   "coordination.k8s.io", "apps",
+                                                   "rbac.authorization.k8s.io"};
   return kGroups;
 }
 

@@ -621,6 +621,7 @@ void Controllers::SyncService(const std::string& ns, const std::string& name) {
 }
 
 void Controllers::AllocatePodCidr(const std::string& node) {
+  if (!options_.allocate_node_cidrs) return;
   auto obj = store_->Get(Resource("nodes"), "", node);
   if (!obj.ok() || !Str(*obj, {"spec", "podCIDR"}).empty()) return;
   auto nodes = store_->List(Resource("nodes"), {});

@@ -26,6 +26,9 @@ struct ControllerOptions {
   std::string service_cidr = "10.96.0.0/16";  // .1 is the `kubernetes` Service
   std::string cluster_cidr = "10.244.0.0/16";
   int node_cidr_mask = 24;
+  // kube-controller-manager --allocate-node-cidrs: false leaves Node spec.podCIDR to someone
+  // else (sluice-operator's cluster-pool IPAM in `sluice-lab up --no-agents`).
+  bool allocate_node_cidrs = true;
   int node_port_min = 30000;
   int node_port_max = 32767;
 };

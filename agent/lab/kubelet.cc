@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "agent/base/errno.h"
 #include "agent/lab/process.h"
+#include "agent/lab/workloads.h"
 #include "spdlog/spdlog.h"
 
 extern char** environ;
@@ -366,6 +367,8 @@ void Kubelet::RetryFailed() {
 }
 
 void Kubelet::Handle(EventType type, const json& pod) {
+  // Pods of the Sluice image (the chart's DaemonSet and operator) are the workload runtime's.
+  if (RunsSluiceImage(pod)) return;
   std::string key = Key(pod);
   std::string uid = Str(pod, {"metadata", "uid"});
   if (type == EventType::kDeleted) {
@@ -490,12 +493,20 @@ absl::StatusOr<std::string> Kubelet::Cni(const std::string& command, const Runni
   std::string type = conf->value("type", "sluice");
   ProcessSpec spec;
   spec.argv = {node.cni_bin_dir() + "/" + type};
+  std::string cni_path = node.cni_bin_dir();
+  if (std::filesystem::exists(NodeViewSpecPath(node))) {
+    // Sluice installed from the chart: the conflist names the node's host paths (the agent's
+    // socket under /run/sluice), so the plugin runs where they exist, as on a real node.
+    cni_path = "/opt/cni/bin";
+    spec.argv = {options_.netexec_binary, "container", "--spec", NodeViewSpecPath(node), "--",
+                 cni_path + "/" + type};
+  }
   spec.env = std::vector<std::string>{
       "CNI_COMMAND=" + command,
       "CNI_CONTAINERID=" + pod.uid,
       "CNI_NETNS=" + topology_.netns_path(pod.netns),
       "CNI_IFNAME=eth0",
-      "CNI_PATH=" + node.cni_bin_dir(),
+      "CNI_PATH=" + cni_path,
       absl::StrCat("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=", pod.namespace_name,
                    ";K8S_POD_NAME=", pod.name, ";K8S_POD_UID=", pod.uid),
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};

@@ -32,6 +32,7 @@
 #include "agent/lab/probe.h"
 #include "agent/lab/process.h"
 #include "agent/lab/supervisor.h"
+#include "agent/lab/workloads.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -196,7 +197,7 @@ struct AgentProcess {
   bool held = false;                               // exited and kept down by the hold file
 };
 
-json NodeObject(const LabNode& node) {
+json NodeObject(const LabNode& node, bool ready) {
   std::string now = ObjectStore::FormatTimestamp(absl::Now());
   return {{"apiVersion", "v1"},
           {"kind", "Node"},
@@ -211,8 +212,8 @@ json NodeObject(const LabNode& node) {
            {{"addresses", json::array({{{"type", "InternalIP"}, {"address", node.ip}},
                                        {{"type", "Hostname"}, {"address", node.name}}})},
             {"conditions", json::array({{{"type", "Ready"},
-                                         {"status", "True"},
-                                         {"reason", "KubeletReady"},
+                                         {"status", ready ? "True" : "False"},
+                                         {"reason", ready ? "KubeletReady" : "KubeletNotReady"},
                                          {"lastHeartbeatTime", now},
                                          {"lastTransitionTime", now}}})}}}};
 }
@@ -319,8 +320,9 @@ absl::StatusOr<std::string> Up(const UpOptions& options, const std::string& self
   auto topology = CreateTopology(options.name, options.nodes);
   if (!topology.ok()) return topology.status();
   std::string log = topology->dir + "/controlplane.log";
-  auto pid =
-      StartProcess({.argv = {self_exe, "controlplane", "--name", options.name}, .log_path = log});
+  std::vector<std::string> argv = {self_exe, "controlplane", "--name", options.name};
+  if (options.no_agents) argv.push_back("--no_agents");
+  auto pid = StartProcess({.argv = argv, .log_path = log});
   auto fail = [&](absl::Status st) -> absl::Status {
     std::string tail = Tail(log);
     if (pid.ok()) StopProcess(*pid, absl::Seconds(20));
@@ -348,7 +350,7 @@ absl::StatusOr<std::string> Up(const UpOptions& options, const std::string& self
   return KubeconfigPath(options.name);
 }
 
-int RunControlPlane(const std::string& name) {
+int RunControlPlane(const std::string& name, bool no_agents) {
   auto topology = LoadTopology(name);
   if (!topology.ok()) {
     spdlog::critical("{}", topology.status().ToString());
@@ -368,10 +370,14 @@ int RunControlPlane(const std::string& name) {
   api_options.port = kUnderlayApiPort;
   api_options.extra_sans = {"127.0.0.1", "localhost"};
   api_options.pod_log_dir = t.dir + "/logs";  // the kubelet's (kubectl logs)
+  // Without agents, Sluice comes from the chart, and with cluster-pool IPAM its operator
+  // assigns the pod CIDRs (kube-controller-manager --allocate-node-cidrs=false).
+  api_options.controllers.allocate_node_cidrs = !no_agents;
   ApiServer api(api_options);
   TcpForwarder forwarder;
   std::vector<AgentProcess> agents;
   std::unique_ptr<Kubelet> kubelet;
+  std::unique_ptr<Workloads> workloads;
   std::mutex status_mu;
 
   auto write_status = [&] {
@@ -399,6 +405,7 @@ int RunControlPlane(const std::string& name) {
     }
     json status = {{"lab", t.lab},
                    {"controlplanePid", getpid()},
+                   {"noAgents", no_agents},
                    {"apiserver", absl::StrCat("https://127.0.0.1:", forwarder.port())},
                    {"apiserverUnderlay", api.url()},
                    {"nodes", nodes},
@@ -434,10 +441,11 @@ int RunControlPlane(const std::string& name) {
 
     ObjectStore& store = api.store();
     for (const auto& n : t.nodes) {
-      auto created = store.Create(Resource("nodes"), NodeObject(n));
+      auto created = store.Create(Resource("nodes"), NodeObject(n, !no_agents));
       if (!created.ok() && !absl::IsAlreadyExists(created.status())) return created.status();
     }
     for (const auto& n : t.nodes) {
+      if (no_agents) break;
       AgentProcess agent{.node = &n};
       absl::Time deadline = absl::Now() + absl::Seconds(10);
       while (agent.pod_cidr.empty()) {
@@ -473,6 +481,21 @@ int RunControlPlane(const std::string& name) {
         usleep(20'000);
       }
     }
+    if (no_agents) {
+      KubeconfigParams creds = api.kubeconfig();
+      std::string bin = fs::path(AgentBinary()).parent_path().string();
+      workloads = std::make_unique<Workloads>(
+          &store, t,
+          WorkloadOptions{.self_exe = SelfExe(),
+                          .image_files = {{"sluice-agent", AgentBinary()},
+                                          {"sluice-cni", CniBinary()},
+                                          {"sluice-operator", bin + "/sluice-operator"},
+                                          {"sluicectl", bin + "/sluicectl"}},
+                          .token = creds.token,
+                          .ca_pem = creds.ca_cert_pem,
+                          .on_change = write_status});
+      if (auto st = workloads->Start(); !st.ok()) return st;
+    }
     kubelet = std::make_unique<Kubelet>(
         &store, t, KubeletOptions{.netexec_binary = SelfExe(), .on_change = write_status});
     if (auto st = kubelet->Start(); !st.ok()) return st;
@@ -496,6 +519,7 @@ int RunControlPlane(const std::string& name) {
         break;
       }
       bool changed = false;
+      if (no_agents) SyncNodeReady(&api.store(), t);
       for (auto& a : agents) {
         absl::Time now = absl::Now();
         if (!a.exited) {
@@ -544,6 +568,7 @@ int RunControlPlane(const std::string& name) {
   }
   // Pods first (CNI DEL needs the agents), then agents, then the API, then the network.
   if (kubelet) kubelet->Stop();
+  if (workloads) workloads->Stop();
   for (auto& a : agents) {
     if (!a.exited) StopProcess(a.pid, absl::Seconds(10));
   }

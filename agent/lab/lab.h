@@ -20,6 +20,9 @@ struct UpOptions {
   std::string name = "lab";
   int nodes = 2;
   absl::Duration timeout = absl::Seconds(90);  // API answering and every agent ready
+  // Nodes without agents (and without the lab's pod CIDR allocator): Sluice is then installed
+  // from the Helm chart with kubectl, its DaemonSet and operator run by the lab (workloads.h).
+  bool no_agents = false;
 };
 
 // Where the sibling binaries are: <build>/agent/lab/sluice-lab -> <build>/agent/sluice-agent and
@@ -38,7 +41,9 @@ std::vector<std::string> AgentCommand(const Topology& topology, const LabNode& n
 absl::StatusOr<std::string> Up(const UpOptions& options, const std::string& self_exe);
 // The daemon (`sluice-lab controlplane --name NAME`): runs until SIGTERM/SIGINT, then deletes
 // the pods (CNI DEL), stops the agents, and removes the whole topology.
-int RunControlPlane(const std::string& name);
+// With `no_agents` (`up --no-agents`): no agents, no pod CIDR allocator, Nodes NotReady until a
+// conflist appears, and the workload runtime for the chart's DaemonSet and Deployment.
+int RunControlPlane(const std::string& name, bool no_agents = false);
 // Stops the daemon and removes everything the lab made (also after a crash).
 absl::Status Down(const std::string& name);
 // Human-readable: nodes, pod CIDRs, agents' liveness, pods with IPs.

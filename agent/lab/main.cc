@@ -23,6 +23,7 @@
 #include "agent/lab/probe.h"
 #include "agent/lab/process.h"
 #include "agent/lab/topology.h"
+#include "agent/lab/workloads.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -33,8 +34,12 @@ constexpr char kUsage[] = R"(sluice-lab: a Kubernetes cluster on this machine (n
 
 usage:
   sluice-lab --version | --help
-  sluice-lab up [--nodes N] [--name NAME]    create a lab (2 nodes, name "lab" by default);
-                                             prints the kubeconfig path once every agent is ready
+  sluice-lab up [--nodes N] [--name NAME] [--no-agents]
+                                             create a lab (2 nodes, name "lab" by default);
+                                             prints the kubeconfig path once every agent is ready;
+                                             --no-agents: nodes without agents or pod CIDRs,
+                                             NotReady until Sluice is installed from the Helm
+                                             chart (kubectl apply; docs/lab.md)
   sluice-lab down [--name NAME]              stop it and remove everything it made
   sluice-lab status [--name NAME]            nodes, pod CIDRs, agents, pods
   sluice-lab kubeconfig [--name NAME]        print the kubeconfig path
@@ -68,7 +73,11 @@ usage:
                                              only the apiserver (no nodes), until SIGTERM
   sluice-lab netexec --port P --name NAME [--tcp] [--udp]
                                              the pods' test server: "hostname", "clientip", echo
-  sluice-lab controlplane --name NAME        (internal) the lab's daemon, started by `up`
+  sluice-lab controlplane --name NAME [--no_agents]
+                                             (internal) the lab's daemon, started by `up`
+  sluice-lab container --spec FILE [-- ARGV...]
+                                             (internal) one container of a pod of the Sluice
+                                             image, in its own mount namespace
 
 FROM is external, node/NODE (node1, node2, ...) or NAMESPACE/POD (POD alone: namespace default).
 --name defaults to the only lab present. Pods are netexec servers on their containerPorts; the
@@ -140,6 +149,7 @@ int CmdUp(const Args& a) {
   UpOptions o;
   o.name = Get(a, "name", "lab");
   if (!absl::SimpleAtoi(Get(a, "nodes", "2"), &o.nodes)) return UsageError("--nodes: a number");
+  o.no_agents = a.switches.contains("no_agents");
   auto kubeconfig = Up(o, SelfExe());
   if (!kubeconfig.ok()) return Fail(kubeconfig.status());
   std::cout << *kubeconfig << std::endl;
@@ -348,7 +358,8 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
-  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait"});
+  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait",
+                                "no_agents"});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   const Args& a = *args;
   if (a.switches.contains("help")) {
@@ -366,7 +377,11 @@ int Main(int argc, char** argv) {
   if (cmd == "restart-agent") return CmdRestartAgent(a);
   if (cmd == "controlplane") {
     if (Get(a, "name").empty()) return UsageError("controlplane --name NAME");
-    return RunControlPlane(Get(a, "name"));
+    return RunControlPlane(Get(a, "name"), a.switches.contains("no_agents"));
+  }
+  if (cmd == "container") {
+    if (Get(a, "spec").empty()) return UsageError("container --spec FILE [-- ARGV...]");
+    return RunContainer(Get(a, "spec"), a.after_dashes);
   }
   if (cmd != "down" && cmd != "status" && cmd != "kubeconfig") {
     return UsageError(absl::StrCat("unknown command ", cmd));

@@ -38,6 +38,19 @@ const std::vector<ResourceType>& BuiltinResources() {
        false},
       {"coordination.k8s.io", "v1", "leases", "lease", "Lease", true, {}, false},
       {"", "v1", "events", "event", "Event", true, {"ev"}, false},
+      // What a chart installs (helm/sluice): stored and served; the lab's workload runtime
+      // (workloads.h) acts on the DaemonSets and Deployments that run the Sluice image.
+      {"", "v1", "configmaps", "configmap", "ConfigMap", true, {"cm"}, false},
+      {"", "v1", "serviceaccounts", "serviceaccount", "ServiceAccount", true, {"sa"}, false},
+      {"apps", "v1", "daemonsets", "daemonset", "DaemonSet", true, {"ds"}, true},
+      {"apps", "v1", "deployments", "deployment", "Deployment", true, {"deploy"}, true},
+      {"rbac.authorization.k8s.io", "v1", "clusterroles", "clusterrole", "ClusterRole", false, {},
+       false},
+      {"rbac.authorization.k8s.io", "v1", "clusterrolebindings", "clusterrolebinding",
+       "ClusterRoleBinding", false, {}, false},
+      {"rbac.authorization.k8s.io", "v1", "roles", "role", "Role", true, {}, false},
+      {"rbac.authorization.k8s.io", "v1", "rolebindings", "rolebinding", "RoleBinding", true, {},
+       false},
   };
   return kResources;
 }
