@@ -23,7 +23,7 @@ DEB_PACKAGES := \
 	golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
 	golang-github-xeipuuv-gojsonschema-dev nodejs chromium
 
-.PHONY: all build deps test test-unit test-privileged bench demo fuzz soak clean format
+.PHONY: all build deps test test-unit test-privileged bench demo demo-helm fuzz soak clean format
 
 all: build
 
@@ -71,6 +71,10 @@ soak: build
 
 demo: deps build
 	tests/e2e/demo.sh $(BUILD)
+
+# The same demo with Sluice installed from the Helm chart (sluice-lab up --no-agents).
+demo-helm: deps build
+	tests/e2e/demo.sh $(BUILD) --helm
 
 # The libFuzzer targets (tests/fuzz), FUZZ_SECONDS each, in their own clang build ($(BUILD)/fuzz);
 # libFuzzer comes from libclang-rt-dev. Crashes land in $(BUILD)/fuzz/work/<target>/.

@@ -4,20 +4,48 @@
 # traffic between them on one node and across nodes, and the `web` Service balanced in BPF over
 # backends on both nodes (ClusterIP from a pod and from a node, NodePort from outside). It stays
 # up for you to look around.
+# `make demo-helm` (demo.sh BUILD --helm): the nodes come up without agents (`up --no-agents`)
+# and Sluice is installed as on a cluster: the Helm chart rendered (cluster-pool IPAM,
+# kubeProxyReplacement) and applied with kubectl; the lab runs its DaemonSet and operator.
 set -euo pipefail
 BUILD=$(cd "${1:-build}" && pwd)
+HELM=${2:-}
 SRC=$(cd "$(dirname "$0")/../.." && pwd)
 LAB=$BUILD/agent/lab/sluice-lab
 NAME=${SLUICE_DEMO_NAME:-demo}
+BPF_SUB=  # where a node's pins are below its bpffs
 
 if [ -d "/run/sluice-lab/$NAME" ]; then
   echo "a lab named $NAME is already up; remove it with: $LAB down --name $NAME" >&2
   exit 1
 fi
-echo "== bringing up lab '$NAME': 2 nodes"
-KCFG=$("$LAB" up --nodes 2 --name "$NAME")
 K() { kubectl --kubeconfig "$KCFG" "$@"; }
-trap 'echo "demo failed; tearing down" >&2; "$LAB" down --name "$NAME"' ERR
+if [ "$HELM" = --helm ]; then
+  RENDER=$BUILD/tests/helm/sluice-helm-render
+  [ -x "$RENDER" ] || ctest --test-dir "$BUILD" -R helm_render_build >/dev/null
+  echo "== bringing up lab '$NAME': 2 nodes without agents (sluice-lab up --no-agents)"
+  KCFG=$("$LAB" up --nodes 2 --name "$NAME" --no-agents)
+  trap 'echo "demo failed; tearing down" >&2; "$LAB" down --name "$NAME"' ERR
+  K get nodes | sed 's/^/   /'
+  API=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["apiserverUnderlay"])' \
+    "/run/sluice-lab/$NAME/status.json")
+  API_HOST=${API#https://}; API_HOST=${API_HOST%:*}
+  echo "== helm template helm/sluice (tests/helm/render) | kubectl apply -f -"
+  "$RENDER" -chart "$SRC/helm/sluice" -name sluice -namespace kube-system \
+    -set kubeProxyReplacement=true -set "k8sServiceHost=$API_HOST" -set k8sServicePort=6443 \
+    -set ipam.mode=cluster-pool -set 'ipam.operator.clusterPoolIPv4PodCIDRList={10.11.0.0/16}' \
+    -set serviceCIDR=10.96.0.0/16 > "/run/sluice-lab/$NAME/sluice.yaml"
+  K apply --validate=false -f "/run/sluice-lab/$NAME/sluice.yaml" | sed 's/^/   /'
+  K wait --for=condition=Ready node --all --timeout=60s >/dev/null
+  K -n kube-system wait --for=condition=Ready pod --all --timeout=60s >/dev/null
+  K -n kube-system get pods -o wide | sed 's/^/   /'
+  K get nodes | sed 's/^/   /'
+  BPF_SUB=/sluice
+else
+  echo "== bringing up lab '$NAME': 2 nodes"
+  KCFG=$("$LAB" up --nodes 2 --name "$NAME")
+  trap 'echo "demo failed; tearing down" >&2; "$LAB" down --name "$NAME"' ERR
+fi
 
 for n in node1 node2; do
   echo "   $n: $(K get node $n -o jsonpath='{.status.addresses[0].address}'), pod CIDR $(K get node $n -o jsonpath='{.spec.podCIDR}')"
@@ -65,10 +93,10 @@ cat <<TXT
   $LAB probe --name $NAME --from default/client --to $(ip web-2):8080
   $LAB exec --name $NAME client -- ip route
   ip netns exec $NAME-node1 ip route show proto 181          # routes to the other node's pods
-  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf endpoints
-  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf drops
-  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf services
-  bpftool map dump pinned /run/sluice-lab/$NAME/node1/bpf/sluice_lb4_svc | head -40
+  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB endpoints
+  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB drops
+  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB services
+  bpftool map dump pinned /run/sluice-lab/$NAME/node1/bpf$BPF_SUB/sluice_lb4_svc | head -40
 
 == tear down
   $LAB down --name $NAME
