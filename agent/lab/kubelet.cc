@@ -498,8 +498,8 @@ absl::StatusOr<std::string> Kubelet::Cni(const std::string& command, const Runni
     // Sluice installed from the chart: the conflist names the node's host paths (the agent's
     // socket under /run/sluice), so the plugin runs where they exist, as on a real node.
     cni_path = "/opt/cni/bin";
-    spec.argv = {options_.netexec_binary, "container", "--spec", NodeViewSpecPath(node), "--",
-                 cni_path + "/" + type};
+    spec.argv = {options_.netexec_binary, "container", "--spec",
+                 NodeViewSpecPath(node),  "--",        cni_path + "/" + type};
   }
   spec.env = std::vector<std::string>{
       "CNI_COMMAND=" + command,

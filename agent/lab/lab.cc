@@ -19,22 +19,22 @@
 #include <thread>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/lab/apiserver.h"
-#include "httplib.h"
-#include "yaml-cpp/yaml.h"
-#include "absl/strings/escaping.h"
 #include "agent/lab/kubelet.h"
 #include "agent/lab/probe.h"
 #include "agent/lab/process.h"
 #include "agent/lab/supervisor.h"
 #include "agent/lab/workloads.h"
+#include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
+#include "yaml-cpp/yaml.h"
 
 namespace sluice::lab {
 namespace {

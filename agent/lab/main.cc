@@ -30,7 +30,8 @@
 namespace sluice::lab {
 namespace {
 
-constexpr char kUsage[] = R"(sluice-lab: a Kubernetes cluster on this machine (network namespaces, real sluice-agents)
+constexpr char kUsage[] =
+    R"(sluice-lab: a Kubernetes cluster on this machine (network namespaces, real sluice-agents)
 
 usage:
   sluice-lab --version | --help
@@ -358,8 +359,8 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
-  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait",
-                                "no_agents"});
+  auto args = ParseArgs(
+      rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait", "no_agents"});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   const Args& a = *args;
   if (a.switches.contains("help")) {

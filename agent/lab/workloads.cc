@@ -214,10 +214,11 @@ const std::map<std::string, int>& CapNumbers() {
 // The container runtime's default capability set (containerd's and Docker's), which a
 // securityContext adds to and drops from.
 const std::vector<std::string>& DefaultCaps() {
-  static const auto* kDefault = new std::vector<std::string>{
-      "CHOWN",  "DAC_OVERRIDE", "FSETID", "FOWNER",     "MKNOD",           "NET_RAW",
-      "SETGID", "SETUID",       "SETFCAP", "SETPCAP",   "NET_BIND_SERVICE", "SYS_CHROOT",
-      "KILL",   "AUDIT_WRITE"};
+  static const auto* kDefault =
+      new std::vector<std::string>{"CHOWN",   "DAC_OVERRIDE", "FSETID",           "FOWNER",
+                                   "MKNOD",   "NET_RAW",      "SETGID",           "SETUID",
+                                   "SETFCAP", "SETPCAP",      "NET_BIND_SERVICE", "SYS_CHROOT",
+                                   "KILL",    "AUDIT_WRITE"};
   return *kDefault;
 }
 
@@ -268,7 +269,8 @@ absl::StatusOr<std::string> InRoot(const std::string& root, const std::string& p
       if (!done.empty()) done.pop_back();
       continue;
     }
-    std::string candidate = root + "/" + absl::StrJoin(done, "/") + (done.empty() ? "" : "/") + part;
+    std::string candidate =
+        root + "/" + absl::StrJoin(done, "/") + (done.empty() ? "" : "/") + part;
     struct stat st = {};
     if (lstat(candidate.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
       if (++links > 40) return absl::InvalidArgumentError(absl::StrCat(path, ": symlink loop"));
@@ -421,9 +423,8 @@ json ContainerSpecToJson(const ContainerSpec& s) {
     mounts.push_back(
         {{"source", m.source}, {"target", m.target}, {"kind", m.kind}, {"readOnly", m.read_only}});
   }
-  return {{"scratchDir", s.scratch_dir}, {"mounts", mounts},     {"argv", s.argv},
-          {"env", s.env},                {"restrictCaps", s.restrict_caps},
-          {"caps", s.caps},              {"uid", s.uid},         {"gid", s.gid}};
+  return {{"scratchDir", s.scratch_dir},     {"mounts", mounts}, {"argv", s.argv}, {"env", s.env},
+          {"restrictCaps", s.restrict_caps}, {"caps", s.caps},   {"uid", s.uid},   {"gid", s.gid}};
 }
 
 absl::StatusOr<ContainerSpec> ContainerSpecFromJson(const json& j) {
@@ -670,8 +671,8 @@ void Workloads::Reconcile() {
   }
 }
 
-void Workloads::CreatePod(const json& owner, const std::string& hash_label,
-                          const std::string& hash, const std::string& node) {
+void Workloads::CreatePod(const json& owner, const std::string& hash_label, const std::string& hash,
+                          const std::string& node) {
   const json& tmpl = At(owner, {"spec", "template"});
   std::string name = Str(owner, {"metadata", "name"});
   std::string kind = owner.value("kind", "");
@@ -723,8 +724,7 @@ void Workloads::ReconcileDaemonSet(const json& ds, const std::vector<json>& pods
   }
   int desired = static_cast<int>(eligible.size());
   int max_unavailable =
-      std::max(1, ScaledValue(At(ds, {"spec", "updateStrategy", "rollingUpdate",
-                                      "maxUnavailable"}),
+      std::max(1, ScaledValue(At(ds, {"spec", "updateStrategy", "rollingUpdate", "maxUnavailable"}),
                               desired, 1));
   bool on_delete = Str(ds, {"spec", "updateStrategy", "type"}) == "OnDelete";
   int unavailable = 0, ready = 0, updated = 0, scheduled = 0;
@@ -792,8 +792,8 @@ void Workloads::ReconcileDeployment(const json& deploy, const std::vector<json>&
   int replicas = At(deploy, {"spec", "replicas"}).is_number_integer()
                      ? At(deploy, {"spec", "replicas"}).get<int>()
                      : 1;
-  int max_unavailable = ScaledValue(
-      At(deploy, {"spec", "strategy", "rollingUpdate", "maxUnavailable"}), replicas, 1);
+  int max_unavailable =
+      ScaledValue(At(deploy, {"spec", "strategy", "rollingUpdate", "maxUnavailable"}), replicas, 1);
   int max_surge =
       ScaledValue(At(deploy, {"spec", "strategy", "rollingUpdate", "maxSurge"}), replicas, 0);
   bool anti_affinity = At(tmpl, {"spec", "affinity", "podAntiAffinity",
@@ -911,8 +911,7 @@ void Workloads::SyncPods() {
         run.status_dirty = true;
         if (!run.terminating && !gone) {
           spdlog::warn("workloads: pod {} container {} (pid {}) exited with {}: restarting in {}",
-                       run.key, c.name, c.pid, *code,
-                       absl::FormatDuration(c.restart_at - now));
+                       run.key, c.name, c.pid, *code, absl::FormatDuration(c.restart_at - now));
         }
       }
     }
@@ -975,22 +974,21 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
       bool ro = m.value("readOnly", false);
       auto v = volumes.find(vname);
       if (v == volumes.end()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("container ", c.value("name", ""), ": volumeMount ", vname,
-                         ": no such volume"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "container ", c.value("name", ""), ": volumeMount ", vname, ": no such volume"));
       }
       const json& vol = *v->second;
       if (vol.contains("hostPath")) {
         auto e = MapHostPath(node, Str(vol, {"hostPath", "path"}));
-        if (!e.ok()) return absl::Status(e.status().code(), absl::StrCat("volume ", vname, ": ",
-                                                                         e.status().message()));
+        if (!e.ok())
+          return absl::Status(e.status().code(),
+                              absl::StrCat("volume ", vname, ": ", e.status().message()));
         if (e->kind == "bind") {
           std::string type = Str(vol, {"hostPath", "type"});
           if (!fs::exists(e->lab_path)) {
             if (type != "DirectoryOrCreate") {
-              return absl::NotFoundError(absl::StrCat("volume ", vname, ": hostPath ",
-                                                      e->host_path, " (", e->lab_path,
-                                                      ") does not exist"));
+              return absl::NotFoundError(absl::StrCat("volume ", vname, ": hostPath ", e->host_path,
+                                                      " (", e->lab_path, ") does not exist"));
             }
             if (auto s = MkdirP(e->lab_path); !s.ok()) return s;
           }
@@ -1000,8 +998,8 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
         std::string cm_name = Str(vol, {"configMap", "name"});
         auto cm = store_->Get(Resource("configmaps"), Str(pod, {"metadata", "namespace"}), cm_name);
         if (!cm.ok()) {
-          return absl::NotFoundError(absl::StrCat("volume ", vname, ": configmap \"", cm_name,
-                                                  "\" not found"));
+          return absl::NotFoundError(
+              absl::StrCat("volume ", vname, ": configmap \"", cm_name, "\" not found"));
         }
         std::string dir = absl::StrCat(run.dir, "/volumes/", vname);
         std::error_code ec;
@@ -1029,8 +1027,7 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
   // The service account's credentials, as the kubelet projects them.
   if (At(pod, {"spec", "automountServiceAccountToken"}) != json(false)) {
     std::string dir = run.dir + "/volumes/kube-api-access";
-    for (const auto& [file, content] :
-         std::vector<std::pair<std::string, std::string>>{
+    for (const auto& [file, content] : std::vector<std::pair<std::string, std::string>>{
              {"token", options_.token},
              {"ca.crt", options_.ca_pem},
              {"namespace", Str(pod, {"metadata", "namespace"})}}) {
@@ -1053,8 +1050,9 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
     for (const auto& e : env) {
       std::string name = e.value("name", "");
       if (e.contains("value")) {
-        spec.env.push_back(name + "=" + (e["value"].is_string() ? e["value"].get<std::string>()
-                                                                : e["value"].dump()));
+        spec.env.push_back(
+            name + "=" +
+            (e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump()));
         continue;
       }
       std::string field = Str(e, {"valueFrom", "fieldRef", "fieldPath"});
@@ -1119,11 +1117,11 @@ absl::StatusOr<pid_t> Workloads::StartContainer(const PodRun& run, const std::st
                                                 const ContainerSpec& spec) {
   std::string spec_path = absl::StrCat(run.dir, "/containers/", name, ".json");
   if (auto s = WriteFile(spec_path, ContainerSpecToJson(spec).dump(2) + "\n"); !s.ok()) return s;
-  return StartProcess({.argv = {options_.self_exe, "container", "--spec", spec_path},
-                       .netns_path = run.node->netns_path(),
-                       .log_path = absl::StrCat(run.node->log_dir(), "/",
-                                                Str(run.pod, {"metadata", "name"}), "_", name,
-                                                ".log")});
+  return StartProcess(
+      {.argv = {options_.self_exe, "container", "--spec", spec_path},
+       .netns_path = run.node->netns_path(),
+       .log_path = absl::StrCat(run.node->log_dir(), "/", Str(run.pod, {"metadata", "name"}), "_",
+                                name, ".log")});
 }
 
 absl::Status Workloads::StartPod(PodRun& run) {
@@ -1144,26 +1142,29 @@ absl::Status Workloads::StartPod(PodRun& run) {
       bool host_mount = false;
       if (cmd.is_array() && !cmd.empty() && cmd[0] == "nsenter") {
         for (const auto& a : cmd) {
-          if (a.is_string() && absl::StartsWith(a.get<std::string>(), "--mount=")) host_mount = true;
+          if (a.is_string() && absl::StartsWith(a.get<std::string>(), "--mount="))
+            host_mount = true;
         }
       }
       if (host_mount) {
         // It would mount in the machine's own mount namespace (/proc/1/ns/mnt): the lab mounts
         // each node's bpffs itself and shares the machine's cgroup2 mount instead.
-        spdlog::info("workloads: pod {}: init container {} skipped: it mounts through nsenter "
-                     "into the host's mount namespace; the lab provides the node's bpffs and "
-                     "cgroup2 mounts itself",
-                     run.key, name);
-        run.init_statuses.push_back({{"name", name},
-                                     {"ready", true},
-                                     {"restartCount", 0},
-                                     {"image", c.value("image", "")},
-                                     {"imageID", ""},
-                                     {"state",
-                                      {{"terminated",
-                                        {{"exitCode", 0},
-                                         {"reason", "Completed"},
-                                         {"message", "skipped by the lab: host mount namespace"}}}}}});
+        spdlog::info(
+            "workloads: pod {}: init container {} skipped: it mounts through nsenter "
+            "into the host's mount namespace; the lab provides the node's bpffs and "
+            "cgroup2 mounts itself",
+            run.key, name);
+        run.init_statuses.push_back(
+            {{"name", name},
+             {"ready", true},
+             {"restartCount", 0},
+             {"image", c.value("image", "")},
+             {"imageID", ""},
+             {"state",
+              {{"terminated",
+                {{"exitCode", 0},
+                 {"reason", "Completed"},
+                 {"message", "skipped by the lab: host mount namespace"}}}}}});
         continue;
       }
       auto spec = BuildContainer(run, c);
@@ -1182,12 +1183,13 @@ absl::Status Workloads::StartPod(PodRun& run) {
                                                           r->exit_code, ": ", r->out, r->err));
       }
       spdlog::info("workloads: pod {}: init container {} done", run.key, name);
-      run.init_statuses.push_back({{"name", name},
-                                   {"ready", true},
-                                   {"restartCount", 0},
-                                   {"image", c.value("image", "")},
-                                   {"imageID", ""},
-                                   {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}});
+      run.init_statuses.push_back(
+          {{"name", name},
+           {"ready", true},
+           {"restartCount", 0},
+           {"image", c.value("image", "")},
+           {"imageID", ""},
+           {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}});
     }
   }
   const json& containers = At(pod, {"spec", "containers"});
@@ -1305,8 +1307,9 @@ void Workloads::WriteStatus(PodRun& run) {
   const Container& c = *run.main;
   std::string now = ObjectStore::FormatTimestamp(absl::Now());
   std::string ready = run.ready ? "True" : "False";
-  json state = c.running ? json{{"running", {{"startedAt", ObjectStore::FormatTimestamp(c.started_at)}}}}
-                         : json{{"waiting", {{"reason", "CrashLoopBackOff"}}}};
+  json state = c.running
+                   ? json{{"running", {{"startedAt", ObjectStore::FormatTimestamp(c.started_at)}}}}
+                   : json{{"waiting", {{"reason", "CrashLoopBackOff"}}}};
   json cs = {{"name", c.name},
              {"ready", run.ready},
              {"started", c.running},
@@ -1325,11 +1328,10 @@ void Workloads::WriteStatus(PodRun& run) {
                  {"podIPs", json::array({{{"ip", run.node->ip}}})},
                  {"startTime", run.start_time},
                  {"qosClass", "BestEffort"},
-                 {"conditions",
-                  json::array({{{"type", "PodScheduled"}, {"status", "True"}},
-                               {{"type", "Initialized"}, {"status", "True"}},
-                               {{"type", "ContainersReady"}, {"status", ready}},
-                               {{"type", "Ready"}, {"status", ready}}})},
+                 {"conditions", json::array({{{"type", "PodScheduled"}, {"status", "True"}},
+                                             {{"type", "Initialized"}, {"status", "True"}},
+                                             {{"type", "ContainersReady"}, {"status", ready}},
+                                             {{"type", "Ready"}, {"status", ready}}})},
                  {"containerStatuses", json::array({cs})},
                  {"initContainerStatuses", run.init_statuses}};
   for (auto& cond : status["conditions"]) {

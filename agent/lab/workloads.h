@@ -60,8 +60,8 @@ absl::StatusOr<HostPathEntry> MapHostPath(const LabNode& node, const std::string
 
 // One container's process, as `sluice-lab container --spec FILE` starts it.
 struct ContainerMount {
-  std::string source;  // a path in the root mount namespace ("" for kind proc)
-  std::string target;  // inside the container
+  std::string source;         // a path in the root mount namespace ("" for kind proc)
+  std::string target;         // inside the container
   std::string kind = "bind";  // bind | proc
   bool read_only = false;
 };
@@ -93,10 +93,10 @@ std::string NodeViewSpecPath(const LabNode& node);
 void SyncNodeReady(ObjectStore* store, const Topology& topology);
 
 struct WorkloadOptions {
-  std::string self_exe;   // sluice-lab (runs `container`)
+  std::string self_exe;                            // sluice-lab (runs `container`)
   std::map<std::string, std::string> image_files;  // name in /usr/local/bin -> built binary
-  std::string token;                              // the service accounts' token
-  std::string ca_pem;                             // ca.crt
+  std::string token;                               // the service accounts' token
+  std::string ca_pem;                              // ca.crt
   absl::Duration tick = absl::Milliseconds(100);
   absl::Duration probe_period_cap = absl::Seconds(1);  // the lab probes at least this often
   std::function<void()> on_change;
@@ -139,7 +139,7 @@ class Workloads {
   Topology topology_;
   WorkloadOptions options_;
   std::map<std::string, std::unique_ptr<PodRun>> runs_;  // by pod uid; the loop thread's only
-  std::map<std::string, std::string> failed_;  // pod uid -> why it could not start
+  std::map<std::string, std::string> failed_;            // pod uid -> why it could not start
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 };

@@ -33,7 +33,9 @@ TEST(SluiceImage, RecognisesTheChartsImageByItsLastPathPart) {
 }
 
 LabNode Node(const std::string& dir, const std::string& name) {
-  return {.name = name, .netns = "workloads-test-absent-" + name, .ip = "172.30.250.11",
+  return {.name = name,
+          .netns = "workloads-test-absent-" + name,
+          .ip = "172.30.250.11",
           .dir = dir + "/" + name};
 }
 
@@ -99,14 +101,14 @@ class WorkloadsTest : public ::testing::Test {
     o.require_namespace = false;
     store_ = std::make_unique<ObjectStore>(o);
     for (const auto& n : topology_.nodes) {
-      ASSERT_TRUE(store_
-                      ->Create(Resource("nodes"),
-                               {{"metadata",
-                                 {{"name", n.name}, {"labels", {{"kubernetes.io/os", "linux"}}}}},
-                                {"status",
-                                 {{"conditions", json::array({{{"type", "Ready"},
-                                                               {"status", "False"}}})}}}})
-                      .ok());
+      ASSERT_TRUE(
+          store_
+              ->Create(
+                  Resource("nodes"),
+                  {{"metadata", {{"name", n.name}, {"labels", {{"kubernetes.io/os", "linux"}}}}},
+                   {"status",
+                    {{"conditions", json::array({{{"type", "Ready"}, {"status", "False"}}})}}}})
+              .ok());
     }
   }
   void TearDown() override {
@@ -207,30 +209,29 @@ TEST_F(WorkloadsTest, DaemonSetGetsOneOwnedPodPerSelectedNodeAndItsPodsGoWithIt)
 
 TEST_F(WorkloadsTest, DeploymentWithAntiAffinitySpreadsItsReplicasOverNodes) {
   StartWorkloads();
-  json d = {{"apiVersion", "apps/v1"},
-            {"kind", "Deployment"},
-            {"metadata", {{"namespace", "kube-system"}, {"name", "sluice-operator"}}},
-            {"spec",
-             {{"replicas", 3},
-              {"template",
-               {{"metadata", {{"labels", {{"app", "op"}}}}},
-                {"spec",
-                 {{"hostNetwork", true},
-                  {"affinity",
-                   {{"podAntiAffinity",
-                     {{"requiredDuringSchedulingIgnoredDuringExecution",
-                       json::array({{{"topologyKey", "kubernetes.io/hostname"}}})}}}}},
-                  {"containers",
-                   json::array({{{"name", "op"},
-                                 {"image", "sluice/sluice-agent:0.1.0"},
-                                 {"command", json::array({"sluice-operator"})}}})}}}}}}}};
+  json d = {
+      {"apiVersion", "apps/v1"},
+      {"kind", "Deployment"},
+      {"metadata", {{"namespace", "kube-system"}, {"name", "sluice-operator"}}},
+      {"spec",
+       {{"replicas", 3},
+        {"template",
+         {{"metadata", {{"labels", {{"app", "op"}}}}},
+          {"spec",
+           {{"hostNetwork", true},
+            {"affinity",
+             {{"podAntiAffinity",
+               {{"requiredDuringSchedulingIgnoredDuringExecution",
+                 json::array({{{"topologyKey", "kubernetes.io/hostname"}}})}}}}},
+            {"containers", json::array({{{"name", "op"},
+                                         {"image", "sluice/sluice-agent:0.1.0"},
+                                         {"command", json::array({"sluice-operator"})}}})}}}}}}}};
   ASSERT_TRUE(store_->Create(Resource("deployments"), d).ok());
   // Three replicas, two nodes: two pods, one per node; the third stays unscheduled (not made).
   // The round that made them found no node for the third and said so in the status.
   ASSERT_TRUE(Eventually([&] {
     auto o = store_->Get(Resource("deployments"), "kube-system", "sluice-operator");
-    return o.ok() && (*o)["status"].is_object() &&
-           (*o)["status"].value("replicas", 0) == 2;
+    return o.ok() && (*o)["status"].is_object() && (*o)["status"].value("replicas", 0) == 2;
   }));
   std::set<std::string> nodes;
   for (const json& p : Pods()) nodes.insert(p["spec"]["nodeName"].get<std::string>());
