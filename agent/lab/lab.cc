@@ -392,6 +392,19 @@ int RunControlPlane(const std::string& name, bool no_agents) {
                        {"agentRestarts", a.backoff.restarts()},
                        {"agentHeld", a.held}});
     }
+    if (no_agents) {  // the agents are the chart's DaemonSet pods (kubectl -n kube-system)
+      for (const auto& n : t.nodes) {
+        auto node = api.store().Get(Resource("nodes"), "", n.name);
+        std::string cidr =
+            node.ok() ? node->value("spec", json::object()).value("podCIDR", "") : "";
+        nodes.push_back({{"name", n.name},
+                         {"ip", n.ip},
+                         {"netns", n.netns},
+                         {"podCIDR", cidr},
+                         {"agentPid", 0},
+                         {"agentFromChart", true}});
+      }
+    }
     json pods = json::array();
     if (kubelet) {
       for (const auto& p : kubelet->Pods()) {
@@ -617,8 +630,10 @@ absl::StatusOr<std::string> Status(const std::string& name) {
     absl::StrAppend(
         &out, absl::StrFormat("%-10s %-15s %-18s %s\n", n.value("name", ""), n.value("ip", ""),
                               n.value("podCIDR", ""),
-                              ProcessAlive(pid) ? absl::StrCat("running (pid ", pid, ")")
-                                                : std::string("DOWN")));
+                              n.value("agentFromChart", false)
+                                  ? std::string("DaemonSet pod (up --no-agents)")
+                              : ProcessAlive(pid) ? absl::StrCat("running (pid ", pid, ")")
+                                                  : std::string("DOWN")));
   }
   absl::StrAppend(&out, "\n",
                   absl::StrFormat("%-30s %-10s %-15s %s\n", "POD", "NODE", "IP", "READY"));

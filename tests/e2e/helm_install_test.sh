@@ -71,6 +71,7 @@ for n in node1 node2; do
   [[ $cidr == 10.11.*.0/24 ]] || fail "$n podCIDR '$cidr' not from the cluster pool 10.11.0.0/16"
   log "ok: $n Ready, pod CIDR $cidr (sluice-operator)"
 done
+grep -q "node1 .*10.11.0.0/24 .*DaemonSet pod" <<<"$(lab status)" || fail "status: $(lab status)"
 HOLDER=$(K -n kube-system get lease sluice-operator -o jsonpath='{.spec.holderIdentity}')
 [[ $HOLDER == sluice-operator-* ]] || fail "Lease holder '$HOLDER'"
 log "ok: operator Lease held by $HOLDER"
