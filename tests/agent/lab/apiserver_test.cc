@@ -68,7 +68,16 @@ TEST_F(ApiServerTest, DiscoveryDescribesTheServedResources) {
   EXPECT_TRUE(pods);
   auto groups = api_->Get("/apis");
   ASSERT_EQ(groups.status, 200);
-  EXPECT_EQ(groups.body["groups"].size(), 3u);  // discovery, networking, coordination
+  // discovery, networking, coordination, and apps and rbac for what a chart installs
+  EXPECT_EQ(groups.body["groups"].size(), 5u);
+  std::set<std::string> apps;
+  auto apps_v1 = api_->Get("/apis/apps/v1");
+  for (const json& r : apps_v1.body["resources"]) {
+    std::string name = r.value("name", "");
+    if (name == "daemonsets" || name == "deployments") apps.insert(r.value("kind", ""));
+  }
+  EXPECT_EQ(apps, (std::set<std::string>{"DaemonSet", "Deployment"})) << apps_v1.raw;
+  EXPECT_EQ(api_->Get("/apis/rbac.authorization.k8s.io/v1").body["resources"].size(), 4u);
   EXPECT_EQ(api_->Get("/apis/discovery.k8s.io/v1").body["resources"][0]["kind"], "EndpointSlice");
   json leases = api_->Get("/apis/coordination.k8s.io/v1").body["resources"][0];
   EXPECT_EQ(leases["kind"], "Lease");
