@@ -254,40 +254,6 @@ absl::Status BindMount(const std::string& source, const std::string& target, boo
   return absl::OkStatus();
 }
 
-// `path` inside the container's root, its symlinks resolved against that root (as after a
-// chroot): /var/run -> /run must lead to <root>/run, never to the machine's /run.
-absl::StatusOr<std::string> InRoot(const std::string& root, const std::string& path) {
-  std::vector<std::string> todo = absl::StrSplit(path, '/', absl::SkipEmpty());
-  std::reverse(todo.begin(), todo.end());
-  std::vector<std::string> done;
-  int links = 0;
-  while (!todo.empty()) {
-    std::string part = todo.back();
-    todo.pop_back();
-    if (part == ".") continue;
-    if (part == "..") {
-      if (!done.empty()) done.pop_back();
-      continue;
-    }
-    std::string candidate =
-        root + "/" + absl::StrJoin(done, "/") + (done.empty() ? "" : "/") + part;
-    struct stat st = {};
-    if (lstat(candidate.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
-      if (++links > 40) return absl::InvalidArgumentError(absl::StrCat(path, ": symlink loop"));
-      char buf[4096];
-      ssize_t n = readlink(candidate.c_str(), buf, sizeof(buf) - 1);
-      if (n < 0) return ErrnoError(absl::StrCat("readlink ", candidate));
-      std::string target(buf, n);
-      if (absl::StartsWith(target, "/")) done.clear();
-      std::vector<std::string> parts = absl::StrSplit(target, '/', absl::SkipEmpty());
-      for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.push_back(*it);
-      continue;
-    }
-    done.push_back(part);
-  }
-  return root + "/" + absl::StrJoin(done, "/");
-}
-
 absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
   if (unshare(CLONE_NEWNS) != 0) return ErrnoError("unshare(CLONE_NEWNS)");
   // rslave: the host's mounts keep arriving (a new pod's /run/netns entry), ours stay here.
@@ -316,7 +282,7 @@ absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
   };
   for (const Fresh& f : {Fresh{"/proc", "proc"}, Fresh{"/sys", "sysfs"}, Fresh{"/run", "tmpfs"},
                          Fresh{"/tmp", "tmpfs"}}) {
-    auto in_root = InRoot(root, f.target);
+    auto in_root = ResolveInRoot(root, f.target);
     if (!in_root.ok()) return in_root.status();
     std::string t = *in_root;
     if (auto s = MkdirP(t); !s.ok()) return s;
@@ -326,7 +292,7 @@ absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
   }
   for (const char* host : {"/dev", "/run/netns"}) {
     if (!fs::is_directory(host)) continue;
-    auto t = InRoot(root, host);
+    auto t = ResolveInRoot(root, host);
     if (!t.ok()) return t.status();
     if (auto s = BindMount(host, *t, false); !s.ok()) return s;
   }
@@ -338,7 +304,7 @@ absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
            std::count(b.target.begin(), b.target.end(), '/');
   });
   for (const ContainerMount& m : mounts) {
-    auto in_root = InRoot(root, m.target);
+    auto in_root = ResolveInRoot(root, m.target);
     if (!in_root.ok()) return in_root.status();
     std::string target = *in_root;
     if (m.kind == "proc") {
@@ -355,6 +321,39 @@ absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> ResolveInRoot(const std::string& root, const std::string& path) {
+  std::vector<std::string> todo = absl::StrSplit(path, '/', absl::SkipEmpty());
+  std::reverse(todo.begin(), todo.end());
+  std::vector<std::string> done;
+  int links = 0;
+  while (!todo.empty()) {
+    std::string part = todo.back();
+    todo.pop_back();
+    if (part == ".") continue;
+    if (part == "..") {
+      if (!done.empty()) done.pop_back();
+      continue;
+    }
+    std::string candidate =
+        root + "/" + absl::StrJoin(done, "/") + (done.empty() ? "" : "/") + part;
+    struct stat st = {};
+    if (lstat(candidate.c_str(), &st) == 0 && S_ISLNK(st.st_mode)) {
+      if (++links > 40) return absl::InvalidArgumentError(absl::StrCat(path, ": symlink loop"));
+      char buf[4096];
+      ssize_t n = readlink(candidate.c_str(), buf, sizeof(buf) - 1);
+      if (n < 0)
+        return absl::InternalError(absl::StrCat("readlink ", candidate, ": ", strerror(errno)));
+      std::string target(buf, n);
+      if (absl::StartsWith(target, "/")) done.clear();
+      std::vector<std::string> parts = absl::StrSplit(target, '/', absl::SkipEmpty());
+      for (auto it = parts.rbegin(); it != parts.rend(); ++it) todo.push_back(*it);
+      continue;
+    }
+    done.push_back(part);
+  }
+  return root + "/" + absl::StrJoin(done, "/");
+}
 
 bool IsSluiceImage(const std::string& image) {
   std::string name = image.substr(0, image.find('@'));

@@ -77,6 +77,10 @@ struct ContainerSpec {
 };
 nlohmann::json ContainerSpecToJson(const ContainerSpec& spec);
 absl::StatusOr<ContainerSpec> ContainerSpecFromJson(const nlohmann::json& j);
+// `path` inside a container's root directory with its symlinks resolved against that root, as
+// after a chroot: with <root>/var/run -> /run, /var/run/x is <root>/run/x, never the machine's
+// /run/x (mounts and mkdirs made from outside the chroot must not land on the machine).
+absl::StatusOr<std::string> ResolveInRoot(const std::string& root, const std::string& path);
 // `sluice-lab container --spec FILE [-- ARGV...]`, already in the node's network namespace:
 // unshares the mount namespace (everything rslave: the host's later mounts, such as new pod
 // network namespaces, show; nothing made here reaches the host), builds the root (an overlay of

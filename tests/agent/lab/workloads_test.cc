@@ -85,6 +85,27 @@ TEST(ContainerSpecs, RoundTripThroughJsonAndRejectGarbage) {
   EXPECT_FALSE(ContainerSpecFromJson(json::array()).ok());
 }
 
+TEST(ContainerRoot, SymlinksResolveInsideTheRootNeverOnTheMachine) {
+  char tmpl[] = "/tmp/workloads-root-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string root = tmpl;
+  fs::create_directories(root + "/run");
+  fs::create_directories(root + "/var");
+  fs::create_directories(root + "/etc/alt");
+  fs::create_symlink("/run", root + "/var/run");         // absolute, as on Debian
+  fs::create_symlink("alt", root + "/etc/link");         // relative
+  fs::create_symlink("../../..", root + "/etc/alt/up");  // climbing above the root stops there
+  EXPECT_EQ(*ResolveInRoot(root, "/var/run/secrets/kubernetes.io"),
+            root + "/run/secrets/kubernetes.io");
+  EXPECT_EQ(*ResolveInRoot(root, "/etc/link/x"), root + "/etc/alt/x");
+  EXPECT_EQ(*ResolveInRoot(root, "/etc/alt/up/run"), root + "/run");
+  EXPECT_EQ(*ResolveInRoot(root, "/usr/local/bin/sluice-agent"),
+            root + "/usr/local/bin/sluice-agent");
+  fs::create_symlink("/loop", root + "/loop");
+  EXPECT_FALSE(ResolveInRoot(root, "/loop/x").ok());
+  fs::remove_all(root);
+}
+
 class WorkloadsTest : public ::testing::Test {
  protected:
   void SetUp() override {
