@@ -445,7 +445,7 @@ absl::Status ServiceReconciler::ProgramFrontendLocked(const FrontendKey& key, Fr
     it = fe.ranges.erase(it);
     ++room_.srcr;
   }
-  std::set<uint32_t> keep(ids.begin(), ids.end());
+  absl::flat_hash_set<uint32_t> keep(ids.begin(), ids.end());
   std::vector<uint32_t> dropped;
   for (uint32_t id : fe.held) {
     if (!keep.contains(id)) dropped.push_back(id);
@@ -671,7 +671,7 @@ absl::Status ServiceReconciler::ApplyOneLocked(const std::string& service,
   // (and as many of its new backends as fit), a new one goes in whole or not at all.
   std::map<FrontendKey, UnprogrammedFrontend> refused;
   std::map<FrontendKey, size_t> take;  // backends to program, per frontend
-  std::set<BackendKey> reserved_be;    // new backends counted in this call
+  absl::flat_hash_set<BackendKey> reserved_be;  // new backends counted in this call
   std::set<uint32_t> reserved_wild;    // new wildcard masters counted in this call
   for (auto it = want.begin(); it != want.end();) {
     const auto& [fk, f] = *it;
@@ -695,7 +695,7 @@ absl::Status ServiceReconciler::ApplyOneLocked(const std::string& service,
                             !cluster_ip_refs_.contains(addr) && !wildcards_.contains(addr) &&
                             !reserved_wild.contains(addr);
       if (new_wild) ++need.svc;
-      std::set<BackendKey> new_be;
+      absl::flat_hash_set<BackendKey> new_be;
       for (size_t i = 0; i < n; ++i) {
         const LbBackend& b = f->backends[i];
         BackendKey bk{AddrBe(b.addr), b.port, b.proto};
@@ -816,13 +816,33 @@ absl::Status ServiceReconciler::ApplyOneLocked(const std::string& service,
 absl::Status ServiceReconciler::AdmitPendingLocked() {
   const bool grew = !room_tried_ || room_.svc > room_tried_->svc || room_.be > room_tried_->be ||
                     room_.rnat > room_tried_->rnat || room_.srcr > room_tried_->srcr;
-  std::vector<std::string> order;
+  // Pending Services to try (a null translation) merged with ApplyAll's fresh ones, by name.
+  std::vector<std::pair<std::string, const std::optional<ServiceTranslation>*>> order;
+  order.reserve(fresh_.size() + pending_.size());
+  auto fresh = fresh_.begin();
   for (const auto& [service, p] : pending_) {
-    if (grew || new_pending_.contains(service)) order.push_back(service);
+    if (!grew && !new_pending_.contains(service)) continue;
+    for (; fresh != fresh_.end() && *fresh->first < service; ++fresh) {
+      order.emplace_back(*fresh->first, fresh->second);
+    }
+    order.emplace_back(service, nullptr);
   }
+  for (; fresh != fresh_.end(); ++fresh) order.emplace_back(*fresh->first, fresh->second);
+  fresh_.clear();
   new_pending_.clear();
   absl::Status first;
-  for (const std::string& service : order) {
+  for (const auto& [service, fresh_translation] : order) {
+    if (fresh_translation != nullptr) {
+      // Nothing of it is programmed: every frontend is a newcomer, decided here in order.
+      absl::Status st = ApplyOneLocked(service, *fresh_translation, /*admit_new=*/true);
+      if (auto again = pending_.find(service); again != pending_.end()) {
+        again->second.translation = *fresh_translation;  // kept to retry when room appears
+      }
+      if (!st.ok() && first.ok()) {
+        first = absl::Status(st.code(), absl::StrCat(service, ": ", st.message()));
+      }
+      continue;
+    }
     auto it = pending_.find(service);
     if (it == pending_.end()) continue;
     const bool truncated = std::any_of(it->second.refused.begin(), it->second.refused.end(),
@@ -856,6 +876,18 @@ absl::Status ServiceReconciler::AdmitPendingLocked() {
   return first;
 }
 
+bool ServiceReconciler::FreshLocked(const std::string& service,
+                                    const ServiceTranslation& translation) const {
+  if (by_service_.contains(service) || pending_.contains(service)) return false;
+  for (const auto* list : {&translation.frontends, &translation.in_cluster_frontends}) {
+    for (const LbFrontend& f : *list) {
+      if (!f.addr.is_v4()) continue;
+      if (frontends_.contains(FrontendKey{AddrBe(f.addr), f.port, f.proto, f.scope})) return false;
+    }
+  }
+  return true;
+}
+
 absl::Status ServiceReconciler::Apply(const std::string& service,
                                       const std::optional<ServiceTranslation>& translation) {
   absl::MutexLock l(&mu_);
@@ -874,14 +906,37 @@ absl::Status ServiceReconciler::ApplyAll(
   absl::MutexLock l(&mu_);
   room_ = FreeRoomLocked();
   new_pending_.clear();
+  fresh_.clear();
   absl::Status first;
   for (const auto& [service, translation] : changes) {
+    if (translation && FreshLocked(service, *translation)) {
+      fresh_.emplace_back(&service, &translation);
+      continue;
+    }
     absl::Status st = ApplyOneLocked(service, translation, /*admit_new=*/false);
     if (!st.ok() && first.ok()) {
       first = absl::Status(st.code(), absl::StrCat(service, ": ", st.message()));
     }
   }
-  if (first.ok()) first = AdmitPendingLocked();
+  // By name; a Service named twice is applied as its last change.
+  std::stable_sort(fresh_.begin(), fresh_.end(),
+                   [](const auto& a, const auto& b) { return *a.first < *b.first; });
+  for (size_t i = 0; i + 1 < fresh_.size();) {
+    if (*fresh_[i].first == *fresh_[i + 1].first) {
+      fresh_.erase(fresh_.begin() + static_cast<ptrdiff_t>(i));
+    } else {
+      ++i;
+    }
+  }
+  if (first.ok()) {
+    first = AdmitPendingLocked();
+  } else {
+    // Not admitted now: they wait (undecided) in pending_ as any newcomer refused by a pass.
+    for (const auto& [service, translation] : fresh_) {
+      ApplyOneLocked(*service, *translation, /*admit_new=*/false).IgnoreError();
+    }
+  }
+  fresh_.clear();
   if (!first.ok()) ForgetWrittenLocked();
   absl::Status flushed = FlushLocked();
   return first.ok() ? flushed : first;
