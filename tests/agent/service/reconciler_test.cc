@@ -499,7 +499,7 @@ k8s::EndpointSlice Slice(const std::string& svc, std::vector<std::string> addrs)
   s.address_type = "IPv4";
   for (auto& a : addrs) {
     k8s::Endpoint e;
-    e.addresses = {a};
+    e.address = a;
     e.node_name = "node-b";
     s.endpoints.push_back(e);
   }
