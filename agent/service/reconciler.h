@@ -313,6 +313,11 @@ class ServiceReconciler {
   std::map<uint32_t, bool> wildcards_ ABSL_GUARDED_BY(mu_);
   // ClusterIP frontends per address, and the addresses whose count changed since the last sync.
   absl::flat_hash_map<uint32_t, int> cluster_ip_refs_ ABSL_GUARDED_BY(mu_);
+  // For FreeRoomLocked without a walk: addresses of cluster_ip_refs_ not in wildcards_, and the
+  // slots and source ranges of every frontend (Frontend::slots / ranges sizes).
+  int64_t wildcards_missing_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t slots_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ranges_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint32_t> wildcard_dirty_ ABSL_GUARDED_BY(mu_);
   // After a failed batched write: the next sync writes the wanted wildcards again.
   bool rewrite_wildcards_ ABSL_GUARDED_BY(mu_) = false;
