@@ -1067,8 +1067,9 @@ ServiceReconcilerStats ServiceReconciler::stats() const {
   for (const auto& [addr, n] : cluster_ip_refs_) missing += wildcards_.contains(addr) ? 0 : 1;
   if (slots != slots_total_ || ranges != ranges_total_ || missing != wildcards_missing_) {
     // FreeRoomLocked's counters are a broken invariant: count it where every test looks.
-    spdlog::error("services: room counters drifted: slots {} / {}, ranges {} / {}, wildcards {} / {}",
-                  slots_total_, slots, ranges_total_, ranges, wildcards_missing_, missing);
+    spdlog::error(
+        "services: room counters drifted: slots {} / {}, ranges {} / {}, wildcards {} / {}",
+        slots_total_, slots, ranges_total_, ranges, wildcards_missing_, missing);
     ++s.errors;
   }
   s.backends = backends_.size();

@@ -146,9 +146,9 @@ std::vector<Candidate> CollectEndpoints(
       if (e.address.empty()) continue;
       std::optional<IpAddress> addr = ParseV4(e.address);
       if (!addr.has_value()) {
-        refused->insert({RefusalReason::kBackendInvalid,
-                         absl::StrCat("EndpointSlice ", slice->meta.Key(), " endpoint '",
-                                      e.address, "'")});
+        refused->insert(
+            {RefusalReason::kBackendInvalid,
+             absl::StrCat("EndpointSlice ", slice->meta.Key(), " endpoint '", e.address, "'")});
         continue;
       }
       if (std::optional<RefusalReason> special = SpecialV4(*addr)) {
