@@ -142,7 +142,7 @@ def med(name):
     if any(x.startswith(">") for x in v): return v[0]
     return statistics.median(float(x) for x in v)
 label = {"sluice-maps": "Sluice, map API (lb_cluster.h)",
-         "sluice-floor": "Sluice, its entries in BPF_MAP_UPDATE_BATCH alone",
+         "sluice-floor": "Sluice, BPF_MAP_UPDATE_BATCH alone (floor)",
          "sluice-reconciler": "Sluice, agent ServiceReconciler::ApplyAll",
          "legacy": "iptables-legacy-restore -w --noflush",
          "ipt-nft-noflush": "iptables-nft-restore -w --noflush",
