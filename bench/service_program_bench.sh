@@ -74,9 +74,11 @@ run_case() {
       ;;
     sluice-reconciler)
       out=$(ip netns exec "$ns" "$RECONCILE" --bpffs="/run/sluice-bench/$ns" --services="$N" \
-        --per-service="$E")
-      rmdir "/run/sluice-bench/$ns" 2>/dev/null || true
+        --per-service="$E" --floor)
+      rmdir "/run/sluice-bench/$ns" "/run/sluice-bench/$ns-floor" 2>/dev/null || true
       echo "$name $(echo "$out" | sed -n 's/.*reconcile_ms=\([0-9.]*\).*/\1/p' | awk '{printf "%.3f", $1 / 1000}')" >>"$RESULTS"
+      # The same entries written straight with BPF_MAP_UPDATE_BATCH, in the same process.
+      echo "sluice-floor $(echo "$out" | sed -n 's/.*floor_ms=\([0-9.]*\).*/\1/p' | awk '{printf "%.3f", $1 / 1000}')" >>"$RESULTS"
       echo "# $name: $out"
       ;;
     legacy | ipt-nft-noflush)
@@ -140,6 +142,7 @@ def med(name):
     if any(x.startswith(">") for x in v): return v[0]
     return statistics.median(float(x) for x in v)
 label = {"sluice-maps": "Sluice, map API (lb_cluster.h)",
+         "sluice-floor": "Sluice, BPF_MAP_UPDATE_BATCH alone (floor)",
          "sluice-reconciler": "Sluice, agent ServiceReconciler::ApplyAll",
          "legacy": "iptables-legacy-restore -w --noflush",
          "ipt-nft-noflush": "iptables-nft-restore -w --noflush",
@@ -149,7 +152,7 @@ base = med("sluice-maps")
 leg = med("legacy")
 print(f"\n== Time to program {sys.argv[2]} Services x {sys.argv[3]} endpoints (median over rounds)")
 print(f"{'how':<44} {'seconds':>9} {'runs':>5} {'x sluice maps':>14} {'vs legacy':>10}")
-for k in ["sluice-maps", "sluice-reconciler", "legacy", "ipt-nft-noflush", "ipt-nft-full", "nftables"]:
+for k in ["sluice-maps", "sluice-floor", "sluice-reconciler", "legacy", "ipt-nft-noflush", "ipt-nft-full", "nftables"]:
     m = med(k)
     if m is None: continue
     if isinstance(m, str):
@@ -158,6 +161,12 @@ for k in ["sluice-maps", "sluice-reconciler", "legacy", "ipt-nft-noflush", "ipt-
     r1 = f"{m / base:.1f}x" if isinstance(base, float) and base else "-"
     r2 = f"{m / leg:.2f}x" if isinstance(leg, float) and leg else "-"
     print(f"{label[k]:<44} {m:>9.3f} {len(runs[k]):>5} {r1:>14} {r2:>10}")
+fl, rc = runs.get("sluice-floor", []), runs.get("sluice-reconciler", [])
+if fl and len(fl) == len(rc):
+    ratios = [float(r) / float(f) for r, f in zip(rc, fl) if float(f) > 0]
+    if ratios:
+        print(f"ServiceReconciler::ApplyAll / its batched writes alone (same process): "
+              f"{statistics.median(ratios):.2f}x median")
 EOF
 
 echo
@@ -166,7 +175,29 @@ for n in 1 "$N"; do
   ns=$(fresh_ns)
   echo "# $n Services x $E backends ($((n * E)) backends):"
   ip netns exec "$ns" "$SETUP" --bpffs="/run/sluice-bench/$ns" --services="$n" --per-service="$E" \
-    --memlock | sed 's/^/  /'
+    --memlock >"$WORK/memlock-$n"
+  sed 's/^/  /' "$WORK/memlock-$n"
   rmdir "/run/sluice-bench/$ns" 2>/dev/null || true
   ip netns del "$ns"
 done
+# What each backend (a Service's share: its slot, backend entry, 1/E of its master and reverse
+# NAT entry) costs in locked kernel memory: the growth from 1 to N Services over the backends
+# added. Maps whose memlock does not grow (preallocated at max_entries) are not listed.
+python3 - "$WORK/memlock-1" "$WORK/memlock-$N" "$(((N - 1) * E))" <<'EOF'
+import re, sys
+def read(path):
+    out = {}
+    for line in open(path):
+        m = re.match(r"memlock\s+(\d+) \|.* name (\S+)", line)
+        if m: out[m.group(2)] = int(m.group(1))
+    return out
+a, b, n = read(sys.argv[1]), read(sys.argv[2]), int(sys.argv[3])
+if n > 0:
+    print(f"== memlock per backend ({n} backends added)")
+    total = 0
+    for name in sorted(b):
+        d = b[name] - a.get(name, 0)
+        total += d
+        if d: print(f"  {name:<20} {d / n:8.1f} bytes")
+    print(f"  {'all maps':<20} {total / n:8.1f} bytes")
+EOF

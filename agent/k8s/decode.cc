@@ -93,24 +93,19 @@ void DecodeMeta(od::value v, ObjectMeta* m) {
     } else if (key == "labels") {
       m->labels = StrMap(val);
     } else if (key == "annotations") {
-      m->annotations = StrMap(val);
+      StrMap(val);  // validated, not kept
     } else if (key == "deletionTimestamp") {
       m->deleting = !IsNull(val);
     } else if (key == "ownerReferences") {
+      // Validated, not kept.
       ForElements(val, [&](od::value& ref_v) {
-        OwnerReference ref;
         ForFields(ref_v, [&](std::string_view k, od::value& x) {
-          if (k == "kind") {
-            ref.kind = Str(x);
-          } else if (k == "name") {
-            ref.name = Str(x);
-          } else if (k == "uid") {
-            ref.uid = Str(x);
+          if (k == "kind" || k == "name" || k == "uid") {
+            Str(x);
           } else if (k == "controller") {
-            ref.controller = Bool(x);
+            Bool(x);
           }
         });
-        if (ref.controller) m->controller_owner = std::move(ref);
       });
     }
   });
@@ -233,6 +228,7 @@ void DecodeObject(od::object root, Service* s) {
   } else if (s->cluster_ips.empty() && !cluster_ip.empty()) {
     s->cluster_ips.push_back(cluster_ip);
   }
+  s->meta.labels = {};  // validated, not kept (the agent selects Services by the apiserver)
   if (s->session_affinity_client_ip && s->session_affinity_timeout_seconds == 0) {
     s->session_affinity_timeout_seconds = 10800;
   }
@@ -249,7 +245,12 @@ void DecodeObject(od::object root, EndpointSlice* es) {
         Endpoint e;
         ForFields(ev, [&](std::string_view k, od::value& x) {
           if (k == "addresses") {
-            e.addresses = StrList(x);
+            bool first = true;
+            ForElements(x, [&](od::value& a) {
+              std::string addr = Str(a);  // every one validated, the first kept
+              if (first) e.address = std::move(addr);
+              first = false;
+            });
           } else if (k == "conditions") {
             ForFields(x, [&](std::string_view c, od::value& y) {
               if (IsNull(y)) return;  // nil keeps the API default
@@ -264,17 +265,11 @@ void DecodeObject(od::object root, EndpointSlice* es) {
           } else if (k == "nodeName") {
             e.node_name = Str(x);
           } else if (k == "zone") {
-            e.zone = Str(x);
+            Str(x);  // validated, not kept
           } else if (k == "targetRef") {
-            std::string kind, name;
             ForFields(x, [&](std::string_view r, od::value& y) {
-              if (r == "kind") {
-                kind = Str(y);
-              } else if (r == "name") {
-                name = Str(y);
-              }
+              if (r == "kind" || r == "name") Str(y);  // validated, not kept
             });
-            if (kind == "Pod") e.target_pod = std::move(name);
           }
         });
         es->endpoints.push_back(std::move(e));
@@ -296,7 +291,9 @@ void DecodeObject(od::object root, EndpointSlice* es) {
     }
   });
   auto it = es->meta.labels.find(std::string(kLabelServiceName));
-  if (it != es->meta.labels.end()) es->service_name = it->second;
+  if (it != es->meta.labels.end()) es->service_name = std::move(it->second);
+  es->meta.labels = {};
+  es->endpoints.shrink_to_fit();
 }
 
 void DecodeObject(od::object root, Pod* p) {

@@ -1,5 +1,9 @@
 // The agent's trimmed Kubernetes object model: only the fields the datapath and IPAM read, as plain
-// value types. Addresses stay strings (IPv4 or IPv6); resourceVersions are opaque strings.
+// value types. Addresses stay strings (IPv4 or IPv6); resourceVersions are opaque strings. What
+// the agent never reads is validated by the decoder (decode.h) but not kept: annotations and
+// ownerReferences of every kind, the labels of Services and EndpointSlices (a slice keeps its
+// Service's name), an endpoint's addresses beyond the first, its zone and targetRef. At 10k
+// Services / 100k endpoints that is most of what the stores held.
 #pragma once
 
 #include <cstdint>
@@ -19,23 +23,14 @@ inline constexpr std::string_view kLabelServiceProxyName = "service.kubernetes.i
 inline constexpr std::string_view kLabelHeadless = "service.kubernetes.io/headless";
 inline constexpr std::string_view kAnnotationInitialEventsEnd = "k8s.io/initial-events-end";
 
-struct OwnerReference {
-  std::string kind;
-  std::string name;
-  std::string uid;
-  bool controller = false;
-  bool operator==(const OwnerReference&) const = default;
-};
-
 struct ObjectMeta {
   std::string namespace_;  // empty for cluster-scoped kinds
   std::string name;
   std::string uid;
   std::string resource_version;
-  StringMap labels;
-  StringMap annotations;
+  StringMap labels;       // not kept for Services and EndpointSlices
+  StringMap annotations;  // not kept by the decoder (nothing reads them)
   bool deleting = false;  // metadata.deletionTimestamp is set
-  std::optional<OwnerReference> controller_owner;  // the ownerReference with controller=true
 
   // "namespace/name", or "name" for cluster-scoped objects (client-go's MetaNamespaceKeyFunc).
   std::string Key() const;
@@ -84,13 +79,11 @@ struct Service {
 };
 
 struct Endpoint {
-  std::vector<std::string> addresses;  // only the first is meaningful
-  bool ready = true;                   // conditions.ready, nil => true
-  bool serving = true;                 // conditions.serving, nil => true
-  bool terminating = false;            // conditions.terminating, nil => false
+  std::string address;       // addresses[0] ("" when none): the only one kube-proxy uses
+  bool ready = true;         // conditions.ready, nil => true
+  bool serving = true;       // conditions.serving, nil => true
+  bool terminating = false;  // conditions.terminating, nil => false
   std::string node_name;
-  std::string zone;
-  std::string target_pod;  // targetRef.name when targetRef.kind == Pod
   bool operator==(const Endpoint&) const = default;
 };
 

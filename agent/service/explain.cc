@@ -74,7 +74,7 @@ ServiceDiagnosis DiagnoseService(
       }
       if (!has_port) continue;
       for (const auto& e : s->endpoints) {
-        if (!e.addresses.empty()) eps.emplace(e.addresses.front(), &e);
+        if (!e.address.empty()) eps.emplace(e.address, &e);
       }
     }
     for (const auto& [addr, e] : eps) {

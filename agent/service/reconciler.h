@@ -227,7 +227,7 @@ class ServiceReconciler {
     std::optional<sluice_lb4_service> master;  // as written
     std::vector<uint32_t> slots;               // slot i+1 as written (0: absent)
     std::set<RangeKey> ranges;                 // as written
-    std::set<uint32_t> held;                   // backend ids it holds a reference on
+    absl::flat_hash_set<uint32_t> held;        // backend ids it holds a reference on
   };
   struct Backend {
     BackendKey key;
@@ -259,6 +259,10 @@ class ServiceReconciler {
   // Programs what fits of the pending Services, in order (all of them when room grew since the
   // last time, else only those that became pending in this pass).
   absl::Status AdmitPendingLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Whether `service` wanting `translation` has nothing the first look of ApplyAll would
+  // update: no frontend of its own, none pending, none of its keys restored or held.
+  bool FreshLocked(const std::string& service, const ServiceTranslation& translation) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ProgramFrontendLocked(const FrontendKey& key, Frontend& fe, const LbFrontend& want,
                                      const std::vector<uint32_t>& backend_ids)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -288,12 +292,17 @@ class ServiceReconciler {
   std::optional<Room> room_tried_ ABSL_GUARDED_BY(mu_);
   std::map<std::string, Pending> pending_ ABSL_GUARDED_BY(mu_);
   std::set<std::string> new_pending_ ABSL_GUARDED_BY(mu_);  // became pending in this pass
+  // During ApplyAll: its Services of which nothing is programmed, pending or restored, sorted
+  // by name. Their first look would refuse every frontend (only newcomers), so they go straight
+  // to AdmitPendingLocked, merged into the name order of the pending ones.
+  std::vector<std::pair<const std::string*, const std::optional<ServiceTranslation>*>> fresh_
+      ABSL_GUARDED_BY(mu_);
   // Frontends whose refusal (or truncation) was logged; forgotten once they are programmed whole.
   std::set<std::tuple<std::string, FrontendKey>> refusal_logged_ ABSL_GUARDED_BY(mu_);
   std::map<FrontendKey, Frontend> frontends_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, std::set<FrontendKey>> by_service_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<uint32_t, Backend> backends_ ABSL_GUARDED_BY(mu_);
-  std::map<BackendKey, uint32_t> backend_ids_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<BackendKey, uint32_t> backend_ids_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> rev_nat_ids_ ABSL_GUARDED_BY(mu_);  // in use by a frontend
   // Found at restore and not (yet) explained by a frontend.
   std::set<uint32_t> stale_rnat_ ABSL_GUARDED_BY(mu_);
@@ -304,6 +313,11 @@ class ServiceReconciler {
   std::map<uint32_t, bool> wildcards_ ABSL_GUARDED_BY(mu_);
   // ClusterIP frontends per address, and the addresses whose count changed since the last sync.
   absl::flat_hash_map<uint32_t, int> cluster_ip_refs_ ABSL_GUARDED_BY(mu_);
+  // For FreeRoomLocked without a walk: addresses of cluster_ip_refs_ not in wildcards_, and the
+  // slots and source ranges of every frontend (Frontend::slots / ranges sizes).
+  int64_t wildcards_missing_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t slots_total_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t ranges_total_ ABSL_GUARDED_BY(mu_) = 0;
   std::set<uint32_t> wildcard_dirty_ ABSL_GUARDED_BY(mu_);
   // After a failed batched write: the next sync writes the wanted wildcards again.
   bool rewrite_wildcards_ ABSL_GUARDED_BY(mu_) = false;

@@ -143,12 +143,12 @@ std::vector<Candidate> CollectEndpoints(
     }
     if (!target.has_value()) continue;
     for (const k8s::Endpoint& e : slice->endpoints) {
-      if (e.addresses.empty()) continue;
-      std::optional<IpAddress> addr = ParseV4(e.addresses.front());
+      if (e.address.empty()) continue;
+      std::optional<IpAddress> addr = ParseV4(e.address);
       if (!addr.has_value()) {
-        refused->insert({RefusalReason::kBackendInvalid,
-                         absl::StrCat("EndpointSlice ", slice->meta.Key(), " endpoint '",
-                                      e.addresses.front(), "'")});
+        refused->insert(
+            {RefusalReason::kBackendInvalid,
+             absl::StrCat("EndpointSlice ", slice->meta.Key(), " endpoint '", e.address, "'")});
         continue;
       }
       if (std::optional<RefusalReason> special = SpecialV4(*addr)) {

@@ -39,10 +39,9 @@ TEST(DecodeTest, ServiceFieldsAreDecoded) {
   EXPECT_EQ(s.meta.Key(), "shop/web");
   EXPECT_EQ(s.meta.uid, "u-1");
   EXPECT_EQ(s.meta.resource_version, "42");
-  EXPECT_EQ(s.meta.labels.at("app"), "web");
-  EXPECT_EQ(s.meta.annotations.at("a"), "b");
-  ASSERT_TRUE(s.meta.controller_owner.has_value());
-  EXPECT_EQ(s.meta.controller_owner->name, "n1");
+  // Validated but not kept: nothing in the agent reads them (model.h).
+  EXPECT_TRUE(s.meta.labels.empty());
+  EXPECT_TRUE(s.meta.annotations.empty());
   EXPECT_FALSE(s.meta.deleting);
   EXPECT_EQ(s.type, "LoadBalancer");
   EXPECT_THAT(s.cluster_ips, ElementsAre("10.96.0.10", "fd00::10"));
@@ -121,13 +120,11 @@ TEST(DecodeTest, EndpointSliceConditionsDefaultWhenAbsent) {
   EXPECT_EQ(es.service_name, "web");
   EXPECT_EQ(es.address_type, "IPv6");
   ASSERT_EQ(es.endpoints.size(), 3u);
-  EXPECT_THAT(es.endpoints[0].addresses, ElementsAre("fd00::1", "fd00::2"));
+  EXPECT_EQ(es.endpoints[0].address, "fd00::1");  // the first of its addresses
   EXPECT_FALSE(es.endpoints[0].ready);
   EXPECT_TRUE(es.endpoints[0].serving);
   EXPECT_TRUE(es.endpoints[0].terminating);
   EXPECT_EQ(es.endpoints[0].node_name, "n1");
-  EXPECT_EQ(es.endpoints[0].zone, "z1");
-  EXPECT_EQ(es.endpoints[0].target_pod, "web-0");
   EXPECT_TRUE(es.endpoints[1].ready);
   EXPECT_TRUE(es.endpoints[1].serving);
   EXPECT_FALSE(es.endpoints[1].terminating);
@@ -312,6 +309,38 @@ TEST(DecodeTest, MalformedEventsAreErrorsNotCrashes) {
   // And the decoder stays usable.
   EXPECT_TRUE(d.Decode(R"({"metadata":{"name":"ok"}})", &s).ok());
   EXPECT_EQ(s.meta.name, "ok");
+}
+
+// The fields the stores do not keep are decoded as strictly as those they keep: a value of the
+// wrong type anywhere is an error, never silently skipped.
+TEST(DecodeTest, FieldsNotKeptAreStillValidated) {
+  Decoder d;
+  Service s;
+  EXPECT_FALSE(d.Decode(R"({"metadata":{"name":"a","annotations":{"x":1}}})", &s).ok());
+  EXPECT_FALSE(d.Decode(R"({"metadata":{"name":"a","annotations":[]}})", &s).ok());
+  EXPECT_FALSE(d.Decode(R"({"metadata":{"name":"a","ownerReferences":[{"uid":5}]}})", &s).ok());
+  EXPECT_FALSE(
+      d.Decode(R"({"metadata":{"name":"a","ownerReferences":[{"controller":"yes"}]}})", &s).ok());
+  EXPECT_FALSE(d.Decode(R"({"metadata":{"name":"a","labels":{"x":[]}}})", &s).ok());
+  EndpointSlice es;
+  for (const char* json : {
+           R"({"metadata":{"name":"a"},"endpoints":[{"addresses":["10.0.0.1",7]}]})",
+           R"({"metadata":{"name":"a"},"endpoints":[{"addresses":"10.0.0.1"}]})",
+           R"({"metadata":{"name":"a"},"endpoints":[{"addresses":["10.0.0.1"],"zone":3}]})",
+           R"({"metadata":{"name":"a"},"endpoints":[{"targetRef":{"kind":"Pod","name":{}}}]})",
+           R"({"metadata":{"name":"a","labels":{"kubernetes.io/service-name":1}}})",
+       }) {
+    EXPECT_FALSE(d.Decode(json, &es).ok()) << json;
+  }
+  ASSERT_TRUE(d.Decode(R"({"metadata":{"name":"a","labels":{"kubernetes.io/service-name":"web",
+      "x":"y"}},"endpoints":[{"addresses":[],"zone":null},{"addresses":null}]})",
+                       &es)
+                  .ok());
+  EXPECT_EQ(es.service_name, "web");
+  EXPECT_TRUE(es.meta.labels.empty());
+  ASSERT_EQ(es.endpoints.size(), 2u);
+  EXPECT_EQ(es.endpoints[0].address, "");
+  EXPECT_EQ(es.endpoints[1].address, "");
 }
 
 }  // namespace

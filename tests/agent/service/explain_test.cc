@@ -47,7 +47,7 @@ std::shared_ptr<const EndpointSlice> Slice(bool ready) {
   s->address_type = "IPv4";
   s->ports = {{"http", k8s::Protocol::kTCP, 8080}};
   k8s::Endpoint e;
-  e.addresses = {"10.244.0.5"};
+  e.address = "10.244.0.5";
   e.ready = ready;
   e.serving = ready;
   s->endpoints = {e};

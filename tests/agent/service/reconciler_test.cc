@@ -499,7 +499,7 @@ k8s::EndpointSlice Slice(const std::string& svc, std::vector<std::string> addrs)
   s.address_type = "IPv4";
   for (auto& a : addrs) {
     k8s::Endpoint e;
-    e.addresses = {a};
+    e.address = a;
     e.node_name = "node-b";
     s.endpoints.push_back(e);
   }
@@ -697,6 +697,7 @@ TEST(ServiceCapacityTest, ProgrammedFrontendsAreNeverEvictedDeletionLetsTheNextI
   // A waiting Service that goes is forgotten.
   ASSERT_TRUE(r->Apply("default/s2", std::nullopt).ok());
   EXPECT_THAT(RefusedServices(*r), ElementsAre("default/s3 10.96.0.3:80 sluice_lb4_rnat"));
+  EXPECT_EQ(r->stats().errors, 0u);
 }
 
 TEST(ServiceCapacityTest, ServiceMapCountsMastersSlotsAndWildcards) {
@@ -717,6 +718,8 @@ TEST(ServiceCapacityTest, ServiceMapCountsMastersSlotsAndWildcards) {
   ASSERT_TRUE(r2->PruneStale().ok());
   EXPECT_THAT(r2->Services(), ElementsAre("default/s1", "default/s2"));
   EXPECT_THAT(maps.svc, ::testing::SizeIs(8));
+  EXPECT_EQ(r->stats().errors, 0u);
+  EXPECT_EQ(r2->stats().errors, 0u);
 }
 
 TEST(ServiceCapacityTest, BackendMapFullRefusesNewFrontendsAndTruncatesGrowingOnes) {
@@ -755,6 +758,7 @@ TEST(ServiceCapacityTest, BackendMapFullRefusesNewFrontendsAndTruncatesGrowingOn
   EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s2"));
   EXPECT_THAT(RefusedServices(*r), IsEmpty());
   EXPECT_THAT(maps.be, ::testing::SizeIs(3));
+  EXPECT_EQ(r->stats().errors, 0u);  // the room counters agree with a walk of the frontends
 }
 
 TEST(ServiceCapacityTest, TruncatedFrontendGrowsWhenBackendsFreeUpThoughEveryRevNatIsTaken) {
@@ -779,6 +783,7 @@ TEST(ServiceCapacityTest, TruncatedFrontendGrowsWhenBackendsFreeUpThoughEveryRev
             3);
   EXPECT_THAT(RefusedServices(*r),
               ElementsAre("default/s1 10.96.0.1:80 sluice_lb4_be truncated 3/4"));
+  EXPECT_EQ(r->stats().errors, 0u);
 }
 
 TEST(ServiceCapacityTest, StaleStateRestoredFromTheMapsMakesRoomOnlyWhenPruned) {
@@ -797,6 +802,7 @@ TEST(ServiceCapacityTest, StaleStateRestoredFromTheMapsMakesRoomOnlyWhenPruned) 
   EXPECT_THAT(r->Services(), ElementsAre("default/s3", "default/s4", "default/s5"));
   EXPECT_THAT(RefusedServices(*r), IsEmpty());
   EXPECT_THAT(maps.rnat, ::testing::SizeIs(3));
+  EXPECT_EQ(r->stats().errors, 0u);
 }
 
 TEST(ServiceSyncTest, UnprogrammedFrontendsAreGaugedPerMap) {

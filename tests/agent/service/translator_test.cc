@@ -49,7 +49,7 @@ k8s::Service Svc(std::vector<k8s::ServicePort> ports, std::string type = "Cluste
 k8s::Endpoint Ep(std::string addr, std::string node = "node-b", bool ready = true,
                  bool serving = true, bool terminating = false) {
   k8s::Endpoint e;
-  e.addresses = {std::move(addr)};
+  e.address = std::move(addr);
   e.node_name = std::move(node);
   e.ready = ready;
   e.serving = serving;
