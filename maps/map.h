@@ -149,10 +149,17 @@ class Map {
     if (errno != ENOENT) return ErrnoStatus(errno, "map iterate");
     return absl::OkStatus();
   }
+  // The keys present, walked without reading a value (one syscall per entry, not two).
   [[nodiscard]] absl::StatusOr<size_t> Count() const {
+    Key key{}, next{};
+    const Key* cur = nullptr;
     size_t n = 0;
-    auto st = ForEach([&](const Key&, const Value&) { ++n; });
-    if (!st.ok()) return st;
+    while (bpf_map_get_next_key(fd_.get(), cur, &next) == 0) {
+      ++n;
+      key = next;
+      cur = &key;
+    }
+    if (errno != ENOENT) return ErrnoStatus(errno, "map count");
     return n;
   }
 
