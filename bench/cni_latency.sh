@@ -135,8 +135,14 @@ check_adds() {
   fi
 }
 check_dels() {
-  local left p=s
+  local left p=s up start
   if [ "$1" = sluice ]; then
+    # DEL answers with the pod's veth down; the agent deletes it in the background just after.
+    up=$(ip -n "$NODE" -o link show | grep ' slc' | grep -c '[<,]UP[,>]' || true)
+    [ "$up" -eq 0 ] || fail "sluice: $up pod veths still up after DEL answered"
+    start=$EPOCHREALTIME
+    wait_for 60 no_sluice_links "$NODE" || true
+    log "sluice: the last veth was deleted $(python3 -c "import sys; print(round(float(sys.argv[1]) - float(sys.argv[2]), 2))" "$EPOCHREALTIME" "$start") s after the last DEL answered"
     left=$(ip -n "$NODE" -o link show | grep -c ' slc' || true)
   else
     p=r

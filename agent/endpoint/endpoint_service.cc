@@ -203,7 +203,9 @@ class EndpointService::Hold {
       node_->UnlockShared();
     }
   }
-  void set_attachment(std::unique_ptr<AttachmentLocks::Held> held) { attachment_ = std::move(held); }
+  void set_attachment(std::unique_ptr<AttachmentLocks::Held> held) {
+    attachment_ = std::move(held);
+  }
 
  private:
   DeadlineSharedMutex* node_;
@@ -216,10 +218,9 @@ absl::StatusOr<std::unique_ptr<EndpointService::Hold>> EndpointService::Enter(
   const absl::Time deadline = absl::Now() + options_.lock_timeout;
   auto busy = [&](absl::string_view what) {
     Count(&EndpointServiceStats::lock_timeouts);
-    return cni::CniStatus(
-        api::kCniTryAgainLater,
-        absl::StrCat("try again later: ", what, " stayed busy for ",
-                     absl::FormatDuration(options_.lock_timeout)));
+    return cni::CniStatus(api::kCniTryAgainLater,
+                          absl::StrCat("try again later: ", what, " stayed busy for ",
+                                       absl::FormatDuration(options_.lock_timeout)));
   };
   const bool got = exclusive ? node_mu_.Lock(deadline) : node_mu_.LockShared(deadline);
   if (!got) return busy(exclusive ? "the node's endpoints" : "the node (a GC or restore)");
@@ -289,8 +290,8 @@ absl::Status EndpointService::Plumb(const Endpoint& ep) {
   auto mac = MacAddress::Parse(ep.mac);
   auto host_mac = MacAddress::Parse(ep.host_mac);
   if (!addr.ok() || !mac.ok() || !host_mac.ok()) {
-    return absl::InternalError(absl::StrCat("endpoint record of ", ep.container_id, "/",
-                                            ep.ifname, " has a malformed address"));
+    return absl::InternalError(absl::StrCat("endpoint record of ", ep.container_id, "/", ep.ifname,
+                                            " has a malformed address"));
   }
   sluice_endpoint value{};
   value.ifindex = ep.host_ifindex;
@@ -326,8 +327,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::ChainedResult(const Endpoint& ep,
   for (auto& ip : mine.ips) {
     if (ip.interface) *ip.interface += base;
   }
-  result.interfaces.insert(result.interfaces.end(), mine.interfaces.begin(),
-                           mine.interfaces.end());
+  result.interfaces.insert(result.interfaces.end(), mine.interfaces.begin(), mine.interfaces.end());
   result.ips.insert(result.ips.end(), mine.ips.begin(), mine.ips.end());
   result.routes.insert(result.routes.end(), mine.routes.begin(), mine.routes.end());
   return result;
@@ -368,36 +368,49 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
       spdlog::info("ADD {}/{}: redoing an incomplete earlier ADD: {}", old->container_id,
                    old->ifname, std::string(in_place.message()));
       // Same owner: the address stays reserved and is handed out again below.
-      if (auto st = RemoveEndpoint(*old, /*release_address=*/false); !st.ok()) {
+      if (auto st = RemoveEndpoint(*old, VethRemoval::kNow, /*release_address=*/false); !st.ok()) {
         return fail(WithCode(api::kSluiceInternal, st, "remove the incomplete earlier attachment"));
       }
     } else {
       spdlog::info("ADD {}/{}: replacing the attachment recorded in {} (network {})",
                    old->container_id, old->ifname, old->netns, old->network_name);
-      if (auto st = RemoveEndpoint(*old); !st.ok()) {
+      if (auto st = RemoveEndpoint(*old, VethRemoval::kNow); !st.ok()) {
         return fail(WithCode(api::kSluiceInternal, st, "remove the earlier attachment"));
       }
     }
   }
+  // A DEL of this attachment (or GC) may have left its veth with the reaper: its name and its pod
+  // end are still taken until it is gone.
+  const std::string host_ifname = HostInterfaceName(req.container_id, req.if_name);
+  if (!reaper_.AwaitGone(host_ifname, absl::Now() + options_.lock_timeout)) {
+    Count(&EndpointServiceStats::lock_timeouts);
+    return fail(cni::CniStatus(api::kCniTryAgainLater,
+                               absl::StrCat("the removed veth ", host_ifname, " is not gone yet")));
+  }
   auto exists = netlink_.LinkExistsInNetns(ns_path, req.if_name);
+  if (exists.ok() && *exists && reaper_.pending() > 0) {
+    // Another attachment's veth that ended in this netns may still hold the name there.
+    if (reaper_.AwaitIdle(absl::Now() + options_.lock_timeout)) {
+      exists = netlink_.LinkExistsInNetns(ns_path, req.if_name);
+    }
+  }
   if (!exists.ok()) {
-    return fail(cni::CniStatus(absl::IsNotFound(exists.status()) ? api::kCniInvalidEnvironment
-                                                                 : api::kSluiceInternal,
-                               absl::StrCat("CNI_NETNS ", req.netns, ": ",
-                                            exists.status().message())));
+    return fail(cni::CniStatus(
+        absl::IsNotFound(exists.status()) ? api::kCniInvalidEnvironment : api::kSluiceInternal,
+        absl::StrCat("CNI_NETNS ", req.netns, ": ", exists.status().message())));
   }
   if (*exists) {
-    return fail(cni::CniStatus(api::kSluiceInterfaceExists,
-                               absl::StrCat("interface ", req.if_name, " already exists in ",
-                                            req.netns)));
+    return fail(
+        cni::CniStatus(api::kSluiceInterfaceExists,
+                       absl::StrCat("interface ", req.if_name, " already exists in ", req.netns)));
   }
 
   const IpamOwner owner = OwnerOf(conf.name, req.container_id, req.if_name);
   auto addr = ipam_.Allocate(owner);
   if (!addr.ok()) {
-    return fail(WithCode(absl::IsResourceExhausted(addr.status()) ? api::kSluicePoolExhausted
-                                                                  : api::kSluiceInternal,
-                         addr.status(), "allocate pod address"));
+    return fail(WithCode(
+        absl::IsResourceExhausted(addr.status()) ? api::kSluicePoolExhausted : api::kSluiceInternal,
+        addr.status(), "allocate pod address"));
   }
   Endpoint ep;
   ep.container_id = req.container_id;
@@ -406,7 +419,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   ep.network_name = conf.name;
   if (auto it = args->find(kPodNamespaceArg); it != args->end()) ep.pod_namespace = it->second;
   if (auto it = args->find(kPodNameArg); it != args->end()) ep.pod_name = it->second;
-  ep.host_ifname = HostInterfaceName(req.container_id, req.if_name);
+  ep.host_ifname = host_ifname;
   ep.ipv4 = addr->ToString();
   ep.mtu = conf.mtu > 0 ? conf.mtu : options_.default_mtu;
   ep.created = absl::Now();
@@ -427,8 +440,8 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
       netlink_.CreatePodVeth({ep.host_ifname, ns_path, req.if_name, static_cast<uint32_t>(ep.mtu),
                               LinkMark(ep.container_id, ep.ifname)});
   if (!veth.ok()) {
-    int code = absl::IsAlreadyExists(veth.status()) ? api::kSluiceInterfaceExists
-                                                    : api::kSluiceInternal;
+    int code =
+        absl::IsAlreadyExists(veth.status()) ? api::kSluiceInterfaceExists : api::kSluiceInternal;
     return undo(WithCode(code, veth.status(), "create veth"));
   }
   ep.host_ifindex = veth->host_ifindex;
@@ -447,7 +460,8 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   ep = *stored;
   if (policy_hook_ != nullptr) {
     if (auto st = policy_hook_->EndpointAdded(ep); !st.ok()) {
-      absl::Status failed = undo(WithCode(api::kSluiceInternal, st, "write the pod's policy state"));
+      absl::Status failed =
+          undo(WithCode(api::kSluiceInternal, st, "write the pod's policy state"));
       (void)policy_hook_->EndpointRemoved(ep);  // after the record is gone (RemoveEndpoint)
       return failed;
     }
@@ -461,12 +475,13 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   auto result = ChainedResult(ep, conf);
   if (!result.ok()) return undo(result.status());
   spdlog::info("ADD {}/{} pod {}/{}: {} on {} (ifindex {}), endpoint {}", ep.container_id,
-               ep.ifname, ep.pod_namespace, ep.pod_name, ep.ipv4, ep.host_ifname,
-               ep.host_ifindex, ep.endpoint_id);
+               ep.ifname, ep.pod_namespace, ep.pod_name, ep.ipv4, ep.host_ifname, ep.host_ifindex,
+               ep.endpoint_id);
   return result;
 }
 
-absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_address) {
+absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, VethRemoval veth,
+                                             bool release_address) {
   absl::Status first;
   auto keep = [&](absl::Status st) {
     if (!st.ok() && first.ok()) first = st;
@@ -475,7 +490,7 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_ad
     keep(datapath_.DeleteEndpoint(*addr, ep.host_ifindex));
   }
   // Deleting the host side takes the pod side with it, wherever its netns is (or was).
-  keep(DeleteHostVeth(ep));
+  keep(DeleteHostVeth(ep, veth));
   if (release_address) keep(ipam_.Release(OwnerOf(ep.network_name, ep.container_id, ep.ifname)));
   if (first.ok()) keep(store_.Remove(ep.container_id, ep.ifname));
   // Policy last, once the record is gone: the hook deletes the endpoint's entries and asks for a
@@ -487,7 +502,7 @@ absl::Status EndpointService::RemoveEndpoint(const Endpoint& ep, bool release_ad
   return first;
 }
 
-absl::Status EndpointService::DeleteHostVeth(const Endpoint& ep) {
+absl::Status EndpointService::DeleteHostVeth(const Endpoint& ep, VethRemoval veth) {
   auto link = netlink_.LinkByName(ep.host_ifname);
   if (absl::IsNotFound(link.status())) return absl::OkStatus();
   if (!link.ok()) return link.status();
@@ -500,7 +515,10 @@ absl::Status EndpointService::DeleteHostVeth(const Endpoint& ep) {
         LinkMark(ep.container_id, ep.ifname), ep.host_ifindex);
     return absl::OkStatus();
   }
-  return netlink_.DeleteLinkByIndex(link->ifindex);
+  if (veth == VethRemoval::kNow) return netlink_.DeleteLinkByIndex(link->ifindex);
+  // Down first: the route and neighbour entry of the pod's address go now, with the address.
+  if (auto st = netlink_.SetLinkDown(link->ifindex); !st.ok()) return st;
+  return reaper_.Enqueue(*link);
 }
 
 absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::NetConf& conf) {
@@ -509,7 +527,7 @@ absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::Ne
   auto hold = Enter(/*exclusive=*/false, &req);
   if (!hold.ok()) return hold.status();
   if (auto ep = store_.Get(req.container_id, req.if_name)) {
-    if (auto st = RemoveEndpoint(*ep); !st.ok()) {
+    if (auto st = RemoveEndpoint(*ep, VethRemoval::kInBackground); !st.ok()) {
       return WithCode(api::kSluiceInternal, st, "remove endpoint");
     }
     spdlog::info("DEL {}/{}: released {} and {}", ep->container_id, ep->ifname, ep->ipv4,
@@ -522,7 +540,7 @@ absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::Ne
   unrecorded.container_id = req.container_id;
   unrecorded.ifname = req.if_name;
   unrecorded.host_ifname = HostInterfaceName(req.container_id, req.if_name);
-  if (auto st = DeleteHostVeth(unrecorded); !st.ok()) {
+  if (auto st = DeleteHostVeth(unrecorded, VethRemoval::kInBackground); !st.ok()) {
     return WithCode(api::kSluiceInternal, st, "delete host veth");
   }
   if (auto st = ipam_.Release(OwnerOf(conf.name, req.container_id, req.if_name)); !st.ok()) {
@@ -563,28 +581,28 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
       route |= r.dst.length() == 32 && r.dst.network() == *addr && !r.gateway;
     }
     if (!route) {
-      missing.push_back(absl::StrCat("host route ", ep.ipv4, "/32 dev ", ep.host_ifname,
-                                     " is missing"));
+      missing.push_back(
+          absl::StrCat("host route ", ep.ipv4, "/32 dev ", ep.host_ifname, " is missing"));
     }
     bool neighbour = false;
     for (const auto& n : host->neighbours) {
       neighbour |= n.address == *addr && n.mac == *mac && n.permanent;
     }
     if (!neighbour) {
-      missing.push_back(absl::StrCat("permanent neighbour ", ep.ipv4, " lladdr ", ep.mac,
-                                     " on ", ep.host_ifname, " is missing"));
+      missing.push_back(absl::StrCat("permanent neighbour ", ep.ipv4, " lladdr ", ep.mac, " on ",
+                                     ep.host_ifname, " is missing"));
     }
   }
 
   // Pod side: the interface, its address and both routes.
   auto pod = netlink_.GetPodInterface(pod_netns_path, ep.ifname);
   if (!pod.ok()) {
-    missing.push_back(absl::StrCat("pod interface ", ep.ifname, " in ", ep.netns, ": ",
-                                   pod.status().message()));
+    missing.push_back(
+        absl::StrCat("pod interface ", ep.ifname, " in ", ep.netns, ": ", pod.status().message()));
   } else {
     if (pod->link.mac != *mac) {
-      missing.push_back(absl::StrCat("pod interface MAC is ", pod->link.mac.ToString(),
-                                     ", recorded ", ep.mac));
+      missing.push_back(
+          absl::StrCat("pod interface MAC is ", pod->link.mac.ToString(), ", recorded ", ep.mac));
     }
     if (!pod->link.up) missing.push_back(absl::StrCat("pod interface ", ep.ifname, " is down"));
     bool has_addr = false;
@@ -596,8 +614,8 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
       has_default |= r.dst.length() == 0 && r.gateway && *r.gateway == gateway;
     }
     if (!has_gateway) {
-      missing.push_back(absl::StrCat("pod route to the gateway ", gateway.ToString(),
-                                     "/32 is missing"));
+      missing.push_back(
+          absl::StrCat("pod route to the gateway ", gateway.ToString(), "/32 is missing"));
     }
     if (!has_default) missing.push_back("pod default route via the gateway is missing");
   }
@@ -617,8 +635,8 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
   if (host.ok() && host->link.ifindex == ep.host_ifindex) {
     auto attached = datapath_.PodProgramAttached(ep.host_ifindex);
     if (!attached.ok()) {
-      missing.push_back(absl::StrCat("tc query on ", ep.host_ifname, " failed: ",
-                                     attached.status().message()));
+      missing.push_back(
+          absl::StrCat("tc query on ", ep.host_ifname, " failed: ", attached.status().message()));
     } else if (!*attached) {
       missing.push_back(absl::StrCat("the pod program is not attached at tc ingress and egress of ",
                                      ep.host_ifname));
@@ -642,9 +660,9 @@ absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::
   if (!hold.ok()) return failed(hold.status());
   auto ep = store_.Get(req.container_id, req.if_name);
   if (!ep) {
-    return failed(cni::CniStatus(api::kCniUnknownContainer,
-                                 absl::StrCat("no endpoint for container ", req.container_id, " ",
-                                              req.if_name)));
+    return failed(cni::CniStatus(
+        api::kCniUnknownContainer,
+        absl::StrCat("no endpoint for container ", req.container_id, " ", req.if_name)));
   }
   if (!conf.prev_result.is_null()) {
     auto prev = cni::ParseResult(conf.prev_result);
@@ -672,15 +690,18 @@ absl::Status EndpointService::Gc(const cni::NetConf& conf) {
       if (ep.network_name != conf.name || valid.contains({ep.container_id, ep.ifname})) continue;
       spdlog::info("GC {}/{}: not a valid attachment, removing {}", ep.container_id, ep.ifname,
                    ep.ipv4);
-      if (auto st = RemoveEndpoint(ep); !st.ok() && first.ok()) first = st;
+      if (auto st = RemoveEndpoint(ep, VethRemoval::kInBackground); !st.ok() && first.ok()) {
+        first = st;
+      }
       Count(&EndpointServiceStats::gc_removed);
     }
   } else {
     // No list (the key missing or null): the runtime said nothing about which attachments are
     // valid, so every recorded one is kept; only what belongs to no record is collected.
-    spdlog::info("GC of network {} without cni.dev/valid-attachments: keeping every recorded "
-                 "endpoint, releasing only leaked resources",
-                 conf.name);
+    spdlog::info(
+        "GC of network {} without cni.dev/valid-attachments: keeping every recorded "
+        "endpoint, releasing only leaked resources",
+        conf.name);
   }
   if (auto st = ReleaseLeakedAddresses(); !st.ok() && first.ok()) first = st;
   if (auto st = RemoveLeakedEndpointEntries(); !st.ok() && first.ok()) first = st;
@@ -718,9 +739,8 @@ absl::Status EndpointService::ReleaseLeakedAddresses() {
 
 absl::Status EndpointService::Status() {
   if (ipam_.Allocated().size() >= ipam_.capacity()) {
-    return cni::CniStatus(api::kCniNotAvailable,
-                          absl::StrCat("pod CIDR ", ipam_.cidr().ToString(),
-                                       " has no free address"));
+    return cni::CniStatus(api::kCniNotAvailable, absl::StrCat("pod CIDR ", ipam_.cidr().ToString(),
+                                                              " has no free address"));
   }
   return absl::OkStatus();
 }
@@ -744,7 +764,7 @@ absl::Status EndpointService::Restore() {
         spdlog::info("restore {}/{}: veth {} is gone, removing the endpoint", ep.container_id,
                      ep.ifname, ep.host_ifname);
       }
-      if (auto st = RemoveEndpoint(ep); !st.ok()) return st;
+      if (auto st = RemoveEndpoint(ep, VethRemoval::kNow); !st.ok()) return st;
       continue;
     }
     if (link->alias.empty()) {

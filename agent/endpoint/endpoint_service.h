@@ -8,13 +8,14 @@
 #include <set>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "agent/endpoint/endpoint_store.h"
 #include "agent/endpoint/ipam.h"
+#include "agent/endpoint/link_reaper.h"
 #include "agent/kernel/netlink.h"
 #include "cni/endpoint_protocol.h"
 #include "cni/netconf.h"
@@ -160,6 +161,8 @@ class EndpointService {
   [[nodiscard]] absl::Status Restore();
 
   EndpointServiceStats stats() const;
+  // The background deletion of removed endpoints' veths (tests wait on it; metrics read it).
+  LinkReaper& link_reaper() { return reaper_; }
 
  private:
   EndpointPolicyHook* policy_hook_ = nullptr;
@@ -174,13 +177,18 @@ class EndpointService {
   // The result ADD reports for `ep`, after conf's prevResult when chained.
   [[nodiscard]] absl::StatusOr<cni::ResultV1> ChainedResult(const Endpoint& ep,
                                                             const cni::NetConf& conf) const;
+  // How a removed endpoint's host veth goes: deleted before the call returns (an ADD about to
+  // reuse its name), or set down at once and deleted by reaper_ (DEL, GC: the answer does not
+  // wait for the kernel's unregister).
+  enum class VethRemoval { kNow, kInBackground };
   // Removes what ADD made for `ep`; with release_address false the IPAM reservation is kept (an
   // ADD redone for the same owner gets the same address back).
-  [[nodiscard]] absl::Status RemoveEndpoint(const Endpoint& ep, bool release_address = true);
+  [[nodiscard]] absl::Status RemoveEndpoint(const Endpoint& ep, VethRemoval veth,
+                                            bool release_address = true);
   // Deletes the host veth named ep.host_ifname when it is the one Sluice made for `ep` (its mark,
   // or the recorded ifindex of an unmarked legacy link); any other link of that name is logged,
   // counted and left. Absent: OK.
-  [[nodiscard]] absl::Status DeleteHostVeth(const Endpoint& ep);
+  [[nodiscard]] absl::Status DeleteHostVeth(const Endpoint& ep, VethRemoval veth);
   [[nodiscard]] absl::Status Plumb(const Endpoint& ep);
   cni::ResultV1 ResultFor(const Endpoint& ep) const;
   [[nodiscard]] absl::Status ReleaseLeakedAddresses();
@@ -201,6 +209,9 @@ class EndpointService {
 
   mutable absl::Mutex stats_mu_;
   EndpointServiceStats stats_ ABSL_GUARDED_BY(stats_mu_);
+
+  // Last: destroyed first, deleting the veths still queued while everything above exists.
+  LinkReaper reaper_{netlink_};
 };
 
 }  // namespace sluice::agent

@@ -418,7 +418,6 @@ std::string InterfaceAddress::ToString() const {
   return absl::StrCat(address.ToString(), "/", prefix_len);
 }
 
-
 // ---- LibnlNetlink ------------------------------------------------------------------------------
 
 absl::StatusOr<PodVeth> LibnlNetlink::CreatePodVeth(const PodVethSpec& spec) {
@@ -602,6 +601,24 @@ absl::Status LibnlNetlink::DeleteLinkByIndex(int ifindex) {
   absl::StatusOr<Sock> sock = OpenSocket();
   if (!sock.ok()) return Annotate(sock.status(), absl::StrCat("delete link #", ifindex));
   return DeleteLinkAt(sock->get(), ifindex);
+}
+
+absl::Status LibnlNetlink::SetLinkDown(int ifindex) {
+  std::string what = absl::StrCat("set link #", ifindex, " down");
+  if (ifindex <= 0) return absl::InvalidArgumentError(what);
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return Annotate(sock.status(), what);
+  absl::StatusOr<Link> link = GetLinkByIndex(sock->get(), ifindex);
+  if (absl::IsNotFound(link.status())) return absl::OkStatus();
+  if (!link.ok()) return link.status();
+  if ((rtnl_link_get_flags(link->get()) & IFF_UP) == 0) return absl::OkStatus();
+  Link change(rtnl_link_alloc());
+  if (!change) return absl::ResourceExhaustedError(what);
+  rtnl_link_unset_flags(change.get(), IFF_UP);
+  if (int err = rtnl_link_change(sock->get(), link->get(), change.get(), 0); err < 0) {
+    return IsNotFound(err) ? absl::OkStatus() : NlStatus(err, what);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status LibnlNetlink::SetLinkAlias(int ifindex, const std::string& alias) {
@@ -793,14 +810,13 @@ absl::StatusOr<LinkInfo> LibnlNetlink::EnsureVxlanDevice(const VxlanSpec& spec) 
     uint32_t port = 0;
     if (is_vxlan && rtnl_link_vxlan_get_port(link->get(), &port) < 0) port = 0;
     if (!marked && !external) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": ", spec.name, " exists and is not Sluice's (alias \"", alias ? alias : "",
-          "\")"));
+      return absl::FailedPreconditionError(absl::StrCat(what, ": ", spec.name,
+                                                        " exists and is not Sluice's (alias \"",
+                                                        alias ? alias : "", "\")"));
     }
     if (!external || port != spec.port) {
       spdlog::info("{}: replacing {} (collect_md {}, port {})", what, spec.name, external, port);
-      if (absl::Status s = DeleteLinkAt(sock->get(), rtnl_link_get_ifindex(link->get()));
-          !s.ok()) {
+      if (absl::Status s = DeleteLinkAt(sock->get(), rtnl_link_get_ifindex(link->get())); !s.ok()) {
         return Annotate(s, what);
       }
       link = absl::NotFoundError("replaced");

@@ -39,7 +39,7 @@ struct LinkInfo {
   int ifindex = 0;
   MacAddress mac;
   uint32_t mtu = 0;
-  bool up = false;  // IFF_UP (administratively up)
+  bool up = false;    // IFF_UP (administratively up)
   std::string alias;  // IFLA_IFALIAS (`ip link set NAME alias ...`); Sluice's links carry its mark
 };
 
@@ -87,7 +87,7 @@ inline constexpr uint8_t kSluiceRouteProtocol = 181;
 // The node's VXLAN device in tunnel mode (docs/routing.md): collect_md ("external", the tunnel
 // key of each packet names the remote end), no learning, UDP `port`.
 struct VxlanSpec {
-  std::string name;   // e.g. "sluice_vxlan"
+  std::string name;  // e.g. "sluice_vxlan"
   uint16_t port = 8472;
   uint32_t mtu = 1450;
   std::string alias;  // Sluice's mark on the device (IFLA_IFALIAS)
@@ -110,8 +110,8 @@ struct NeighbourInfo {
 // What the host side of a pod veth looks like (for CNI CHECK).
 struct HostVeth {
   LinkInfo link;
-  std::vector<RouteInfo> routes;           // main-table IPv4 routes whose next hop is this link
-  std::vector<NeighbourInfo> neighbours;   // IPv4 neighbour entries on this link
+  std::vector<RouteInfo> routes;          // main-table IPv4 routes whose next hop is this link
+  std::vector<NeighbourInfo> neighbours;  // IPv4 neighbour entries on this link
 };
 
 // The kernel-networking operations of the agent. Host-side operations act in the network
@@ -150,6 +150,11 @@ class Netlink {
   // The same by ifindex, for a link whose ownership the caller has just checked: a link that
   // took the name since is not touched. An absent ifindex is OK.
   [[nodiscard]] virtual absl::Status DeleteLinkByIndex(int ifindex) = 0;
+  // Sets the link `ifindex` of the caller's netns down: the kernel drops the routes through it and
+  // its neighbour entries at once, and no packet crosses it any more (a down veth carries nothing
+  // either way). Much cheaper than deleting it, whose unregister waits for an RCU grace period.
+  // An absent ifindex is OK.
+  [[nodiscard]] virtual absl::Status SetLinkDown(int ifindex) = 0;
 
   // Sets IFLA_IFALIAS of the link `ifindex` of the caller's netns (adopting a link created before
   // Sluice marked its links).
@@ -192,7 +197,8 @@ class Netlink {
 
   // Routes to other nodes' pod CIDRs via their addresses on a shared L2 (direct routing), tagged
   // kSluiceRouteProtocol. Replace is idempotent; deleting an absent route is OK.
-  [[nodiscard]] virtual absl::Status ReplacePeerRoute(const IpPrefix& dst, const IpAddress& via) = 0;
+  [[nodiscard]] virtual absl::Status ReplacePeerRoute(const IpPrefix& dst,
+                                                      const IpAddress& via) = 0;
   [[nodiscard]] virtual absl::Status DeletePeerRoute(const IpPrefix& dst) = 0;
   [[nodiscard]] virtual absl::StatusOr<std::vector<RouteInfo>> ListPeerRoutes() = 0;
 
@@ -223,6 +229,7 @@ class LibnlNetlink final : public Netlink {
                                  const MacAddress& pod_mac) override;
   absl::Status DeleteLink(const std::string& ifname) override;
   absl::Status DeleteLinkByIndex(int ifindex) override;
+  absl::Status SetLinkDown(int ifindex) override;
   absl::Status SetLinkAlias(int ifindex, const std::string& alias) override;
   absl::StatusOr<LinkInfo> LinkByName(const std::string& ifname) override;
   absl::StatusOr<bool> LinkExistsInNetns(const std::string& netns_path,

@@ -202,10 +202,13 @@ log "ok: $KILLED kills: $FIGURES; 0 failures, 0 long-lived connections interrupt
 
 # Nothing of the churned pods left behind (each node holds exactly what its live pods need).
 K get pods -o json >"$WORK/pods.json"
+slc_links() { ip -n "$1" -o link show | awk -F': ' '{print $2}' | grep -c '^slc' || true; }
 for n in node1 node2; do
   NETNS=$(python3 -c 'import json,sys; print([x["netns"] for x in json.load(open(sys.argv[1]))["nodes"] if x["name"] == sys.argv[2]][0])' "$DIR/status.json" $n)
   PODS=$(python3 -c 'import json,sys; print(sum(1 for p in json.load(open(sys.argv[1]))["items"] if p["spec"].get("nodeName") == sys.argv[2]))' "$WORK/pods.json" $n)
-  LINKS=$(ip -n "$NETNS" -o link show | awk -F': ' '{print $2}' | grep -c '^slc' || true)
+  # A deleted pod's veth goes just after its DEL answered (the agent deletes it in the background).
+  wait_for 10 output_is "$PODS" slc_links "$NETNS" || true
+  LINKS=$(slc_links "$NETNS")
   EP4=$(bpftool -j map dump pinned "$DIR/$n/bpf/sluice_ep4" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
   POLEP=$(bpftool -j map dump pinned "$DIR/$n/bpf/sluice_policy_ep" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
   ADDRS=$(find "$DIR/$n/state/ipam" -type f -regextype egrep -regex '.*/[0-9]+(\.[0-9]+){3}' | wc -l)

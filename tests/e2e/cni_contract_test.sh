@@ -100,7 +100,7 @@ valid=',"cni.dev/valid-attachments":[{"containerID":"p2","ifname":"eth0"},{"cont
 netconf "$valid" | env -i CNI_COMMAND=GC CNI_PATH="$ROOT/bin" "$CNI" || fail "GC"
 for gone in p3 p5; do
   [ -z "$(endpoint_field $gone ipv4)" ] || fail "GC left $gone"
-  in_ns $gone ip link show eth0 >/dev/null 2>&1 && fail "GC left $gone's interface"
+  wait_for 5 link_absent "$T-$gone" eth0 || fail "GC left $gone's interface"
 done
 [ -n "$(endpoint_field p2 ipv4)" ] && [ -n "$(endpoint_field p6 ipv4)" ] || fail "GC removed a valid attachment"
 [ "$(ls "$ROOT"/state/ipam/*/ | grep -c '^10\.')" = 2 ] || fail "GC did not free the addresses"
@@ -115,7 +115,7 @@ expect_error 50 "$out"
 start_agent
 cni DEL p2 "$P2" >/dev/null || fail "DEL after agent restart"
 [ -z "$(endpoint_field p2 ipv4)" ] || fail "p2 survived DEL after restart"
-in_ns p2 ip link show eth0 >/dev/null 2>&1 && fail "p2's interface survived DEL after restart"
+wait_for 5 link_absent "$T-p2" eth0 || fail "p2's interface survived DEL after restart"
 
 # Bad input: the spec's codes.
 out=$(netconf | env -i CNI_COMMAND=ADD CNI_NETNS="$P5" CNI_IFNAME=eth0 CNI_PATH=/x "$CNI") && fail "ADD without CNI_CONTAINERID"

@@ -33,6 +33,18 @@ wait_for() {
   done
 }
 
+# DEL sets a pod's host veth down at once (its route and neighbour entry go with it) and the
+# agent deletes it right after answering (the kernel's unregister takes 10-30 ms).
+link_absent() { ! ip -n "$1" link show "$2" >/dev/null 2>&1; }
+# (Output captured first: with pipefail, grep -q leaving early fails the writer with SIGPIPE.)
+link_not_up() { local l; l=$(ip -n "$1" -o link show "$2" 2>/dev/null); ! grep -q '[<,]UP[,>]' <<<"$l"; }
+no_sluice_links() { local l; l=$(ip -n "$1" -o link show); ! grep -q ' slc' <<<"$l"; }
+# No pod veth of a DEL is still waiting for its deletion (those are the down ones).
+no_sluice_links_down() {
+  local l; l=$(ip -n "$1" -o link show)
+  ! awk '/ slc/ && !/[<,]UP[,>]/ {found = 1} END {exit !found}' <<<"$l"
+}
+
 teardown() {
   set +e
   stop_agent

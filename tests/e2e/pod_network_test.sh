@@ -70,7 +70,9 @@ hostif=$(endpoint_field b hostIfName)
 [ -n "$hostif" ] || fail "no endpoint record for b"
 ip -n "$NODE" link show "$hostif" >/dev/null || fail "host veth $hostif missing before DEL"
 del_pod b || fail "DEL b"
-ip -n "$NODE" link show "$hostif" >/dev/null 2>&1 && fail "host veth $hostif survived DEL"
+link_not_up "$NODE" "$hostif" || fail "host veth $hostif still up after DEL answered"
+ip -n "$NODE" route show "$B" | grep -q . && fail "route to $B survived DEL"
+wait_for 5 link_absent "$NODE" "$hostif" || fail "host veth $hostif survived DEL"
 in_ns b ip link show eth0 >/dev/null 2>&1 && fail "pod side of b survived DEL"
 map_has_ip "$B" && fail "endpoint map entry $B survived DEL"
 find "$ROOT/state" -name "$B" | grep -q . && fail "address $B still allocated"
@@ -99,6 +101,7 @@ log "ok: restart kept connections, entries and allocations"
 
 # 200 ADD/DEL cycles leave no address, map entry, link or file behind.
 count_state() {
+  wait_for 10 no_sluice_links_down "$NODE" || true
   echo "links=$(ip -n "$NODE" -o link show | grep -c ' slc')" \
        "ep4=$(map_count sluice_ep4)" \
        "files=$(find "$ROOT/state" -type f | wc -l)"

@@ -164,7 +164,7 @@ podman_node rm -f -t 0 c1 c2 >/dev/null || fail "podman rm -f"
 [ -z "$(podman_node ps -aq)" ] || fail "containers survived podman rm -f"
 [ -z "$(ls -A "$ROOT/state/endpoints")" ] ||
   fail "endpoint records survived podman rm: $(ls "$ROOT/state/endpoints")"
-[ -z "$(ip -n "$NODE" -o link show | grep ' slc')" ] || fail "slc (Sluice pod) links survived podman rm"
+wait_for 5 no_sluice_links "$NODE" || fail "slc (Sluice pod) links survived podman rm"
 for ip in "$C1" "$C2"; do
   map_has_ip "$ip" && fail "endpoint map entry $ip survived podman rm"
   find "$ROOT/state" -name "$ip" | grep -q . && fail "address $ip still allocated"

@@ -199,6 +199,17 @@ class FakeNetlink final : public agent::Netlink {
     return DeleteLink(name);
   }
 
+  absl::Status SetLinkDown(int ifindex) override {
+    if (auto st = script_.Enter("SetLinkDown"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    for (auto& [n, link] : host_.links) {
+      if (link.ifindex != ifindex) continue;
+      link.up = false;
+      host_veth_routes_.erase(n);  // the kernel drops the routes through a link set down
+    }
+    return absl::OkStatus();
+  }
+
   absl::Status SetLinkAlias(int ifindex, const std::string& alias) override {
     if (auto st = script_.Enter("SetLinkAlias"); !st.ok()) return st;
     absl::MutexLock l(&mu_);
@@ -368,7 +379,11 @@ class FakeNetlink final : public agent::Netlink {
     link.alias = alias;
     link.ifindex = next_ifindex_++;
     link.mtu = mtu;
-    link.mac.bytes = {0x02, 0x00, 0x00, 0x00, static_cast<uint8_t>(link.ifindex >> 8),
+    link.mac.bytes = {0x02,
+                      0x00,
+                      0x00,
+                      0x00,
+                      static_cast<uint8_t>(link.ifindex >> 8),
                       static_cast<uint8_t>(link.ifindex)};
     ns.links[name] = link;
     return link;
@@ -407,8 +422,7 @@ class FakeEndpointDatapath final : public agent::EndpointDatapath {
     attached_.erase(ifindex);
   }
 
-  absl::Status UpsertEndpoint(const agent::IpAddress& addr,
-                              const sluice_endpoint& value) override {
+  absl::Status UpsertEndpoint(const agent::IpAddress& addr, const sluice_endpoint& value) override {
     if (auto st = script_.Enter("UpsertEndpoint"); !st.ok()) return st;
     absl::MutexLock l(&mu_);
     endpoints_[addr] = value;

@@ -326,6 +326,12 @@ class CoexistencePrivTest : public ::testing::Test {
   LibnlNetlink netlink_;
   std::unique_ptr<BpfEndpointDatapath> endpoint_dp_;
   std::unique_ptr<EndpointService> service_;
+
+  // DEL answers once the veth is down; its deletion follows on the reaper's thread, which must
+  // touch no foreign object either.
+  void AwaitReaper() {
+    ASSERT_TRUE(service_->link_reaper().AwaitIdle(absl::Now() + absl::Seconds(10)));
+  }
   Foreign foreign_;
   std::vector<int> foreign_fds_;
 };
@@ -374,6 +380,7 @@ TEST_F(CoexistencePrivTest, AnotherPluginsObjectsSurviveEverythingTheAgentDoes) 
   EXPECT_FALSE(store_->Get("ctr2", "eth0").has_value());
   // DEL of that attachment (no record): the taken name is still not Sluice's.
   EXPECT_EQ(Call("DEL", NetnsPath("-pod2"), "ctr2")["ok"], true);
+  AwaitReaper();
   ExpectForeignObjectsUntouched("after a refused ADD and its DEL");
 
   // Sluice's programs on the device another plugin uses: its own slot only, both ways.
@@ -427,6 +434,7 @@ TEST_F(CoexistencePrivTest, AnotherPluginsObjectsSurviveEverythingTheAgentDoes) 
 
   // DEL removes what Sluice made, nothing else; so does detaching from the shared device.
   EXPECT_EQ(Call("DEL", NetnsPath("-pod"), "ctr1")["ok"], true);
+  AwaitReaper();
   EXPECT_FALSE(NodeLink(mine).has_value());
   ASSERT_TRUE(InNode([&] { return dp_->DetachNative(foreign_.dev); }).ok());
   EXPECT_TRUE(absl::IsNotFound(InNode([&] {
@@ -530,6 +538,7 @@ TEST_F(CoexistencePrivTest, AnUpgradedAgentAdoptsItsRecordedLxcVethsAndTheirOldT
 
   // The adopted endpoint is cleaned by its record.
   EXPECT_EQ(Call("DEL", NetnsPath("-pod"), "old1")["ok"], true);
+  AwaitReaper();
   EXPECT_FALSE(NodeLink(legacy).has_value());
   EXPECT_FALSE(ipam_->Lookup({"coexist-net", "old1", "eth0"}).has_value());
   ExpectForeignObjectsUntouched("after DEL of the adopted endpoint");

@@ -2,8 +2,6 @@
 // on a scratch bpffs, a real Ipam and EndpointStore in a scratch directory. The "agent" runs in a
 // throwaway node netns (every call goes through RunInNetns) and pods are netns of their own, all
 // named "cnihard-<pid>-<n>-...".
-#include "agent/endpoint/endpoint_service.h"
-
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <sys/stat.h>
@@ -18,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "agent/endpoint/endpoint_service.h"
 #include "agent/kernel/netns.h"
 #include "agent/policy/reconciler.h"
 #include "gmock/gmock.h"
@@ -95,10 +94,9 @@ class EndpointServicePrivTest : public ::testing::Test {
   json Call(const std::string& command, const std::string& netns, const json& config = Config(),
             const std::string& container_id = "ctr1", const std::string& ifname = "eth0") {
     json request = {{"command", command}, {"containerID", container_id}, {"netns", netns},
-                    {"ifName", ifname},   {"args", "K8S_POD_NAME=p"},  {"config", config}};
-    absl::StatusOr<json> reply = InNode([&]() -> absl::StatusOr<json> {
-      return service_->Handle(request);
-    });
+                    {"ifName", ifname},   {"args", "K8S_POD_NAME=p"},    {"config", config}};
+    absl::StatusOr<json> reply =
+        InNode([&]() -> absl::StatusOr<json> { return service_->Handle(request); });
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? *reply : json();
   }
@@ -209,15 +207,14 @@ TEST_F(EndpointServicePrivTest, AddWritesTheClosedPolicyStateBeforeThePodIsReach
   auto entry = dp_->policy_ep().Lookup(id);
   ASSERT_TRUE(entry.ok()) << entry.status();
   EXPECT_EQ(entry->flags, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS);
-  EXPECT_TRUE(dp_->policy4()
-                  .Lookup(maps::MakePolicy4Key(id, SLUICE_IDENTITY_HOST, SLUICE_POLICY_INGRESS,
-                                               0, 0, 0))
-                  .ok());
+  EXPECT_TRUE(
+      dp_->policy4()
+          .Lookup(maps::MakePolicy4Key(id, SLUICE_IDENTITY_HOST, SLUICE_POLICY_INGRESS, 0, 0, 0))
+          .ok());
   // Both policy points are attached: the pod's egress (TC ingress) and ingress (TC egress).
   int host_ifindex = Recorded().host_ifindex;
-  auto egress_prog = InNode([&] {
-    return loader::AttachedTcProgram(host_ifindex, loader::TcDirection::kEgress);
-  });
+  auto egress_prog =
+      InNode([&] { return loader::AttachedTcProgram(host_ifindex, loader::TcDirection::kEgress); });
   ASSERT_TRUE(egress_prog.ok()) << egress_prog.status();
   EXPECT_EQ(*egress_prog, *loader::ProgramId(dp_->to_pod_fd()));
 
@@ -225,10 +222,10 @@ TEST_F(EndpointServicePrivTest, AddWritesTheClosedPolicyStateBeforeThePodIsReach
   EXPECT_EQ(hook.removed, 1);
   EXPECT_FALSE(hook.removed_while_recorded);
   EXPECT_TRUE(absl::IsNotFound(dp_->policy_ep().Lookup(id).status()));
-  EXPECT_TRUE(absl::IsNotFound(dp_->policy4()
-                                   .Lookup(maps::MakePolicy4Key(id, SLUICE_IDENTITY_HOST,
-                                                                SLUICE_POLICY_INGRESS, 0, 0, 0))
-                                   .status()));
+  EXPECT_TRUE(absl::IsNotFound(
+      dp_->policy4()
+          .Lookup(maps::MakePolicy4Key(id, SLUICE_IDENTITY_HOST, SLUICE_POLICY_INGRESS, 0, 0, 0))
+          .status()));
   service_->SetPolicyHook(nullptr);
 }
 
@@ -252,6 +249,51 @@ TEST_F(EndpointServicePrivTest, RetriedAddOfTheSameAttachmentAnswersWithTheExist
   EXPECT_EQ(Call("CHECK", PodPath())["ok"], true);
 }
 
+// DEL answers without waiting for the kernel to unregister the veth: when it answers the pod is
+// out of the datapath, its address free, its route and neighbour entry gone and its veth down
+// (or already deleted); the reaper deletes the veth, and the pod's end with it, just after.
+TEST_F(EndpointServicePrivTest, DelTakesThePodOutAtOnceAndItsVethGoesJustAfter) {
+  json added = Call("ADD", PodPath());
+  ASSERT_EQ(added["ok"], true) << added;
+  const Endpoint ep = Recorded();
+  const std::string node = "ip -n " + base_ + "-node ";
+  ASSERT_EQ(Sh(node + "route show " + ep.ipv4 + " | grep -q " + ep.host_ifname), 0);
+
+  ASSERT_EQ(Call("DEL", PodPath())["ok"], true);
+  EXPECT_FALSE(store_->Get("ctr1", "eth0").has_value());
+  EXPECT_TRUE(ipam_->Allocated().empty());
+  auto entry = dp_->endpoints().Lookup(sluice_ep4_key{inet_addr(ep.ipv4.c_str())});
+  EXPECT_TRUE(absl::IsNotFound(entry.status())) << entry.status();
+  EXPECT_EQ(Sh("test -z \"$(" + node + "route show " + ep.ipv4 + ")\""), 0) << "route left";
+  EXPECT_EQ(Sh("test -z \"$(" + node + "neigh show " + ep.ipv4 + " | grep PERMANENT)\""), 0)
+      << "neighbour entry left";
+  EXPECT_NE(Sh(node + "-o link show " + ep.host_ifname + " | grep -q '[<,]UP[,>]'"), 0)
+      << "veth still up";
+
+  ASSERT_TRUE(service_->link_reaper().AwaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_NE(Sh(node + "link show " + ep.host_ifname), 0) << "host veth left";
+  EXPECT_NE(Sh("ip -n " + base_ + "-pod link show eth0"), 0) << "pod end left";
+  EXPECT_EQ(service_->link_reaper().stats().deleted, 1u);
+}
+
+// The same attachment added again right after its DEL (a runtime retrying a sandbox) waits for
+// the queued veth, whose name and pod end it needs, and gets a working attachment; the reaper
+// never touches the new veth of the same name.
+TEST_F(EndpointServicePrivTest, AddRightAfterDelOfTheSameAttachmentGetsAFreshVeth) {
+  ASSERT_EQ(Call("ADD", PodPath())["ok"], true);
+  const int old_ifindex = Recorded().host_ifindex;
+  for (int round = 0; round < 5; ++round) {
+    ASSERT_EQ(Call("DEL", PodPath())["ok"], true) << round;
+    json again = Call("ADD", PodPath());
+    ASSERT_EQ(again["ok"], true) << round << ": " << Msg(again);
+  }
+  ASSERT_TRUE(service_->link_reaper().AwaitIdle(absl::Now() + absl::Seconds(10)));
+  EXPECT_NE(Recorded().host_ifindex, old_ifindex);
+  EXPECT_EQ(Call("CHECK", PodPath())["ok"], true) << "the new attachment lost something";
+  EXPECT_EQ(service_->link_reaper().stats().queued, 5u);
+  EXPECT_EQ(service_->link_reaper().stats().failed, 0u);
+}
+
 TEST_F(EndpointServicePrivTest, CheckNamesEveryMissingResourceAndAddRepairsIt) {
   ASSERT_EQ(Call("ADD", PodPath())["ok"], true);
   ASSERT_EQ(Call("CHECK", PodPath())["ok"], true) << Msg(Call("CHECK", PodPath()));
@@ -266,15 +308,15 @@ TEST_F(EndpointServicePrivTest, CheckNamesEveryMissingResourceAndAddRepairsIt) {
       {"tc program detached",
        [&] {
          int ifindex = Recorded().host_ifindex;
-         ASSERT_TRUE(InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kIngress); })
-                         .ok());
+         ASSERT_TRUE(
+             InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kIngress); }).ok());
        },
        "pod program is not attached"},
       {"tc egress program (ingress policy) detached",
        [&] {
          int ifindex = Recorded().host_ifindex;
-         ASSERT_TRUE(InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kEgress); })
-                         .ok());
+         ASSERT_TRUE(
+             InNode([&] { return loader::DetachTc(ifindex, loader::TcDirection::kEgress); }).ok());
        },
        "pod program is not attached"},
       {"host route deleted",
@@ -292,20 +334,20 @@ TEST_F(EndpointServicePrivTest, CheckNamesEveryMissingResourceAndAddRepairsIt) {
        },
        "permanent neighbour"},
       {"IPAM reservation released",
-       [&] { ASSERT_TRUE(ipam_->Release({"cnihard-net", "ctr1", "eth0"}).ok()); },
+       [&] {
+         ASSERT_TRUE(ipam_->Release({"cnihard-net", "ctr1", "eth0"}).ok());
+       },
        "IPAM reservation"},
       {"endpoint map entry deleted",
        [&] {
-         ASSERT_TRUE(endpoint_dp_
-                         ->DeleteEndpoint(*IpAddress::Parse(Recorded().ipv4),
-                                          EndpointDatapath::kAnyIfindex)
-                         .ok());
+         ASSERT_TRUE(
+             endpoint_dp_
+                 ->DeleteEndpoint(*IpAddress::Parse(Recorded().ipv4), EndpointDatapath::kAnyIfindex)
+                 .ok());
        },
        "endpoint map entry"},
       {"pod gateway route deleted",
-       [&] {
-         ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod, " route flush 10.244.7.1/32")), 0);
-       },
+       [&] { ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod, " route flush 10.244.7.1/32")), 0); },
        "gateway"},
       {"pod address deleted",
        [&] { ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod, " addr flush dev eth0")), 0); },
@@ -340,7 +382,8 @@ TEST_F(EndpointServicePrivTest, GcWithoutAListKeepsRecordedEndpointsAndAnEmptyLi
   EXPECT_TRUE(store_->Get("ctr1", "eth0").has_value());
   EXPECT_EQ(Call("CHECK", PodPath())["ok"], true);
 
-  json listed = Call("GC", "", Config(json::array({{{"containerID", "ctr1"}, {"ifname", "eth0"}}}), true));
+  json listed =
+      Call("GC", "", Config(json::array({{{"containerID", "ctr1"}, {"ifname", "eth0"}}}), true));
   EXPECT_EQ(listed["ok"], true) << listed;
   EXPECT_TRUE(store_->Get("ctr1", "eth0").has_value());
 
