@@ -7,7 +7,8 @@
 # from the operator's pool, pods reaching each other and a ClusterIP Service; a re-render with a
 # changed ConfigMap rolls the agents node by node under continuous traffic with zero failures;
 # `kubectl delete` runs the preStop uninstall (no conflist, no plugin binary), and
-# `sluice-agent --uninstall --uninstall_datapath` leaves no pin and no attached program.
+# `sluice-agent --uninstall --uninstall_datapath` leaves no pin and no attached program (tc, XDP,
+# socket LB's cgroup links).
 set -euo pipefail
 NAME=${SLUICE_LAB_TEST_NAME:-hi$$}
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -146,9 +147,22 @@ sluice_tc() {  # sluice_tc NETNS: Sluice's tc programs on every link of the name
       tc filter show dev $d ingress; tc filter show dev $d egress; done 2>/dev/null' |
     grep -c sluice || true
 }
+# Socket LB's cgroup links (on the machine's cgroup2 root, which every lab shares): this node's
+# are told apart by the link ids its pins hold.
+no_bpf_object() { ! bpftool "$1" show id "$2" >/dev/null 2>&1; }
+sock_links() {  # sock_links NODE: "link_id:prog_id" of each pinned socket-LB link
+  local p
+  for p in "$DIR/$1/bpf/sluice/links"/sluice_sock_*; do
+    [ -e "$p" ] || continue
+    bpftool -j link show pinned "$p" |
+      python3 -c 'import json,sys; l=json.load(sys.stdin); print("%d:%d" % (l["id"], l["prog_id"]))'
+  done
+}
 for n in node1 node2; do
   NETNS=$NAME-$n
   [ -n "$(ls "$DIR/$n/bpf/sluice" 2>/dev/null)" ] || fail "$n: datapath pins gone before --uninstall_datapath"
+  SOCK_LINKS=$(sock_links $n)
+  expect "$n: socket-LB cgroup links before --uninstall_datapath" "$(wc -w <<<"$SOCK_LINKS")" 4
   [ "$(sluice_tc "$NETNS")" -gt 0 ] || fail "$n: no Sluice tc program even before --uninstall_datapath"
   ip netns exec "$NETNS" "$BUILD/agent/sluice-agent" --uninstall --uninstall_datapath \
     --bpffs_root="$DIR/$n/bpf/sluice" --cni_conf_dir="$DIR/$n/net.d" --cni_bin_dir="$DIR/$n/bin" \
@@ -159,5 +173,12 @@ for n in node1 node2; do
   expect "$n: tc programs of Sluice left" "$(sluice_tc "$NETNS")" 0
   xdp=$(ip netns exec "$NETNS" ip -d link show | grep -c "prog/xdp" || true)
   expect "$n: XDP programs left" "$xdp" 0
+  # The link gone detaches its program from the cgroup; with no agent left the program itself is
+  # freed (the kernel frees it after an RCU grace period).
+  for pair in $SOCK_LINKS; do
+    wait_for 5 no_bpf_object link "${pair%%:*}" || fail "$n: socket-LB link ${pair%%:*} left"
+    wait_for 5 no_bpf_object prog "${pair##*:}" ||
+      fail "$n: socket-LB program ${pair##*:} still loaded: $(bpftool prog show id "${pair##*:}")"
+  done
 done
 log "PASS"
