@@ -9,23 +9,6 @@
 
 #define SLUICE_PACKET_HOST 0
 
-/* Returns a TC verdict or minus a drop reason. */
-static __always_inline int from_overlay(struct __sk_buff *skb, struct pkt4 *pkt)
-{
-	const struct sluice_endpoint *ep;
-	struct policy4_flow flow;
-	int ret;
-
-	ret = netdev_from_net(skb, pkt);
-	if (ret != TC_ACT_OK)
-		return ret;
-	ep = lookup_ep4(pkt->daddr);
-	if (!ep)
-		return TC_ACT_OK;
-	policy4_flow_of(pkt, &flow);
-	return redirect_to_endpoint(skb, ep, pkt, &flow);
-}
-
 SEC("tc")
 int sluice_from_overlay(struct __sk_buff *skb)
 {
@@ -38,7 +21,7 @@ int sluice_from_overlay(struct __sk_buff *skb)
 	bpf_skb_change_type(skb, SLUICE_PACKET_HOST);
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return forwarded(skb, SLUICE_FWD_NET_INGRESS, TC_ACT_OK);
-	return verdict_or_drop(skb, from_overlay(skb, &pkt), SLUICE_FWD_NET_INGRESS);
+	return verdict_or_drop(skb, netdev_from_net(skb, &pkt), SLUICE_FWD_NET_INGRESS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -11,6 +11,14 @@ enum sluice_node_flags {
 	SLUICE_NODE_F_MASQUERADE = 1 << 0, /* masquerade pod traffic leaving the node */
 };
 
+/* skb->mark of a packet Sluice's programs sent on themselves: routed out of a device after a FIB
+ * lookup (bpf_redirect / bpf_redirect_neigh) or into the VXLAN device, whose encapsulated packet
+ * keeps it. The native device's sluice_to_net has nothing left to decide for such a packet and
+ * only clears the mark, so it never leaves the node. A redirect after a FIB lookup bypasses
+ * netfilter; the overlay's packet passes the node's OUTPUT and POSTROUTING hooks with it. A
+ * crossing into a pod's namespace scrubs it. */
+#define SLUICE_SKB_MARK_ROUTED 0x51c0f00dU
+
 /* Value of sluice_node (BPF_MAP_TYPE_ARRAY, one entry at key 0). Addresses in network order,
  * ports in host order. */
 struct sluice_node_config {
@@ -27,10 +35,12 @@ struct sluice_node_config {
 	__u8 pad2[3];
 	__u32 tunnel_ifindex; /* tunnel mode: the collect_md VXLAN device; 0: native routing */
 	__u16 tunnel_mtu;     /* tunnel mode: the largest packet sent into it unfragmented */
-	__u16 pad3;
+	__u16 tunnel_port;    /* tunnel mode: the overlay's UDP port (VXLAN) on node addresses;
+				 0 (native routing, or an agent from before this field) */
 };
 SLUICE_ASSERT_SIZE(struct sluice_node_config, 36);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, tunnel_mtu, 32);
+SLUICE_ASSERT_OFFSET(struct sluice_node_config, tunnel_port, 34);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, tunnel_ifindex, 28);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, service_cidr4, 20);
 SLUICE_ASSERT_OFFSET(struct sluice_node_config, node_ip4, 0);

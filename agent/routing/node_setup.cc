@@ -100,6 +100,7 @@ absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const Nod
   cfg.tunnel_ifindex = static_cast<uint32_t>(node.tunnel_ifindex);
   if (node.tunnel_ifindex != 0) {
     cfg.tunnel_mtu = static_cast<uint16_t>(PodMtu(RoutingMode::kTunnel, node.native_mtu, 0));
+    cfg.tunnel_port = options.tunnel_port;
   }
   if (auto st = dp.node_config().Update(0, cfg); !st.ok()) return st;
   // Native routing: the device of an earlier tunnel-mode run goes once nothing sends to it.

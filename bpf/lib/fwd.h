@@ -60,6 +60,8 @@ static __always_inline int fib_redirect(struct sluice_ctx *ctx, struct pkt4 *pkt
 	ret = ip4_dec_ttl(ctx, pkt);
 	if (ret < 0)
 		return ret;
+	/* Decided: the device's sluice_to_net lets it out untouched. */
+	ctx_set_mark(ctx, SLUICE_SKB_MARK_ROUTED);
 	if (found == BPF_FIB_LKUP_RET_SUCCESS) {
 		__builtin_memcpy(macs, fib.dmac, 6);
 		__builtin_memcpy(macs + 6, fib.smac, 6);

@@ -1,14 +1,27 @@
 /* The native device's paths, one function each: pod traffic leaving the node is masqueraded
  * (netdev_masquerade), the node's traffic to other nodes' pods is encapsulated in tunnel mode
  * (netdev_to_net); arriving traffic is balanced when it is for a NodePort, ExternalIP or
- * LoadBalancer IP (netdev_to_service), reverse-translated when it is a remote backend's reply to
- * a pod here (netdev_reply_to_pod), un-masqueraded when it is a reply to a masqueraded flow
- * (netdev_unmasquerade), and passed to the stack otherwise (the node's own traffic). */
+ * LoadBalancer IP (netdev_to_service), delivered into the pod when it is for a pod here (a
+ * remote backend's reply reverse-translated first: netdev_to_pod), un-masqueraded when it is a
+ * reply to a masqueraded flow (netdev_unmasquerade), and passed to the stack otherwise (the
+ * node's own traffic). */
 #ifndef SLUICE_BPF_NETDEV_H
 #define SLUICE_BPF_NETDEV_H
 
 #include "lib/fwd.h"
 #include "lib/lb.h"
+
+/* Arriving overlay packets, VXLAN to this node's address on the tunnel port (the overlay's
+ * socket owns it): nothing for the native device's paths, whose lookups would all miss (what
+ * they carry is judged on the tunnel device). The port is outside the masquerade range, so no
+ * reply of a masqueraded flow is taken for one. (Leaving ones carry SLUICE_SKB_MARK_ROUTED.) */
+static __always_inline int netdev_tunnel_packet(const struct sluice_node_config *cfg,
+						const struct pkt4 *pkt)
+{
+	return cfg && cfg->tunnel_port && pkt->proto == IPPROTO_UDP && (pkt->flags & PKT4_F_PORTS) &&
+	       pkt->daddr == cfg->node_ip4 && pkt->dport == bpf_htons(cfg->tunnel_port) &&
+	       (cfg->tunnel_port < cfg->nat_port_min || cfg->tunnel_port > cfg->nat_port_max);
+}
 
 /* Egress: a pod packet to a destination outside sluice_nomasq4 leaves with the node's address.
  * Returns a verdict or minus a drop reason. */
@@ -119,10 +132,13 @@ static __always_inline int netdev_to_service(struct sluice_ctx *ctx, struct pkt4
 	return netdev_forward_to_backend(ctx, pkt, cfg);
 }
 
-/* A reply of a backend elsewhere to a client pod here, which reached a service through this
- * node: it must come from the frontend the client used. Anything else for a pod (or for an
- * address that is not the node's) passes. Returns a verdict or minus a drop reason. */
-static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pkt4 *pkt)
+/* Traffic for a pod here from the network (another node's pod or the node itself, natively or
+ * decapsulated from the overlay; a client routed to pod addresses) is delivered straight into
+ * the pod through its ingress policy, without a pass through the node's stack. A reply of a
+ * backend elsewhere to a client pod here, which reached a service through this node, first
+ * gets the frontend the client used back. What is no pod's passes. Returns a verdict or minus a
+ * drop reason. */
+static __always_inline int netdev_to_pod(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
 	const struct sluice_endpoint *ep = lookup_ep4(pkt->daddr);
 	struct policy4_flow flow;
@@ -130,18 +146,20 @@ static __always_inline int netdev_reply_to_pod(struct sluice_ctx *ctx, struct pk
 	struct ct4_pkt cp;
 	int ret;
 
-	if (!ep || ct4_tuple(pkt, &cp) != CT4_TUPLE)
+	if (!ep)
 		return CTX_ACT_OK;
-	if (lb4_rev_nat_lookup(&cp, &t) != LB4_REVNAT) {
-		/* A client outside opening a flow to the pod itself. */
-		lb4_forget_crossed_flow(&cp);
-		return CTX_ACT_OK;
-	}
-	/* The pod's policy judges the reply as its backend sent it. */
+	/* The pod's policy judges the packet as it arrived (a reply as its backend sent it). */
 	policy4_flow_of(pkt, &flow);
-	ret = lb4_rev_nat_rewrite(ctx, pkt, &cp, &t);
-	if (ret < 0)
-		return ret;
+	if (ct4_tuple(pkt, &cp) == CT4_TUPLE) {
+		if (lb4_rev_nat_lookup(&cp, &t) == LB4_REVNAT) {
+			ret = lb4_rev_nat_rewrite(ctx, pkt, &cp, &t);
+			if (ret < 0)
+				return ret;
+		} else {
+			/* A flow to the pod itself. */
+			lb4_forget_crossed_flow(&cp);
+		}
+	}
 	return redirect_to_endpoint(ctx, ep, pkt, &flow);
 }
 
@@ -188,13 +206,15 @@ static __always_inline int netdev_from_net(struct sluice_ctx *ctx, struct pkt4 *
 	struct ct4_pkt cp;
 	int frontend;
 
+	if (netdev_tunnel_packet(cfg, pkt))
+		return CTX_ACT_OK;
 	if (ct4_tuple(pkt, &cp) == CT4_TUPLE) {
 		frontend = lb4_frontend(&cp, cfg, &key, &svc);
 		if (frontend != LB4_NONE)
 			return netdev_to_service(ctx, pkt, &cp, cfg, frontend, &key, svc);
 	}
 	if (!cfg || pkt->daddr != cfg->node_ip4)
-		return netdev_reply_to_pod(ctx, pkt);
+		return netdev_to_pod(ctx, pkt);
 	return netdev_unmasquerade(ctx, pkt);
 }
 

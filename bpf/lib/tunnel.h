@@ -80,6 +80,9 @@ static __always_inline int tunnel_redirect(struct sluice_ctx *ctx,
 	 * packet's metadata that did not happen. */
 	if (bpf_skb_set_tunnel_key(ctx, &key, sizeof(key), 0) < 0)
 		return -SLUICE_DROP_PACKET_WRITE;
+	/* The encapsulated packet keeps the mark (same namespace): it leaves the native device
+	 * without sluice_to_net's lookups. */
+	ctx_set_mark(ctx, SLUICE_SKB_MARK_ROUTED);
 	return ctx_redirect(cfg->tunnel_ifindex);
 }
 #else

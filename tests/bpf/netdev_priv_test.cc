@@ -4,8 +4,8 @@
 
 #include <set>
 
-#include "support/fixture.h"
 #include "gmock/gmock.h"
+#include "support/fixture.h"
 
 namespace sluice::testing {
 namespace {
@@ -86,14 +86,14 @@ std::vector<PacketCase> NetdevCases() {
                ExpectAllocatedPort(dp, t);
                uint16_t port = t.last().sport;
                // Both directions are recorded: the flow's tuple and the reply's tuple.
-               sluice_nat4_key fwd{Ip4(kPodIp), Ip4(kRemote), htons(40000), htons(443),
-                                   IPPROTO_TCP, {}};
+               sluice_nat4_key fwd{Ip4(kPodIp), Ip4(kRemote), htons(40000),
+                                   htons(443),  IPPROTO_TCP,  {}};
                auto snat = dp.snat().Lookup(fwd);
                ASSERT_TRUE(snat.ok()) << snat.status();
                EXPECT_EQ(snat->addr, Ip4(kNodeIp));
                EXPECT_EQ(ntohs(snat->port), port);
-               sluice_nat4_key rev{Ip4(kRemote), Ip4(kNodeIp), htons(443), htons(port),
-                                   IPPROTO_TCP, {}};
+               sluice_nat4_key rev{Ip4(kRemote), Ip4(kNodeIp), htons(443),
+                                   htons(port),  IPPROTO_TCP,  {}};
                auto rnat = dp.rnat().Lookup(rev);
                ASSERT_TRUE(rnat.ok()) << rnat.status();
                EXPECT_EQ(rnat->addr, Ip4(kPodIp));
@@ -147,7 +147,8 @@ std::vector<PacketCase> NetdevCases() {
          }},
          .effects =
              [](loader::Datapath&, const Trail& t) {
-               EXPECT_EQ(t.last().l4_csum, 0) << "a zero UDP checksum means none and must stay zero";
+               EXPECT_EQ(t.last().l4_csum, 0)
+                   << "a zero UDP checksum means none and must stay zero";
              }}}},
       // The echo identifier plays the port: the allocated one replaces it.
       {"IcmpEchoIsMasqueradedByIdentifierAndTheReplyReturns",
@@ -171,6 +172,33 @@ std::vector<PacketCase> NetdevCases() {
          .verdict = kTcOk,
          .unchanged = true,
          .effects = [](loader::Datapath& dp, const Trail&) { EXPECT_EQ(Count(dp.snat()), 0u); }}}},
+      // Another node's pod (native routing) or a client routed to pod addresses: delivered into
+      // the pod through its ingress policy, not through the node's stack.
+      {"TrafficFromTheNetworkToAPodHereIsDeliveredIntoIt",
+       {{.prog = Prog::kFromNet,
+         .in = Packet::Eth(kRouterMac, kNodeMac)
+                   .IPv4(kRemote, kPodIp, 64)
+                   .TCP(5555, 8080)
+                   .Payload("x"),
+         .verdict = kTcRedirect,
+         .out = {ToPod(63).TCP(5555, 8080).Payload("x")}}}},
+      // A packet Sluice routed out itself (maps/node.h) has nothing left to decide here: it
+      // leaves as it is, without the mark; any other mark is not Sluice's to clear.
+      {"PacketSluiceRoutedOutLeavesUntouchedAndUnmarked",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .effects = [](loader::Datapath& dp, const Trail&) { EXPECT_EQ(Count(dp.snat()), 0u); },
+         .mark_in = SLUICE_SKB_MARK_ROUTED,
+         .mark_out = 0}}},
+      {"AnotherProgramsMarkIsKeptAndThePacketMasqueraded",
+       {{.prog = Prog::kToNet,
+         .in = FromPodTo(kRemote).TCP(40000, 443),
+         .verdict = kTcOk,
+         .out = {[](const Trail& t) { return MasqueradedTo(kRemote).TCP(t.last().sport, 443); }},
+         .mark_in = 0x1234,
+         .mark_out = 0x1234}}},
       {"NodeOwnTrafficPassesUntouched",
        {{.prog = Prog::kToNet,
          .in = Packet::Eth(kNodeMac, kRouterMac).IPv4(kNodeIp, kRemote).TCP(50000, 22),

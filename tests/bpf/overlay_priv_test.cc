@@ -68,6 +68,18 @@ void AddPeer(loader::Datapath& dp, const char* prefix, uint32_t len, const char*
   ASSERT_TRUE(dp.tunnel4().Update(sluice_lpm4_key{len, Ip4(prefix)}, e).ok());
 }
 
+// The node's overlay on UDP `port`, and a masquerade mapping of that port on the node's address
+// back to pod A's port 5000, as a reply from the peer to it would find.
+void SetTunnelPortAndMapping(loader::Datapath& dp, uint16_t port) {
+  auto cfg = dp.node_config().Lookup(0);
+  ASSERT_TRUE(cfg.ok()) << cfg.status();
+  cfg->tunnel_port = port;
+  ASSERT_TRUE(dp.node_config().Update(0, *cfg).ok());
+  sluice_nat4_key reply{Ip4(kPeerIp), Ip4(kNodeIp), htons(40001), htons(port), IPPROTO_UDP, {}};
+  sluice_nat4_entry pod{Ip4("10.244.0.10"), htons(5000), 0, 0};
+  ASSERT_TRUE(dp.rnat().Update(reply, pod).ok());
+}
+
 // The tunnel key the step left: remote node, VNI 1, outer TTL 64.
 std::function<void(loader::Datapath&, const Trail&)> TunnelKeyTo(const char* node) {
   return [node](loader::Datapath&, const Trail&) {
@@ -130,6 +142,8 @@ std::vector<PacketCase> OverlayCases() {
          .verdict = kTcRedirect,
          .out = {FromA().IPv4("10.244.0.10", kRemotePod, 63).TCP(40000, 8080).Payload("hi")},
          .effects = TunnelKeyTo(kPeerIp),
+         // The encapsulated packet leaves the native device without its lookups.
+         .mark_out = SLUICE_SKB_MARK_ROUTED,
          .companion = "probe_from_pod"}}},
       {"UdpToAnotherNodesPodIsSentThroughTheTunnel",
        {{.in = FromA().IPv4("10.244.0.10", kRemotePod).UDP(5353, 53).Payload("q"),
@@ -265,6 +279,41 @@ std::vector<PacketCase> OverlayCases() {
          .out = {Packet::Eth(kHostBMac, kPodBMac)
                      .IPv4(kRemotePod, "10.244.0.11", 62)
                      .UDP(5353, 53)}}}},
+      {"DecapsulatedPingForALocalPodIsDelivered",
+       {{.prog = Prog::kFromOverlay,
+         .in = Packet::Eth(kRemoteMac, kHostAMac)
+                   .IPv4(kRemotePod, "10.244.0.11", 63)
+                   .IcmpEcho(7, 1)
+                   .Payload("ping"),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(kHostBMac, kPodBMac)
+                     .IPv4(kRemotePod, "10.244.0.11", 62)
+                     .IcmpEcho(7, 1)
+                     .Payload("ping")}}}},
+      // The overlay's own packets for this node (UDP to the tunnel port) skip the native device's
+      // lookups: even a masquerade mapping of that port is not looked at...
+      {"OverlayPacketForTheNodeTakesNoNativeDeviceLookup",
+       {{.prog = Prog::kFromNet,
+         .in = Packet::Eth(kRouterMac, kNodeMac)
+                   .IPv4(kPeerIp, kNodeIp)
+                   .UDP(40001, 8472)
+                   .Payload("vx"),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .setup = [](loader::Datapath& dp) { SetTunnelPortAndMapping(dp, 8472); }}}},
+      // ...unless the port is inside the masquerade range: then it may be a masqueraded flow's.
+      {"TunnelPortInsideTheMasqueradeRangeIsStillUnmasqueraded",
+       {{.prog = Prog::kFromNet,
+         .in = Packet::Eth(kRouterMac, kNodeMac)
+                   .IPv4(kPeerIp, kNodeIp)
+                   .UDP(40001, 62000)
+                   .Payload("vx"),
+         .verdict = kTcRedirect,
+         .out = {Packet::Eth(kHostAMac, kPodAMac)
+                     .IPv4(kPeerIp, "10.244.0.10", 63)
+                     .UDP(40001, 5000)
+                     .Payload("vx")},
+         .setup = [](loader::Datapath& dp) { SetTunnelPortAndMapping(dp, 62000); }}}},
       {"DecapsulatedPacketForTheNodeEntersTheStack",
        {{.prog = Prog::kFromOverlay,
          .in = Packet::Eth(kRemoteMac, kHostAMac).IPv4(kRemotePod, kNodeIp, 63).TCP(40000, 10250),

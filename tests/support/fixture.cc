@@ -1,7 +1,5 @@
 #include "support/fixture.h"
 
-#include <cstring>
-
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <linux/bpf.h>
@@ -9,6 +7,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cstring>
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
@@ -90,13 +89,15 @@ void DatapathTest::TearDown() {
 namespace {
 
 // BPF_PROG_TEST_RUN once on `in` with the program type's context `ctx`.
-RunResult TestRun(int prog_fd, const Bytes& in, const void* ctx, size_t ctx_size) {
+RunResult TestRun(int prog_fd, const Bytes& in, const void* ctx, size_t ctx_size,
+                  void* ctx_out = nullptr) {
   RunResult r;
   r.out.assign(in.size() + 256, 0);
   LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = r.out.data(),
               .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = ctx,
-              .ctx_size_in = static_cast<__u32>(ctx_size), .repeat = 1);
+              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = ctx, .ctx_out = ctx_out,
+              .ctx_size_in = static_cast<__u32>(ctx_size),
+              .ctx_size_out = ctx_out ? static_cast<__u32>(ctx_size) : 0u, .repeat = 1);
   int err = bpf_prog_test_run_opts(prog_fd, &opts);
   EXPECT_EQ(err, 0) << "BPF_PROG_TEST_RUN: " << strerror(errno);
   r.verdict = static_cast<int>(opts.retval);
@@ -106,10 +107,14 @@ RunResult TestRun(int prog_fd, const Bytes& in, const void* ctx, size_t ctx_size
 
 }  // namespace
 
-RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex) {
+RunResult DatapathTest::Run(int prog_fd, const Bytes& in, int ifindex, uint32_t mark) {
   struct __sk_buff ctx {};
   ctx.ifindex = ifindex;
-  return TestRun(prog_fd, in, &ctx, sizeof(ctx));
+  ctx.mark = mark;
+  struct __sk_buff out {};
+  RunResult r = TestRun(prog_fd, in, &ctx, sizeof(ctx), &out);
+  r.mark = out.mark;
+  return r;
 }
 
 RunResult DatapathTest::RunXdp(int prog_fd, const Bytes& in, int ifindex) {
@@ -262,13 +267,14 @@ void DatapathTest::RunCase(const PacketCase& c) {
     const uint64_t dir_drops_before = step.drop ? Drops(*step.drop, drop_dir) : 0;
     auto drops_before = DropCounts();
     const bool xdp = step.prog == Prog::kXdpNet;
-    RunResult r = xdp ? RunXdp(fd, in, step.ifindex) : Run(fd, in, step.ifindex);
+    RunResult r = xdp ? RunXdp(fd, in, step.ifindex) : Run(fd, in, step.ifindex, step.mark_in);
     // XDP counts only what it sends on (a pass is TC's to count); TC everything it does not drop.
     const bool dropped = xdp ? r.verdict == kXdpDrop : r.verdict == kTcShot;
     const bool sent_on = xdp ? r.verdict == kXdpTx || r.verdict == kXdpRedirect : !dropped;
     auto drops_after = DropCounts();
     std::string shown = absl::StrCat("input:\n", Layers(in), "\nactual output:\n", Layers(r.out));
     ASSERT_EQ(VerdictName(step.prog, r.verdict), VerdictName(step.prog, step.verdict)) << shown;
+    if (step.mark_out) EXPECT_EQ(r.mark, *step.mark_out) << "skb mark after the run\n" << shown;
 
     for (const auto& [reason, after] : drops_after) {
       uint64_t want = drops_before[reason] + (step.drop == reason ? 1 : 0);
@@ -306,8 +312,7 @@ void DatapathTest::RunCase(const PacketCase& c) {
       if (!decoded->later_fragment) EXPECT_TRUE(decoded->l4_csum_ok) << shown;
     }
     if (step.unchanged) {
-      EXPECT_EQ(PacketDiff(in, r.out), "") << "the output must be the input unchanged\n"
-                                          << shown;
+      EXPECT_EQ(PacketDiff(in, r.out), "") << "the output must be the input unchanged\n" << shown;
     }
     if (!step.out.empty()) {
       std::vector<Bytes> expected;
@@ -317,11 +322,11 @@ void DatapathTest::RunCase(const PacketCase& c) {
       if (!matched) {
         std::string why;
         for (size_t k = 0; k < expected.size(); ++k) {
-          absl::StrAppend(&why, "expected", expected.size() > 1 ? absl::StrCat(" (", k + 1, " of ",
-                                                                             expected.size(), ")")
-                                                                : "",
-                          ":\n", Layers(expected[k]), "\ndiffers from the actual output in:\n",
-                          PacketDiff(expected[k], r.out), "\n");
+          absl::StrAppend(
+              &why, "expected",
+              expected.size() > 1 ? absl::StrCat(" (", k + 1, " of ", expected.size(), ")") : "",
+              ":\n", Layers(expected[k]), "\ndiffers from the actual output in:\n",
+              PacketDiff(expected[k], r.out), "\n");
         }
         ADD_FAILURE() << "the output matches no expected packet\n" << shown << "\n" << why;
       }

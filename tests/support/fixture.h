@@ -10,15 +10,16 @@
 #include <string>
 #include <vector>
 
-#include "support/packet.h"
 #include "gtest/gtest.h"
 #include "loader/datapath.h"
+#include "support/packet.h"
 
 namespace sluice::testing {
 
 struct RunResult {
   int verdict = -1;
   Bytes out;
+  uint32_t mark = 0;  // TC: the skb's mark after the run
 };
 
 // ---- Packet tables (Katran's fixture style) ----------------------------------------------------
@@ -41,10 +42,9 @@ struct Trail {
 class Frame {
  public:
   Frame(const Packet& p) : bytes_(p.Build()) {}  // NOLINT: implicit by design
-  Frame(Bytes b) : bytes_(std::move(b)) {}         // NOLINT
+  Frame(Bytes b) : bytes_(std::move(b)) {}       // NOLINT
   template <typename F>
-    requires std::invocable<const F&, const Trail&>
-  Frame(F f) {  // NOLINT
+  requires std::invocable<const F&, const Trail&> Frame(F f) {  // NOLINT
     fn_ = [f = std::move(f)](const Trail& t) -> Bytes {
       auto made = f(t);
       if constexpr (std::same_as<decltype(made), Bytes>) {
@@ -79,6 +79,9 @@ struct Step {
   // Map side effects and other checks after the packet; the trail includes this step.
   std::function<void(loader::Datapath&, const Trail&)> effects;
   int ifindex = 1;  // lo: test_run receives on it
+  // TC: the skb's mark going in, and the mark it must have after the program (maps/node.h).
+  uint32_t mark_in = 0;
+  std::optional<uint32_t> mark_out;
   // Instead of `prog`: a program of a test's companion BPF object, by name (the test fills
   // DatapathTest::companions_), e.g. one that runs a production path and reads metadata back.
   std::string companion;
@@ -109,7 +112,7 @@ class DatapathTest : public ::testing::Test {
 
   // Runs `prog_fd` once on `in` as if received on `ifindex` (1 = lo; test_run needs a real
   // device for any other index).
-  RunResult Run(int prog_fd, const Bytes& in, int ifindex = 1);
+  RunResult Run(int prog_fd, const Bytes& in, int ifindex = 1, uint32_t mark = 0);
   // The same for an XDP program (the packet arrives on `ifindex`, rx queue 0).
   RunResult RunXdp(int prog_fd, const Bytes& in, int ifindex = 1);
   // Packets dropped under `reason`, in both directions / in direction `dir` (sluice_drop_dir).

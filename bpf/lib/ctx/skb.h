@@ -224,6 +224,12 @@ static __always_inline long ctx_fib_lookup(struct sluice_ctx *ctx, struct bpf_fi
 	return bpf_fib_lookup(ctx, fib, sizeof(*fib), 0);
 }
 
+/* skb->mark, for a note from one of Sluice's TC programs to another (maps/node.h). */
+static __always_inline void ctx_set_mark(struct sluice_ctx *ctx, __u32 mark)
+{
+	ctx->mark = mark;
+}
+
 /* Verdicts that send the packet on. */
 static __always_inline int ctx_redirect(__u32 ifindex)
 {
