@@ -208,6 +208,12 @@ static __always_inline int netdev_from_net(struct sluice_ctx *ctx, struct pkt4 *
 
 	if (netdev_tunnel_packet(cfg, pkt))
 		return CTX_ACT_OK;
+	/* This node's pod range holds no frontend (ClusterIPs are in the service range, NodePorts
+	 * on the node's address; an ExternalIP or LoadBalancer IP there would be a pod's address):
+	 * its traffic needs no service lookup. */
+	if (cfg && cfg->pod_cidr4_len &&
+	    ip4_in_prefix(pkt->daddr, cfg->pod_cidr4, cfg->pod_cidr4_len))
+		return netdev_to_pod(ctx, pkt);
 	if (ct4_tuple(pkt, &cp) == CT4_TUPLE) {
 		frontend = lb4_frontend(&cp, cfg, &key, &svc);
 		if (frontend != LB4_NONE)
