@@ -31,25 +31,15 @@
 #include <thread>
 #include <vector>
 
+#include "bench/tcp_listen.h"
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 int Serve(int port) {
-  signal(SIGPIPE, SIG_IGN);
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 4096) != 0) {
-    std::perror("conn_load serve: bind/listen");
-    return 1;
-  }
-  std::printf("listening on %d\n", port);
-  std::fflush(stdout);
+  int ls = sluice::bench::ListenTcp(port, 4096, "conn_load");
+  if (ls < 0) return 1;
   // Two acceptors: the client side may run more than one thread.
   auto loop = [ls] {
     char buf[512];

@@ -25,6 +25,8 @@
 #include <cstring>
 #include <vector>
 
+#include "bench/tcp_listen.h"
+
 namespace {
 
 int64_t NowNs() {
@@ -49,20 +51,8 @@ bool ReadByte(int fd, char* b) {
 }
 
 int Serve(int port) {
-  signal(SIGPIPE, SIG_IGN);
-  int ls = socket(AF_INET, SOCK_STREAM, 0);
-  int one = 1;
-  setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_port = htons(static_cast<uint16_t>(port));
-  a.sin_addr.s_addr = htonl(INADDR_ANY);
-  if (bind(ls, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 || listen(ls, 16) != 0) {
-    std::perror("tcp_rr serve: bind/listen");
-    return 1;
-  }
-  std::printf("listening on %d\n", port);
-  std::fflush(stdout);
+  int ls = sluice::bench::ListenTcp(port, 16, "tcp_rr");
+  if (ls < 0) return 1;
   for (;;) {
     int c = accept(ls, nullptr, nullptr);
     if (c < 0) continue;
