@@ -19,36 +19,36 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/strings/str_split.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "agent/base/cli.h"
 #include "agent/base/config_dir.h"
 #include "agent/base/files.h"
-#include "agent/base/cli.h"
 #include "agent/conntrack/gc.h"
 #include "agent/endpoint/api_server.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/endpoint_service.h"
 #include "agent/endpoint/endpoint_store.h"
-#include "agent/service/explain.h"
-#include "agent/service/health_check.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/k8s/watches.h"
-#include "agent/monitor/monitor.h"
-#include "agent/monitor/names.h"
-#include "agent/monitor/observe_server.h"
-#include "agent/monitor/ui.h"
+#include "agent/kernel/netlink.h"
+#include "agent/kernel/netns.h"
 #include "agent/metrics/agent_endpoints.h"
 #include "agent/metrics/agent_metrics.h"
 #include "agent/metrics/datapath_metrics.h"
 #include "agent/metrics/drop_window.h"
-#include "agent/routing/peer_route_sync.h"
-#include "agent/kernel/netlink.h"
-#include "agent/kernel/netns.h"
-#include "agent/routing/node_setup.h"
-#include "agent/service/reconciler.h"
-#include "agent/service/sync.h"
+#include "agent/monitor/monitor.h"
+#include "agent/monitor/names.h"
+#include "agent/monitor/observe_server.h"
+#include "agent/monitor/ui.h"
 #include "agent/policy/reconciler.h"
 #include "agent/policy/sync.h"
+#include "agent/routing/node_setup.h"
+#include "agent/routing/peer_route_sync.h"
+#include "agent/service/explain.h"
+#include "agent/service/health_check.h"
+#include "agent/service/reconciler.h"
+#include "agent/service/sync.h"
 #include "loader/cgroup.h"
 #include "loader/datapath.h"
 #include "loader/uninstall.h"
@@ -67,9 +67,11 @@ ABSL_FLAG(std::string, k8s_service_host, "",
           "cannot rely on the kubernetes Service before its own datapath is up)");
 ABSL_FLAG(std::string, k8s_service_port, "", "apiserver port, with --k8s_service_host");
 ABSL_FLAG(std::string, node_name, "", "this node's Node name (default: $NODE_NAME, hostname)");
-ABSL_FLAG(std::string, native_device, "", "node device for traffic leaving the node "
+ABSL_FLAG(std::string, native_device, "",
+          "node device for traffic leaving the node "
           "(default: the IPv4 default route's device)");
-ABSL_FLAG(std::string, node_ip, "", "address pod traffic is masqueraded to "
+ABSL_FLAG(std::string, node_ip, "",
+          "address pod traffic is masqueraded to "
           "(default: the native device's first IPv4 address)");
 ABSL_FLAG(bool, masquerade, true, "masquerade pod traffic leaving the node");
 ABSL_FLAG(std::vector<std::string>, non_masquerade_cidrs, {},
@@ -267,7 +269,8 @@ int Run() {
 
   // Kubernetes: used whenever the agent can reach an apiserver; required for ipam_mode=kubernetes.
   std::string ipam_mode = absl::GetFlag(FLAGS_ipam_mode);
-  if (ipam_mode.empty()) ipam_mode = absl::GetFlag(FLAGS_pod_cidr).empty() ? "kubernetes" : "static";
+  if (ipam_mode.empty())
+    ipam_mode = absl::GetFlag(FLAGS_pod_cidr).empty() ? "kubernetes" : "static";
   if (ipam_mode != "kubernetes" && ipam_mode != "static") {
     return Fail(absl::InvalidArgumentError("want kubernetes or static"), "--ipam_mode");
   }
@@ -302,9 +305,9 @@ int Run() {
     watch_metrics.emplace(metrics::Default(),
                           metrics::AddKubernetesCollector(metrics::Default(), k8s.get()));
   }
-  absl::StatusOr<IpPrefix> cidr =
-      ipam_mode == "kubernetes" ? k8s->WaitForPodCidr(absl::Minutes(10))
-                                : IpPrefix::Parse(absl::GetFlag(FLAGS_pod_cidr));
+  absl::StatusOr<IpPrefix> cidr = ipam_mode == "kubernetes"
+                                      ? k8s->WaitForPodCidr(absl::Minutes(10))
+                                      : IpPrefix::Parse(absl::GetFlag(FLAGS_pod_cidr));
   if (!cidr.ok()) return Fail(cidr.status(), "pod CIDR");
   NodeOptions node_opts;
   node_opts.pod_cidr = *cidr;
@@ -459,6 +462,21 @@ int Run() {
              absl::GetFlag(FLAGS_mtu) > 0 ? static_cast<uint32_t>(absl::GetFlag(FLAGS_mtu)) : 0));
   BpfEndpointDatapath endpoint_dp(**dp);
   EndpointService service(netlink, **ipam, **store, endpoint_dp, {.default_mtu = mtu});
+  metrics::ScopedCollector veth_metrics(
+      metrics::Default(), metrics::Default().AddCollector([&service](metrics::ScrapeSink& out) {
+        const LinkReaperStats s = service.link_reaper().stats();
+        out.Gauge("sluice_endpoint_veths_pending_delete",
+                  "Host veths of removed pods, down and waiting for the agent to delete them", {},
+                  static_cast<double>(service.link_reaper().pending()));
+        for (const auto& [result, n] : {std::pair{"deleted", s.deleted}, std::pair{"gone", s.gone},
+                                        std::pair{"failed", s.failed}}) {
+          out.Counter("sluice_endpoint_veth_deletes_total",
+                      "Host veths of removed pods the agent deleted after DEL answered "
+                      "(gone: already deleted or the name taken since; failed: left for the next "
+                      "start)",
+                      {{"result", result}}, static_cast<double>(n));
+        }
+      }));
   if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
   spdlog::info("restored {} endpoints", (*store)->size());
   ready.datapath_loaded.Reach();
@@ -469,8 +487,8 @@ int Run() {
   std::unique_ptr<PolicyReconciler> policy_reconciler;
   std::unique_ptr<PolicySync> policy_sync;
   if (k8s && absl::GetFlag(FLAGS_network_policy)) {
-    policy_maps = std::make_unique<BpfPolicyMaps>((*dp)->ipcache4(), (*dp)->policy4(),
-                                                  (*dp)->policy_ep());
+    policy_maps =
+        std::make_unique<BpfPolicyMaps>((*dp)->ipcache4(), (*dp)->policy4(), (*dp)->policy_ep());
     policy_reconciler = std::make_unique<PolicyReconciler>(*policy_maps);
     KubernetesState* kube = k8s.get();
     policy_sync = std::make_unique<PolicySync>(
@@ -487,8 +505,8 @@ int Run() {
   if (policy_sync) {
     policy_metrics.emplace(
         metrics::Default(),
-        metrics::Default().AddCollector([s = policy_sync.get(), r = policy_reconciler.get()](
-                                            metrics::ScrapeSink& out) {
+        metrics::Default().AddCollector([s = policy_sync.get(),
+                                         r = policy_reconciler.get()](metrics::ScrapeSink& out) {
           PolicySyncStats st = s->stats();
           PolicyApplyStats ap = r->stats();
           out.Counter("sluice_policy_applies_total",
@@ -509,8 +527,8 @@ int Run() {
           out.Gauge("sluice_policy_identities", "Label-set identities numbered on this node", {},
                     static_cast<double>(s->identity_count()));
           const std::pair<const char*, uint64_t> writes[] = {
-              {"ipcache_upsert", ap.ipcache_writes}, {"ipcache_delete", ap.ipcache_deletes},
-              {"allow_upsert", ap.allow_writes},     {"allow_delete", ap.allow_deletes},
+              {"ipcache_upsert", ap.ipcache_writes},   {"ipcache_delete", ap.ipcache_deletes},
+              {"allow_upsert", ap.allow_writes},       {"allow_delete", ap.allow_deletes},
               {"endpoint_upsert", ap.endpoint_writes}, {"endpoint_delete", ap.endpoint_deletes}};
           for (const auto& [op, n] : writes) {
             out.Counter("sluice_policy_map_writes_total",
@@ -534,10 +552,10 @@ int Run() {
   if (k8s) {
     std::vector<IpPrefix> base = node_opts.non_masquerade_cidrs;
     base.push_back(node_opts.pod_cidr);
-    peer_routes = std::make_unique<PeerRouteSync>(
-        *k8s, netlink, (*dp)->nomasq(), (*dp)->tunnel4(), base,
-        node_opts.routing_mode == RoutingMode::kNative &&
-            absl::GetFlag(FLAGS_auto_direct_node_routes));
+    peer_routes =
+        std::make_unique<PeerRouteSync>(*k8s, netlink, (*dp)->nomasq(), (*dp)->tunnel4(), base,
+                                        node_opts.routing_mode == RoutingMode::kNative &&
+                                            absl::GetFlag(FLAGS_auto_direct_node_routes));
   }
   // Service load balancing follows the Services and EndpointSlices (kube-proxy replacement).
   // Declared after everything it uses, so it stops first.
@@ -636,9 +654,9 @@ int Run() {
     if (!observe_opts.relay_address.empty()) {
       auto token = agent::ReadSmallFile(absl::GetFlag(FLAGS_relay_token_file));
       if (absl::GetFlag(FLAGS_relay_token_file).empty() || !token.ok()) {
-        return Fail(token.ok() ? absl::InvalidArgumentError("the relay needs a token")
-                               : token.status(),
-                    "--relay_address without a readable --relay_token_file");
+        return Fail(
+            token.ok() ? absl::InvalidArgumentError("the relay needs a token") : token.status(),
+            "--relay_address without a readable --relay_token_file");
       }
       std::string t = token->substr(0, token->find_first_of("\r\n"));
       if (t.size() < 16) {
@@ -702,7 +720,8 @@ int main(int argc, char** argv) {
       "sluice-agent [--kubeconfig=FILE --node_name=NAME | --pod_cidr=CIDR] [flags]: Sluice's node "
       "agent");
   if (std::string dir = absl::GetFlag(FLAGS_config_dir); !dir.empty()) {
-    auto applied = sluice::agent::ApplyConfigDir(dir, sluice::agent::FlagsOnCommandLine(argc, argv));
+    auto applied =
+        sluice::agent::ApplyConfigDir(dir, sluice::agent::FlagsOnCommandLine(argc, argv));
     if (!applied.ok()) return sluice::agent::Fail(applied.status(), "--config_dir");
     spdlog::info("configuration from {}: {}", dir, absl::StrJoin(*applied, ", "));
   }

@@ -85,17 +85,15 @@ void LinkReaper::Run() {
       queue_.pop_front();
       in_flight_ = item.name;
     }
-    Delete(item);
+    uint64_t LinkReaperStats::*outcome = Delete(item);
+    // Counted and no longer in flight at once: a reader never sees one without the other.
     absl::MutexLock l(&mu_);
+    ++(stats_.*outcome);
     in_flight_.clear();
   }
 }
 
-void LinkReaper::Delete(const Item& item) {
-  auto count = [&](uint64_t LinkReaperStats::*field) {
-    absl::MutexLock l(&mu_);
-    ++(stats_.*field);
-  };
+uint64_t LinkReaperStats::*LinkReaper::Delete(const Item& item) {
   // This thread is the reaper's own: it joins the veth's namespace when it is not in it already
   // (an agent serves one; tests serve several) so the netlink calls below, which act on the
   // calling thread's, reach it.
@@ -105,22 +103,24 @@ void LinkReaper::Delete(const Item& item) {
   if (!same && setns(item.netns.get(), CLONE_NEWNET) != 0) {
     spdlog::warn("cannot delete {} (ifindex {}): setns: {}", item.name, item.ifindex,
                  std::strerror(errno));
-    count(&LinkReaperStats::failed);
-    return;
+    return &LinkReaperStats::failed;
   }
   // Only the veth that was queued: one that took its name since is another's business.
   absl::StatusOr<LinkInfo> now = netlink_.LinkByName(item.name);
+  if (!now.ok() && !absl::IsNotFound(now.status())) {
+    spdlog::warn("cannot look at {} (ifindex {}): {}; the agent's next start removes it", item.name,
+                 item.ifindex, std::string(now.status().message()));
+    return &LinkReaperStats::failed;
+  }
   if (!now.ok() || now->ifindex != item.ifindex || now->alias != item.alias) {
-    count(&LinkReaperStats::gone);
-    return;
+    return &LinkReaperStats::gone;
   }
   if (absl::Status st = netlink_.DeleteLinkByIndex(item.ifindex); !st.ok()) {
     spdlog::warn("cannot delete {} (ifindex {}): {}; the agent's next start removes it", item.name,
                  item.ifindex, std::string(st.message()));
-    count(&LinkReaperStats::failed);
-    return;
+    return &LinkReaperStats::failed;
   }
-  count(&LinkReaperStats::deleted);
+  return &LinkReaperStats::deleted;
 }
 
 }  // namespace sluice::agent

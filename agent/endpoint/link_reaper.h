@@ -60,7 +60,8 @@ class LinkReaper {
   };
   void Run();
   // Deletes `item`'s veth when the link of that name in its namespace is still the queued one.
-  void Delete(const Item& item);
+  // Returns the counter of the outcome.
+  uint64_t LinkReaperStats::*Delete(const Item& item);
   bool QueuedOrInFlight(const std::string& ifname) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   Netlink& netlink_;

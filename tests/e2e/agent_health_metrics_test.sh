@@ -115,3 +115,18 @@ for want in "Agent:                 down" "Endpoints:             2" "ingress sl
   case $st in *"$want"*) ;; *) fail "status (agent down) lacks '$want': $st";; esac
 done
 log "ok: sluicectl status, config, version, -o json; status with the agent down"
+
+# 4. DEL answers with the pod's veth down; the agent's link reaper deletes it and counts it.
+AGENT_ARGS="--metrics_address=127.0.0.1:9962" start_agent
+hostif=$(endpoint_field b hostIfName)
+del_pod b || fail "DEL b"
+wait_for 5 link_absent "$NODE" "$hostif" || fail "host veth $hostif of b not deleted"
+# (The counter moves just after the link goes: poll the scrape.)
+reaped() {
+  ip netns exec "$NODE" curl -sf -m 3 http://127.0.0.1:9962/metrics >"$scrape" &&
+    [ "$(metric 'sluice_endpoint_veth_deletes_total\{result="deleted"\}')" = 1 ]
+}
+wait_for 5 reaped || fail "veth deletes: $(grep sluice_endpoint_veth "$scrape")"
+[ "$(metric sluice_endpoint_veths_pending_delete)" = 0 ] || fail "veths pending after the delete"
+[ "$(metric 'sluice_endpoint_veth_deletes_total\{result="failed"\}')" = 0 ] || fail "a failed delete"
+log "ok: DEL's veth deleted by the reaper and counted"
