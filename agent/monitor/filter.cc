@@ -78,8 +78,10 @@ bool Matches(const FlowFilter& filter, const Flow& flow) {
   if (!AnyOf(filter.drop_reasons, [&](const std::string& r) { return r == flow.drop_reason; }))
     return false;
   if (!AnyOf(filter.pods, [&](const std::string& want) {
-        auto [ns, name] = SplitName(want);
-        return any_peer([&](const FlowPeer& p) { return p.namespace_ == ns && p.pod == name; });
+        const auto split = SplitName(want);
+        return any_peer([&](const FlowPeer& p) {
+          return p.namespace_ == split.first && p.pod == split.second;
+        });
       }))
     return false;
   if (!AnyOf(filter.namespaces, [&](const std::string& ns) {
@@ -128,7 +130,9 @@ absl::StatusOr<FlowFilter> FilterFromJson(const nlohmann::json& j) {
     static constexpr const char* kKeys[] = {"pods",         "namespaces", "ips",
                                             "ports",        "protocols",  "verdict",
                                             "drop_reasons", "services",   "types"};
-    if (std::none_of(std::begin(kKeys), std::end(kKeys), [&](const char* k) { return key == k; })) {
+    const std::string& name = key;  // a structured binding: clang 14 cannot capture one
+    if (std::none_of(std::begin(kKeys), std::end(kKeys),
+                     [&](const char* k) { return name == k; })) {
       return absl::InvalidArgumentError(absl::StrCat("unknown filter ", key));
     }
   }

@@ -873,9 +873,9 @@ Addresses ClassifyAddressesImpl(const PolicyInput& in, CacheState* cache) {
     } else {
       // A cached pod: what its address was found to be, the first time.
       auto& seen = c.entry->addressed;
-      auto it = std::find_if(seen.begin(), seen.end(), [&](const CacheState::Pod::Addressed& a) {
-        return a.prefix == prefix;
-      });
+      const auto& want = prefix;  // a structured binding: clang 14 cannot capture one
+      auto it = std::find_if(seen.begin(), seen.end(),
+                             [&](const CacheState::Pod::Addressed& a) { return a.prefix == want; });
       if (it == seen.end()) {
         std::optional<LabelSet> l = with_cidrs(prefix, *c.labels);
         seen.push_back({prefix, l ? cache->Intern(std::move(*l)) : nullptr});

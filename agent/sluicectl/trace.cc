@@ -328,8 +328,9 @@ absl::StatusOr<Footprint> Collect(const CtMaps& cts, const maps::NatMap& snat,
     });
     if (!st.ok()) return st;
   }
-  for (auto [m, out] : {std::pair{&snat, &f.snat}, std::pair{&rnat, &f.rnat}}) {
-    st = m->ForEach([&](const sluice_nat4_key& k, const sluice_nat4_entry& v) {
+  for (auto pair : {std::pair{&snat, &f.snat}, std::pair{&rnat, &f.rnat}}) {
+    auto* out = pair.second;  // not a structured binding: clang 14 cannot capture one
+    st = pair.first->ForEach([&](const sluice_nat4_key& k, const sluice_nat4_entry& v) {
       if (Mine(k.saddr, k.sport, k.daddr, k.dport, saddr, sport_be) ||
           (v.addr == saddr && v.port == sport_be)) {
         out->push_back(k);
