@@ -24,6 +24,9 @@
 //   bpf_l4_csum_replace), non-service pod -> pod traffic through sluice_from_pod, and the same
 //   through sluice_from_pod built without its LB step (bench/bpf/pod_egress_no_lb.bpf.c), i.e.
 //   what pod -> pod cost before Services, against the same maps. Both validated like the rest.
+//   Ports are vouched free of backends (sluice_lb4_nbport) as the agent does after a full sync;
+//   the pod -> pod case also runs with nothing vouched (the cost of the reverse NAT lookup the
+//   map spares).
 // - Rounds interleave all cases in a shuffled order; each round takes the interquartile mean of
 //   its syscalls (the ns-granular u32 duration and interrupts make single runs coarse); the table
 //   shows the median over rounds.
@@ -46,6 +49,7 @@
 #include "bench_lb_floor.skel.h"
 #include "bench_pod_egress_no_lb.skel.h"
 #include "lb_cluster.h"
+#include "loader/backend_ports.h"
 #include "loader/datapath.h"
 #include "loader/skeleton.h"
 #include "support/fixture.h"
@@ -164,6 +168,18 @@ void AddEndpoint(loader::Datapath& dp, uint32_t addr, const Mac& mac, const Mac&
   if (auto st = dp.endpoints().Update(key, ep); !st.ok()) Die(st.ToString());
 }
 
+// Vouches for every port but the backends', or for none.
+void SetVouched(Cluster& c, bool on) {
+  loader::NonBackendPorts ports(c.dp->lb4_non_backend_ports());
+  if (on) {
+    if (auto v = ports.Vouch({htons(kBackendPort)}, {}); !v.ok()) Die(v.status().ToString());
+    return;
+  }
+  for (__u32 w = 0; w < SLUICE_LB4_NBPORT_WORDS; ++w) {
+    if (auto st = c.dp->lb4_non_backend_ports().Update(w, 0); !st.ok()) Die(st.ToString());
+  }
+}
+
 std::unique_ptr<Cluster> MakeCluster(uint32_t n) {
   auto c = std::make_unique<Cluster>();
   c->n = n;
@@ -189,6 +205,8 @@ std::unique_ptr<Cluster> MakeCluster(uint32_t n) {
   }
   if (auto st = ProgramCluster(*c->dp, n, kBackendsPerService, c->probed); !st.ok())
     Die(absl::StrCat(n, " services: ", st.ToString()));
+  // As the agent's pruning pass does: every port but the backends' is vouched free of backends.
+  SetVouched(*c, true);
   auto count = c->dp->lb4_services().Count();
   if (!count.ok() || *count != n * (kBackendsPerService + 1))
     Die(absl::StrCat("sluice_lb4_svc holds ", count.ok() ? *count : 0, " entries, want ",
@@ -256,7 +274,16 @@ bool CheckPodToPod(const Cluster& c, const RunOut& r) {
          d->dport == c.probed[0].port && d->eth_dst == BackendPodMac(0);
 }
 
-enum class Kind { kEmpty, kFirst, kEstablished, kFloor, kFloorL4, kPodToPod, kPodToPodNoLb };
+enum class Kind {
+  kEmpty,
+  kFirst,
+  kEstablished,
+  kFloor,
+  kFloorL4,
+  kPodToPod,
+  kPodToPodNoLb,
+  kPodToPodUnvouched,
+};
 
 struct Case {
   std::string label;
@@ -365,6 +392,14 @@ int main(int argc, char** argv) {
                    p2p_in});
   cases.push_back({"pod -> pod, from_pod without LB", Kind::kPodToPodNoLb, &c0, {}, no_lb_fd,
                    p2p_in});
+  // The same with sluice_lb4_nbport all zero (nothing vouched): what the LB step cost before
+  // the agent vouched for ports, a reverse NAT conntrack lookup that misses.
+  cases.push_back({"pod -> pod, no service, no port vouched",
+                   Kind::kPodToPodUnvouched,
+                   &c0,
+                   {},
+                   c0.dp->from_pod_fd(),
+                   p2p_in});
   for (auto& c : clusters) {
     cases.push_back(
         {absl::StrFormat("(a) first packet (CT miss), %u svc", c->n), Kind::kFirst, c.get(), {}});
@@ -387,11 +422,13 @@ int main(int argc, char** argv) {
       if (cs.kind == Kind::kEmpty) {
         for (int k = 0; k < kBatch; ++k) ns.push_back(TestRun(empty_fd, empty_in).ns);
       } else if (cs.fd >= 0) {
+        if (cs.kind == Kind::kPodToPodUnvouched) SetVouched(c0, false);
         for (int k = 0; k < kBatch; ++k) {
           auto r = TestRun(cs.fd, cs.in);
           if (r.verdict != kTcRedirect) Die(cs.label + ": verdict changed");
           ns.push_back(r.ns);
         }
+        if (cs.kind == Kind::kPodToPodUnvouched) SetVouched(c0, true);
       } else if (cs.kind == Kind::kEstablished) {
         const Bytes& in = established[cs.cluster];
         for (int k = 0; k < kBatch; ++k) {
@@ -453,6 +490,8 @@ int main(int argc, char** argv) {
   row("pod -> pod, without LB", p2p_no_lb, "");
   std::printf("pod -> pod: the LB step costs non-service traffic %.1f ns (target <= 10)\n",
               p2p - p2p_no_lb);
+  std::printf("pod -> pod: ... and %.1f ns with no port vouched (sluice_lb4_nbport all zero)\n",
+              med[{Kind::kPodToPodUnvouched, c0.n}] - empty - p2p_no_lb);
   const uint32_t lo = counts.front(), hi = counts.back();
   for (Kind k : {Kind::kFirst, Kind::kEstablished}) {
     double a = med[{k, lo}], b = med[{k, hi}];

@@ -130,6 +130,7 @@ class Datapath {
   maps::Frag4Map& frag4() { return frag4_; }
   maps::Lb4SourceRangeMap& lb4_source_ranges() { return lb4_srcr_; }
   maps::Lb4AffinityMap& lb4_affinity() { return lb4_aff_; }
+  maps::Lb4NonBackendPortMap& lb4_non_backend_ports() { return lb4_nbport_; }
   // Socket-level LB: the namespace it acts in, and per-socket reverse translation.
   maps::SockConfigMap& sock_config() { return sock_cfg_; }
   maps::Sock4RevNatMap& sock4_revnat() { return sock4_rnat_; }
@@ -175,6 +176,7 @@ class Datapath {
   maps::CtStatsMap ct_stats_;
   maps::Lb4SourceRangeMap lb4_srcr_;
   maps::Lb4AffinityMap lb4_aff_;
+  maps::Lb4NonBackendPortMap lb4_nbport_;
   maps::SockConfigMap sock_cfg_;
   maps::Sock4RevNatMap sock4_rnat_;
   maps::Ipcache4Map ipcache4_;

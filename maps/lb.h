@@ -14,6 +14,15 @@
 #define SLUICE_LB4_SRC_RANGES_MAX_ENTRIES 65536
 #define SLUICE_LB4_AFFINITY_MAX_ENTRIES 65536
 
+/* sluice_lb4_nbport (BPF_MAP_TYPE_ARRAY of __u32 words): ports no backend is on. Bit (port & 31)
+ * of word (port >> 5), the port in host order. A set bit vouches that no Service backend is on that
+ * port and no translated flow has its backend there: a packet from it is no backend's reply (the
+ * reverse NAT lookup is skipped) and a packet to it crosses no translated flow. A clear bit
+ * decides nothing, so all zero (a fresh map) is always correct. The agent clears a port's bit
+ * before it writes a backend on it and, once its first sync is written, sets the bits of every
+ * port but those of the programmed backends and of the conntrack entries of translated flows. */
+#define SLUICE_LB4_NBPORT_WORDS 2048
+
 /* Where a service address is reached from: a ClusterIP is one frontend; a NodePort is one
  * frontend per node address; ExternalIPs and LoadBalancer ingress IPs are frontends too. */
 enum sluice_lb_scope {

@@ -63,6 +63,7 @@ using CtStatsMap = MapOf<spec::sluice_ct_stats>;
 using Frag4Map = MapOf<spec::sluice_frag4>;
 using Lb4SourceRangeMap = MapOf<spec::sluice_lb4_srcr>;
 using Lb4AffinityMap = MapOf<spec::sluice_lb4_aff>;
+using Lb4NonBackendPortMap = MapOf<spec::sluice_lb4_nbport>;
 using SockConfigMap = MapOf<spec::sluice_sock_cfg>;
 using Sock4RevNatMap = MapOf<spec::sluice_sock4_rnat>;
 using PolicyDropMap = MapOf<spec::sluice_pol_drops>;

@@ -129,6 +129,8 @@ absl::Status BpfLbMaps::DeleteService(const sluice_lb4_key& key) {
   return svc_.Delete(key);
 }
 absl::Status BpfLbMaps::UpdateBackend(uint32_t id, const sluice_lb4_backend& v) {
+  // Before any slot can name it: a reply from its port must get its reverse NAT lookup.
+  if (nbport_) RETURN_IF_ERROR(nbport_->Claim(v.port));
   be_ids_.push_back(id);
   be_values_.push_back(v);
   return be_ids_.size() >= kMaxPending ? Flush() : absl::OkStatus();
@@ -205,6 +207,17 @@ absl::Status BpfLbMaps::ForEachSourceRange(
     const std::function<void(const sluice_lb4_srcrange_key&)>& fn) {
   RETURN_IF_ERROR(Flush());
   return srcr_.ForEach([&](const sluice_lb4_srcrange_key& k, const __u8&) { fn(k); });
+}
+
+absl::Status BpfLbMaps::VouchNonBackendPorts() {
+  if (!nbport_) return absl::OkStatus();
+  absl::flat_hash_set<uint16_t> ports;
+  RETURN_IF_ERROR(
+      ForEachBackend([&](uint32_t, const sluice_lb4_backend& v) { ports.insert(v.port); }));
+  absl::StatusOr<size_t> n = nbport_->Vouch(ports, {&ct_, ct_tcp_});
+  if (!n.ok()) return n.status();
+  spdlog::info("services: {} ports vouched free of backends ({} backend ports)", *n, ports.size());
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -986,7 +999,13 @@ absl::Status ServiceReconciler::PruneStale() {
   absl::Status st = AdmitPendingLocked();
   if (!st.ok()) ForgetWrittenLocked();
   absl::Status flushed = FlushLocked();
-  return st.ok() ? flushed : st;
+  if (st.ok()) st = flushed;
+  // The maps now hold every Service and only those: vouch for the ports no backend is on.
+  if (st.ok()) {
+    st = maps_.VouchNonBackendPorts();
+    if (!st.ok()) ++stats_.errors;
+  }
+  return st;
 }
 
 uint32_t ServiceReconciler::RevNatId(const IpAddress& addr, uint16_t port, uint8_t proto,

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "agent/service/translator.h"
+#include "loader/backend_ports.h"
 #include "maps/sluice_maps.h"
 
 namespace sluice::agent {
@@ -74,6 +75,10 @@ class LbMaps {
       const std::function<void(uint32_t, const sluice_lb4_revnat&)>& fn) = 0;
   virtual absl::Status ForEachSourceRange(
       const std::function<void(const sluice_lb4_srcrange_key&)>& fn) = 0;
+
+  // Once the maps hold every Service and nothing stale (after PruneStale): vouches for the ports
+  // no backend is on (sluice_lb4_nbport), so non-service traffic skips the reverse NAT lookup.
+  virtual absl::Status VouchNonBackendPorts() { return absl::OkStatus(); }
 };
 
 // LbMaps over the real (pinned) maps. The maps are borrowed and must outlive it.
@@ -89,9 +94,14 @@ class BpfLbMaps : public LbMaps {
  public:
   static constexpr size_t kMaxPending = 16384;
 
+  // ct is sluice_ct4_any (UDP flows); with nbport, ct_tcp (sluice_ct4) and nbport keep the ports
+  // no backend is on.
   BpfLbMaps(maps::Lb4ServiceMap& svc, maps::Lb4BackendMap& be, maps::Lb4RevNatMap& rnat,
-            maps::Lb4SourceRangeMap& srcr, maps::Ct4Map& ct, maps::Lb4AffinityMap* aff)
-      : svc_(svc), be_(be), rnat_(rnat), srcr_(srcr), ct_(ct), aff_(aff) {}
+            maps::Lb4SourceRangeMap& srcr, maps::Ct4Map& ct, maps::Lb4AffinityMap* aff,
+            maps::Ct4Map* ct_tcp = nullptr, maps::Lb4NonBackendPortMap* nbport = nullptr)
+      : svc_(svc), be_(be), rnat_(rnat), srcr_(srcr), ct_(ct), aff_(aff), ct_tcp_(ct_tcp) {
+    if (nbport != nullptr) nbport_.emplace(*nbport);
+  }
 
   absl::Status UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) override;
   absl::Status DeleteService(const sluice_lb4_key& key) override;
@@ -117,6 +127,7 @@ class BpfLbMaps : public LbMaps {
       const std::function<void(uint32_t, const sluice_lb4_revnat&)>& fn) override;
   absl::Status ForEachSourceRange(
       const std::function<void(const sluice_lb4_srcrange_key&)>& fn) override;
+  absl::Status VouchNonBackendPorts() override;
 
  private:
   maps::Lb4ServiceMap& svc_;
@@ -125,6 +136,8 @@ class BpfLbMaps : public LbMaps {
   maps::Lb4SourceRangeMap& srcr_;
   maps::Ct4Map& ct_;
   maps::Lb4AffinityMap* aff_;
+  maps::Ct4Map* ct_tcp_;
+  std::optional<loader::NonBackendPorts> nbport_;
   std::vector<uint32_t> be_ids_;
   std::vector<sluice_lb4_backend> be_values_;
   std::vector<uint32_t> rnat_ids_;

@@ -38,6 +38,17 @@ static __always_inline const struct sluice_lb4_backend *lb4_backend(__u32 backen
 	return bpf_map_lookup_elem(&sluice_lb4_be, &backend_id);
 }
 
+/* Whether the agent vouched that no backend is on port (sluice_lb4_nbport, maps/lb.h). An array
+ * lookup the verifier inlines: a few instructions, where the conntrack lookup it spares is a hash
+ * lookup. */
+static __always_inline int lb4_no_backend_on(__be16 port)
+{
+	__u32 p = bpf_ntohs(port), word = p >> 5;
+	const __u32 *bits = bpf_map_lookup_elem(&sluice_lb4_nbport, &word);
+
+	return bits && ((*bits >> (p & 31)) & 1);
+}
+
 /* A reply from a backend to a balanced flow leaves from the frontend; a hairpinned flow's reply
  * also goes back to the client's own address. Maps only. Returns LB4_REVNAT (t says where from),
  * or LB4_NONE when the packet is no such reply. */
@@ -47,6 +58,9 @@ static __always_inline int lb4_rev_nat_lookup(const struct ct4_pkt *p, struct lb
 	const struct sluice_lb4_revnat *rnat;
 	struct sluice_ct4_entry *ct;
 
+	/* A reply comes from its backend's port. */
+	if (lb4_no_backend_on(p->key.sport))
+		return LB4_NONE;
 	key.dir = SLUICE_CT_DIR_REPLY;
 	ct = ct4_lookup(&key);
 	if (!ct)
@@ -105,7 +119,8 @@ static __always_inline int lb4_rev_nat_rewrite(struct sluice_ctx *ctx, struct pk
  * UDP datagram, UDP has no opening) is done with the translated one, whose entries are stale
  * (closed, or idle until the GC): the reply entry is deleted, and the forward entry too when it
  * still names this backend (a later flow to the frontend is balanced afresh). Costs one lookup
- * for such a packet, none for a reply or a TCP segment of an open connection. */
+ * for such a packet, none for a reply, a TCP segment of an open connection or a port no backend
+ * is on. */
 static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 {
 	struct sluice_ct4_key rev = {
@@ -123,6 +138,8 @@ static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 
 	if (p->key.proto == IPPROTO_TCP &&
 	    (p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) != CT4_TCP_SYN)
+		return;
+	if (lb4_no_backend_on(p->key.dport))
 		return;
 	ct = ct4_find(&rev);
 	/* A hairpinned flow's reply entry is addressed to the gateway, never a client's own. */

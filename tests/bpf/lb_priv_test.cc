@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
-
-#include "support/fixture.h"
 #include "gmock/gmock.h"
+#include "loader/backend_ports.h"
+#include "support/fixture.h"
 
 namespace sluice::testing {
 namespace {
@@ -240,6 +240,21 @@ std::vector<Step> UdpExchange(uint16_t sport, bool zero_csum) {
   };
 }
 
+// A backend's SYN-ACK to the client of the flow the trail's first step balanced.
+Frame ReplyOf(uint16_t client_port) {
+  return [client_port](const Trail& t) {
+    int n = PodOf(t.out[0]);
+    return Packet::Eth(PodMac(n), HostMac(n))
+        .IPv4(FormatIp4(t.out[0].ip_dst), kClient)
+        .TCP(8080, client_port, kTcpSyn | kTcpAck);
+  };
+}
+
+// Vouches (sluice_lb4_nbport) for `port` alone: bit port & 31 of word port >> 5.
+void VouchOnly(loader::Datapath& dp, uint16_t port) {
+  ASSERT_TRUE(dp.lb4_non_backend_ports().Update(port >> 5, 1u << (port & 31)).ok());
+}
+
 std::vector<PacketCase> ClusterIpCases() {
   const Bytes udp_to_rejecting = Packet::Eth(kClientMac, kClientHostMac)
                                      .IPv4(kClient, kRejectIp)
@@ -282,6 +297,33 @@ std::vector<PacketCase> ClusterIpCases() {
              },
          .verdict = kTcRedirect,
          .out = {ToClient(kClusterIp).TCP(80, 40003, kTcpSyn | kTcpAck).Payload("200 OK")}}}},
+      // sluice_lb4_nbport: a port vouched free of backends skips the reverse NAT lookup, so a
+      // (wrong) vouch for the backend port leaves even a tracked flow's reply untranslated ...
+      {"ReplyFromAPortVouchedFreeOfBackendsSkipsTheReverseNat",
+       {{.in = ToService(40004),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 40004, kTcpSyn, "GET /")},
+        {.in = ReplyOf(40004),
+         .verdict = kTcRedirect,
+         .out = {[](const Trail& t) {
+           return ToClient(FormatIp4(t.out[0].ip_dst)).TCP(8080, 40004, kTcpSyn | kTcpAck);
+         }},
+         .setup = [](loader::Datapath& dp) { VouchOnly(dp, 8080); }}}},
+      // ... while vouching for every other port leaves it translated (bit order and byte order).
+      {"ReplyFromTheOnePortNotVouchedIsReverseTranslated",
+       {{.in = ToService(40005),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 40005, kTcpSyn, "GET /")},
+        {.in = ReplyOf(40005),
+         .verdict = kTcRedirect,
+         .out = {ToClient(kClusterIp).TCP(80, 40005, kTcpSyn | kTcpAck)},
+         .setup =
+             [](loader::Datapath& dp) {
+               loader::NonBackendPorts ports(dp.lb4_non_backend_ports());
+               auto n = ports.Vouch({htons(8080)}, {});
+               ASSERT_TRUE(n.ok()) << n.status();
+               EXPECT_EQ(*n, 65535u);
+             }}}},
       {"PacketsFromABackendOutsideATrackedFlowAreNotTranslated",
        {{.in = Packet::Eth(PodMac(21), HostMac(21))
                    .IPv4("10.244.0.21", kClient)
@@ -325,7 +367,8 @@ std::vector<PacketCase> ClusterIpCases() {
                             "service_rejected");
              }},
         // A RST is never answered.
-        {.in = Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kRejectIp).TCP(40021, 80, 0x04),
+        {.in =
+             Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kRejectIp).TCP(40021, 80, 0x04),
          .verdict = kTcShot,
          .drop = SLUICE_DROP_SERVICE_REJECTED}}},
       // The ICMP body quotes the original IP header and the UDP header (RFC 792).
@@ -381,8 +424,8 @@ std::vector<PacketCase> ClusterIpCases() {
                sluice_lb4_srcrange_key mine{32 + 24, htonl(6), Ip4("10.244.0.0")};
                ASSERT_TRUE(dp.lb4_source_ranges().Update(mine, 1).ok());
              },
-         .effects =
-             [](loader::Datapath&, const Trail& t) { EXPECT_NE(TcpBackendOf(t.last()), 0u); }},
+         .effects = [](loader::Datapath&,
+                       const Trail& t) { EXPECT_NE(TcpBackendOf(t.last()), 0u); }},
         // A range of another frontend (rev_nat_id 1) admits nobody here.
         {.in = Packet(to_lb_ip).TCP(45001, 80),
          .verdict = kTcShot,

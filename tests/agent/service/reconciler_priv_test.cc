@@ -207,6 +207,45 @@ TEST_F(ServiceReconcilerPrivTest, PruneStaleRemovesOnlyWhatNoServiceClaimed) {
   EXPECT_EQ(Entries(dp_->lb4_revnat()), 1u);
 }
 
+// sluice_lb4_nbport: the pruning pass vouches for every port but the backends' and the backend
+// ports of translated flows still in conntrack; a backend on a vouched port is claimed (its bit
+// cleared) before it is written.
+TEST_F(ServiceReconcilerPrivTest,
+       PortsNoBackendIsOnAreVouchedAfterPruningAndClaimedForANewBackend) {
+  lb_ = std::make_unique<BpfLbMaps>(dp_->lb4_services(), dp_->lb4_backends(), dp_->lb4_revnat(),
+                                    dp_->lb4_source_ranges(), dp_->ct4_any(), &dp_->lb4_affinity(),
+                                    &dp_->ct4(), &dp_->lb4_non_backend_ports());
+  auto vouched = [&](uint16_t port) {
+    auto bits = dp_->lb4_non_backend_ports().Lookup(port >> 5);
+    EXPECT_TRUE(bits.ok());
+    return bits.ok() && ((*bits >> (port & 31)) & 1);
+  };
+  auto r = NewReconciler();
+  ASSERT_TRUE(r->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})})).ok());
+  // Nothing is vouched before the pass that knows every Service.
+  EXPECT_FALSE(vouched(7070));
+  // A translated TCP flow whose backend, on 9090, is gone from every Service (its reply entry's
+  // source port), and a flow only policy tracks (no reverse NAT) on 7070.
+  AddFlow(9090, IPPROTO_TCP, /*rev_nat_id=*/1, /*backend_id=*/1);
+  AddFlow(7070, IPPROTO_UDP, /*rev_nat_id=*/0, /*backend_id=*/0);
+  ASSERT_TRUE(r->PruneStale().ok());
+  EXPECT_FALSE(vouched(8080));
+  EXPECT_FALSE(vouched(9090));
+  EXPECT_TRUE(vouched(7070));
+  EXPECT_TRUE(vouched(80));
+  EXPECT_TRUE(vouched(1));
+  EXPECT_TRUE(vouched(65535));
+
+  LbFrontend f;
+  f.addr = Ip("10.96.0.11");
+  f.port = 53;
+  f.proto = IPPROTO_UDP;
+  f.backends.push_back(LbBackend{Ip("10.244.1.5"), 7070, IPPROTO_UDP});
+  ASSERT_TRUE(r->Apply("default/dns", T({f})).ok());
+  EXPECT_FALSE(vouched(7070));
+  EXPECT_THAT(Backends("10.96.0.11", 53, IPPROTO_UDP), ElementsAre("10.244.1.5:7070"));
+}
+
 TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsUdpFlowsButKeepsTcpOnes) {
   auto r = NewReconciler();
   auto both = [](std::vector<std::string> bes) {
