@@ -21,6 +21,7 @@
 #
 # usage: bench/service_conn_bench.sh BUILD_DIR [--services "1 1000 5000 10000"] [--rounds 5]
 #          [--seconds 3] [--per-service 3] [--threads 1] [--modes "sluice legacy ipt-nft nftables"]
+#          [--pin]
 set -euo pipefail
 BUILD=$(cd "${1:?usage: $0 BUILD_DIR [options]}" && pwd)
 shift
@@ -30,6 +31,7 @@ ROUNDS=5
 SECONDS_PER_RUN=3
 PER_SERVICE=3
 THREADS=1
+PIN=
 MODES="sluice legacy ipt-nft nftables"
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -38,12 +40,22 @@ while [ $# -gt 0 ]; do
     --seconds) SECONDS_PER_RUN=$2; shift 2 ;;
     --per-service) PER_SERVICE=$2; shift 2 ;;
     --threads) THREADS=$2; shift 2 ;;
+    --pin) PIN=1; shift ;;
     --modes) MODES=$2; shift 2 ;;
     *) echo "service_conn_bench.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "service_conn_bench.sh: needs root" >&2; exit 1; }
 LOAD=$BUILD/bench/conn_load
+# --pin: the client on CPU 0, the servers on CPU 1 (the datapath runs in softirq on the sender's
+# CPU), so each side's socket work does not share a CPU with the other's.
+SERVER_CPU=
+CLIENT_CPU=
+if [ -n "$PIN" ]; then
+  [ "$(nproc)" -ge 2 ] || { echo "service_conn_bench.sh: --pin needs 2 CPUs" >&2; exit 1; }
+  SERVER_CPU="taskset -c 1"
+  CLIENT_CPU="taskset -c 0"
+fi
 SETUP=$BUILD/bench/sluice_lb_setup
 GEN=$HERE/gen_kube_proxy_rules.py
 for b in "$LOAD" "$SETUP"; do
@@ -103,7 +115,7 @@ make_topology() {
     in_ns "$ns" ip neigh replace $GW lladdr "$mac" dev eth0 nud permanent
   done
   in_ns "$c" sysctl -qw net.ipv4.ip_local_port_range="1024 65535" net.ipv4.tcp_tw_reuse=1
-  in_ns "$s" "$LOAD" serve 8080 >"$WORK/$t.server.log" 2>&1 &
+  in_ns "$s" $SERVER_CPU "$LOAD" serve 8080 >"$WORK/$t.server.log" 2>&1 &
   SERVER_PIDS+=($!)
   local i
   for i in $(seq 1 100); do  # wait for the listener, 10s at most
@@ -167,7 +179,7 @@ hooks=$(bpftool cgroup tree 2>/dev/null | grep -c connect4 || true)
 RESULTS=$WORK/results
 : >"$RESULTS"
 echo "# per-service backends: $PER_SERVICE; ${SECONDS_PER_RUN}s per measurement after 0.5s warm-up," \
-  "$THREADS client thread(s), $ROUNDS rounds in shuffled order; $(nproc) CPUs, $(uname -r)"
+  "$THREADS client thread(s), $ROUNDS rounds in shuffled order; $(nproc) CPUs, $(uname -r)${PIN:+; client pinned to CPU 0, servers to CPU 1}"
 first=1
 for nsvc in $SERVICES; do
   modes=$MODES
@@ -189,7 +201,7 @@ for nsvc in $SERVICES; do
   done
   for r in $(seq 1 "$ROUNDS"); do
     for m in $(printf '%s\n' $modes | shuf); do
-      out=$(in_ns "$PFX-$m-c" "$LOAD" client "$cip" 80 --seconds="$SECONDS_PER_RUN" --warmup=0.5 \
+      out=$(in_ns "$PFX-$m-c" $CLIENT_CPU "$LOAD" client "$cip" 80 --seconds="$SECONDS_PER_RUN" --warmup=0.5 \
         --threads="$THREADS") || echo "service_conn_bench.sh: $m N=$nsvc round $r: no connection completed: $out" >&2
       echo "$nsvc $m $r $out" >>"$RESULTS"
       echo "# N=$nsvc $m round $r: $out"

@@ -113,7 +113,7 @@ int main(int argc, char** argv) {
   if (!dp.ok()) Die(absl::StrCat("Datapath::Load: ", dp.status().ToString()));
   auto& d = **dp;
   agent::BpfLbMaps maps(d.lb4_services(), d.lb4_backends(), d.lb4_revnat(), d.lb4_source_ranges(),
-                        d.ct4_any(), &d.lb4_affinity());
+                        d.ct4_any(), &d.lb4_affinity(), &d.ct4(), &d.lb4_non_backend_ports());
 
   std::vector<std::pair<std::string, std::optional<agent::ServiceTranslation>>> changes;
   changes.reserve(services);

@@ -159,7 +159,7 @@ double Generate(int gen_fd, const testing::Bytes& frame, uint32_t count) {
   ctx.data_end = static_cast<__u32>(frame.size());
   LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
               .data_size_in = static_cast<__u32>(frame.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = count, .flags = BPF_F_TEST_XDP_LIVE_FRAMES,
+              .ctx_size_in = sizeof(ctx), .repeat = static_cast<int>(count), .flags = BPF_F_TEST_XDP_LIVE_FRAMES,
               .batch_size = 64);
   auto start = std::chrono::steady_clock::now();
   if (bpf_prog_test_run_opts(gen_fd, &opts) != 0) return -1;
@@ -371,7 +371,7 @@ int Run(uint32_t frames, int rounds) {
                 .data_size_in = static_cast<__u32>(frame.size()),
                 .data_size_out = static_cast<__u32>(out.size()),
                 .ctx_in = xdp ? static_cast<void*>(&xctx) : static_cast<void*>(&sctx),
-                .ctx_size_in = xdp ? sizeof(xctx) : sizeof(sctx), .repeat = 1);
+                .ctx_size_in = static_cast<__u32>(xdp ? sizeof(xctx) : sizeof(sctx)), .repeat = 1);
     if (bpf_prog_test_run_opts(fd, &opts) != 0) return Fail("test_run");
     out.resize(opts.data_size_out);
     auto d = testing::Decode(out);
