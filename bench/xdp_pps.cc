@@ -159,8 +159,8 @@ double Generate(int gen_fd, const testing::Bytes& frame, uint32_t count) {
   ctx.data_end = static_cast<__u32>(frame.size());
   LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = frame.data(),
               .data_size_in = static_cast<__u32>(frame.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = static_cast<int>(count), .flags = BPF_F_TEST_XDP_LIVE_FRAMES,
-              .batch_size = 64);
+              .ctx_size_in = sizeof(ctx), .repeat = static_cast<int>(count),
+              .flags = BPF_F_TEST_XDP_LIVE_FRAMES, .batch_size = 64);
   auto start = std::chrono::steady_clock::now();
   if (bpf_prog_test_run_opts(gen_fd, &opts) != 0) return -1;
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
