@@ -47,7 +47,9 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	dst = lb4_in_service_cidr(cfg, pkt.daddr) ? NULL : lookup_ep4(pkt.daddr);
 	lb = LB4_NONE;
 	policy4_flow_of(&pkt, &sent);
-	if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
+	if (dst && lb4_plain_to_endpoint(&pkt)) {
+		/* no LB step */
+	} else if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
 		lb = dst ? lb4_rev_nat(skb, &pkt, &p) : lb4_from_pod(skb, &pkt, &p, cfg);
 		if (lb < 0)
 			return lb;

@@ -49,6 +49,15 @@ static __always_inline int lb4_no_backend_on(__be16 port)
 	return bits && ((*bits >> (p & 31)) & 1);
 }
 
+/* Whether a packet to a local pod (never a frontend) is surely no Service's: a TCP segment that
+ * opens nothing (no crossed flow to clear) from a port no backend is on (no reply). The common
+ * case of pod -> pod traffic, decided with one array lookup and no conntrack tuple. */
+static __always_inline int lb4_plain_to_endpoint(const struct pkt4 *pkt)
+{
+	return pkt->proto == IPPROTO_TCP && (pkt->flags & PKT4_F_TCP_FLAGS) &&
+	       !(pkt->tcp_flags & CT4_TCP_SYN) && lb4_no_backend_on(pkt->sport);
+}
+
 /* A reply from a backend to a balanced flow leaves from the frontend; a hairpinned flow's reply
  * also goes back to the client's own address. Maps only. Returns LB4_REVNAT (t says where from),
  * or LB4_NONE when the packet is no such reply. */

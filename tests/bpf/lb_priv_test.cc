@@ -240,13 +240,14 @@ std::vector<Step> UdpExchange(uint16_t sport, bool zero_csum) {
   };
 }
 
-// A backend's SYN-ACK to the client of the flow the trail's first step balanced.
-Frame ReplyOf(uint16_t client_port) {
-  return [client_port](const Trail& t) {
+// A backend's segment (a SYN-ACK unless told) to the client of the flow the trail's first step
+// balanced.
+Frame ReplyOf(uint16_t client_port, uint8_t flags = kTcpSyn | kTcpAck) {
+  return [client_port, flags](const Trail& t) {
     int n = PodOf(t.out[0]);
     return Packet::Eth(PodMac(n), HostMac(n))
         .IPv4(FormatIp4(t.out[0].ip_dst), kClient)
-        .TCP(8080, client_port, kTcpSyn | kTcpAck);
+        .TCP(8080, client_port, flags);
   };
 }
 
@@ -308,7 +309,13 @@ std::vector<PacketCase> ClusterIpCases() {
          .out = {[](const Trail& t) {
            return ToClient(FormatIp4(t.out[0].ip_dst)).TCP(8080, 40004, kTcpSyn | kTcpAck);
          }},
-         .setup = [](loader::Datapath& dp) { VouchOnly(dp, 8080); }}}},
+         .setup = [](loader::Datapath& dp) { VouchOnly(dp, 8080); }},
+        // A plain ACK takes the pod -> pod shortcut (no conntrack tuple): untranslated too.
+        {.in = ReplyOf(40004, kTcpAck),
+         .verdict = kTcRedirect,
+         .out = {[](const Trail& t) {
+           return ToClient(FormatIp4(t.out[0].ip_dst)).TCP(8080, 40004, kTcpAck);
+         }}}}},
       // ... while vouching for every other port leaves it translated (bit order and byte order).
       {"ReplyFromTheOnePortNotVouchedIsReverseTranslated",
        {{.in = ToService(40005),
@@ -323,7 +330,11 @@ std::vector<PacketCase> ClusterIpCases() {
                auto n = ports.Vouch({htons(8080)}, {});
                ASSERT_TRUE(n.ok()) << n.status();
                EXPECT_EQ(*n, 65535u);
-             }}}},
+             }},
+        // A plain ACK from it is no pod -> pod shortcut either.
+        {.in = ReplyOf(40005, kTcpAck),
+         .verdict = kTcRedirect,
+         .out = {ToClient(kClusterIp).TCP(80, 40005, kTcpAck)}}}},
       {"PacketsFromABackendOutsideATrackedFlowAreNotTranslated",
        {{.in = Packet::Eth(PodMac(21), HostMac(21))
                    .IPv4("10.244.0.21", kClient)
