@@ -28,7 +28,7 @@ absl::StatusOr<size_t> NonBackendPorts::Vouch(const absl::flat_hash_set<uint16_t
   for (uint16_t port : backend_ports) used.set(ntohs(port));
   for (maps::Ct4Map* ct : conntrack) {
     if (ct == nullptr) continue;
-    absl::Status st = ct->ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& e) {
+    absl::Status st = ct->ForEachBatch([&](const sluice_ct4_key& k, const sluice_ct4_entry& e) {
       if (e.rev_nat_id == 0) return;  // no translated flow (a policy-tracked one)
       if (k.dir == SLUICE_CT_DIR_REPLY) used.set(ntohs(k.sport));
       if (e.backend_port != 0) used.set(ntohs(e.backend_port));

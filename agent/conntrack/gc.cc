@@ -26,24 +26,11 @@ struct Entry {
 // Every entry of the map, read with BPF_MAP_LOOKUP_BATCH (a few syscalls for the whole map).
 // Entries the datapath adds or deletes meanwhile may be missed or seen: the next pass sees them.
 absl::Status ReadAll(const maps::Ct4Map& map, std::vector<Entry>& out) {
-  std::vector<sluice_ct4_key> keys(kBatch);
-  std::vector<sluice_ct4_entry> values(kBatch);
-  // The batch token is the hash bucket to continue from (4 bytes); room for a key to be safe.
-  sluice_ct4_key in{}, next{};
-  void* in_batch = nullptr;
-  while (true) {
-    uint32_t count = kBatch;
-    int rc = bpf_map_lookup_batch(map.fd(), in_batch, &next, keys.data(), values.data(), &count,
-                                  nullptr);
-    const int err = rc != 0 ? errno : 0;
-    for (uint32_t i = 0; i < count; ++i) out.push_back({keys[i], values[i]});
-    if (rc != 0) {
-      if (err == ENOENT) return absl::OkStatus();  // the end of the map
-      return ErrnoStatus(err, "conntrack batch lookup");
-    }
-    in = next;
-    in_batch = &in;
-  }
+  return map.ForEachBatch(
+      [&](const sluice_ct4_key& k, const sluice_ct4_entry& v) {
+        out.push_back({k, v});
+      },
+      kBatch);
 }
 
 // Deletes `keys` with BPF_MAP_DELETE_BATCH. A key the datapath or an LRU eviction removed
