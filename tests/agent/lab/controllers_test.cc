@@ -255,13 +255,15 @@ TEST_F(ControllersTest, SliceFollowsPodChanges) {
 }
 
 TEST_F(ControllersTest, NodesGetDistinctPodCidrs) {
-  for (const char* n : {"n1", "n2"}) {
-    ASSERT_TRUE(store_->Create(Resource("nodes"), {{"metadata", {{"name", n}}}}).ok());
-  }
+  // The preset node first: the allocator runs meanwhile, and a node created before it could
+  // already hold its CIDR.
   ASSERT_TRUE(store_
                   ->Create(Resource("nodes"), {{"metadata", {{"name", "preset"}}},
                                                {"spec", {{"podCIDR", "10.244.0.0/24"}}}})
                   .ok());
+  for (const char* n : {"n1", "n2"}) {
+    ASSERT_TRUE(store_->Create(Resource("nodes"), {{"metadata", {{"name", n}}}}).ok());
+  }
   std::set<std::string> cidrs;
   ASSERT_TRUE(Eventually([&] {
     cidrs.clear();
