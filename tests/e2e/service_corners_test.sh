@@ -262,9 +262,19 @@ def ask(kind, port, dst):
         s.bind(("0.0.0.0", port))
         s.connect(dst)
         s.sendall(b"hostname\n")
-        if kind == socket.SOCK_STREAM:
-            s.shutdown(socket.SHUT_WR)
-        return s.recv(100).decode().strip()
+        if kind != socket.SOCK_STREAM:
+            return s.recv(100).decode().strip()
+        # TCP: read to the server's FIN, so the connection is over on both ends before the
+        # next one from this port. (The backend sees the translated flow and the direct one
+        # with the same 4-tuple: a SYN racing the old connection's FIN meets a half-closed
+        # socket there, as it would behind any NAT, and may wait for a retransmission.)
+        s.shutdown(socket.SHUT_WR)
+        got = b""
+        while True:
+            part = s.recv(100)
+            if not part:
+                return got.decode().strip()
+            got += part
     except OSError as e:
         return type(e).__name__
     finally:
