@@ -6,9 +6,12 @@
 //
 // With --floor, the same process then loads a second Datapath (on DIR-floor) and writes the
 // entries the reconciler wrote (backends, reverse NAT, slots, masters, wildcard masters), built
-// before the clock starts, straight through Map::UpdateBatch: one BPF_MAP_UPDATE_BATCH per map
-// and per kMaxPending entries, as BpfLbMaps issues them. That is the physical limit of the
-// reconciler's writes on this kernel; the ratio reconciler / floor is printed.
+// before the clock starts, straight through the maps' UpdateBatch: stores into sluice_lb4_be's
+// mapped slots, one BPF_MAP_UPDATE_BATCH per hash map and per kMaxPending entries, as BpfLbMaps
+// issues them. That is the physical limit of the reconciler's writes on this kernel; the ratio
+// reconciler / floor is printed. It also writes the backends into a hash map made as
+// sluice_lb4_be was before it became a slot array (BPF_F_NO_PREALLOC): old_layout_floor_ms is
+// the limit the earlier layout put on the same programming, measured in the same run.
 //
 // usage: sluice_reconcile_setup --bpffs=DIR --services=N --per-service=E [--floor]
 #include <arpa/inet.h>
@@ -68,7 +71,12 @@ void WriteBatches(M& map, const std::vector<K>& keys, const std::vector<V>& valu
   }
 }
 
-double FloorMs(const std::string& dir, sluice::loader::Datapath& from) {
+struct Floor {
+  double ms = 0;             // this layout
+  double old_layout_ms = 0;  // backends in a hash map instead of the slot array
+};
+
+Floor FloorMs(const std::string& dir, sluice::loader::Datapath& from) {
   std::vector<uint32_t> be_ids, rnat_ids;
   std::vector<sluice_lb4_backend> be_values;
   std::vector<sluice_lb4_revnat> rnat_values;
@@ -79,12 +87,22 @@ double FloorMs(const std::string& dir, sluice::loader::Datapath& from) {
   Collect(from.lb4_services(), &svc_keys, &svc_values);
   auto dp = sluice::loader::Datapath::Load(dir);
   if (!dp.ok()) Die(absl::StrCat("Datapath::Load (floor): ", dp.status().ToString()));
-  auto t0 = std::chrono::steady_clock::now();
+  LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "old_lb4_be", sizeof(uint32_t),
+                          sizeof(sluice_lb4_backend), (*dp)->lb4_backends().size(), &opts);
+  if (fd < 0) Die(absl::StrCat("create the old layout's backend map: ", std::strerror(errno)));
+  sluice::maps::Map<uint32_t, sluice_lb4_backend> old_be{sluice::maps::MapFd(fd)};
+  using Clock = std::chrono::steady_clock;
+  auto ms = [](Clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); };
+  auto t0 = Clock::now();
   WriteBatches((*dp)->lb4_backends(), be_ids, be_values);
+  auto t1 = Clock::now();
   WriteBatches((*dp)->lb4_revnat(), rnat_ids, rnat_values);
   WriteBatches((*dp)->lb4_services(), svc_keys, svc_values);
-  auto t1 = std::chrono::steady_clock::now();
-  return std::chrono::duration<double, std::milli>(t1 - t0).count();
+  auto t2 = Clock::now();
+  WriteBatches(old_be, be_ids, be_values);
+  auto t3 = Clock::now();
+  return Floor{.ms = ms(t2 - t0), .old_layout_ms = ms(t2 - t1) + ms(t3 - t2)};
 }
 
 }  // namespace
@@ -153,8 +171,11 @@ int main(int argc, char** argv) {
       svc_entries.ok() ? *svc_entries : 0);
   if (stats.errors != 0) return 1;
   if (floor) {
-    const double floor_ms = FloorMs(bpffs + "-floor", d);
-    std::printf("floor_ms=%.1f reconcile_x_floor=%.2f\n", floor_ms, reconcile_ms / floor_ms);
+    const Floor f = FloorMs(bpffs + "-floor", d);
+    std::printf(
+        "floor_ms=%.1f reconcile_x_floor=%.2f old_layout_floor_ms=%.1f "
+        "reconcile_x_old_layout_floor=%.2f\n",
+        f.ms, reconcile_ms / f.ms, f.old_layout_ms, reconcile_ms / f.old_layout_ms);
   }
   return 0;
 }

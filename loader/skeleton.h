@@ -11,6 +11,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -55,19 +56,67 @@ class Skeleton {
     if (configure) {
       if (auto st = configure(raw); !st.ok()) return st;
     }
-    DropIncompatiblePins(raw->obj);
+    std::vector<CarryOver> carried = DropIncompatiblePins(raw->obj);
     if (int err = SkeletonOps<Skel>::Load(raw); err != 0) {
       return ErrnoStatus(-err, absl::StrCat("load BPF object ", SkeletonOps<Skel>::kName,
                                                   " (pins under ", pin_root,
                                                   "; libbpf logs the verifier output)"));
     }
+    for (const CarryOver& c : carried) c.WriteInto(raw->obj);
     return skel;
   }
 
+  // The entries of a replaced hash map (u32 keys) that its successor, an array with the same
+  // value size, takes over: an upgrade that turned sluice_lb4_be into a slot array keeps every
+  // backend whose id fits.
+  struct CarryOver {
+    std::string name;
+    uint32_t value_size = 0;
+    std::vector<uint32_t> keys;
+    std::vector<char> values;
+
+    static bool Applies(const bpf_map_info& old, const struct bpf_map* map) {
+      return old.type == BPF_MAP_TYPE_HASH && bpf_map__type(map) == BPF_MAP_TYPE_ARRAY &&
+             old.key_size == sizeof(uint32_t) && bpf_map__key_size(map) == sizeof(uint32_t) &&
+             old.value_size == bpf_map__value_size(map);
+    }
+    // Reads the old map's entries (before its pin goes).
+    static CarryOver Read(int fd, const bpf_map_info& old, const char* name) {
+      CarryOver c{.name = name, .value_size = old.value_size};
+      uint32_t key = 0, next = 0;
+      const uint32_t* cur = nullptr;
+      std::vector<char> value(old.value_size);
+      while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+        if (bpf_map_lookup_elem(fd, &next, value.data()) == 0) {
+          c.keys.push_back(next);
+          c.values.insert(c.values.end(), value.begin(), value.end());
+        }
+        key = next;
+        cur = &key;
+      }
+      return c;
+    }
+    void WriteInto(struct bpf_object* obj) const {
+      struct bpf_map* map = bpf_object__find_map_by_name(obj, name.c_str());
+      if (map == nullptr) return;
+      const uint32_t max = bpf_map__max_entries(map);
+      size_t kept = 0;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (keys[i] < max && bpf_map_update_elem(bpf_map__fd(map), &keys[i],
+                                                 values.data() + i * value_size, BPF_ANY) == 0)
+          ++kept;
+      }
+      spdlog::warn("map {}: {} of {} entries carried over from the replaced map", name, kept,
+                   keys.size());
+    }
+  };
+
   // A pin left by an agent whose map layout differs (an upgrade that changed the ABI) cannot be
   // reused, and libbpf would refuse to load: such a pin is removed, with a warning, so this load
-  // creates the map afresh (its old contents are lost; everything else keeps its state).
-  static void DropIncompatiblePins(struct bpf_object* obj) {
+  // creates the map afresh (its old contents are lost, but for a CarryOver; everything else keeps
+  // its state).
+  static std::vector<CarryOver> DropIncompatiblePins(struct bpf_object* obj) {
+    std::vector<CarryOver> carried;
     struct bpf_map* map;
     bpf_object__for_each_map(map, obj) {
       const char* path = bpf_map__pin_path(map);
@@ -77,21 +126,26 @@ class Skeleton {
       struct bpf_map_info info = {};
       __u32 len = sizeof(info);
       int rc = bpf_obj_get_info_by_fd(fd, &info, &len);
-      close(fd);
-      if (rc != 0) continue;
-      if (info.type == bpf_map__type(map) && info.key_size == bpf_map__key_size(map) &&
-          info.value_size == bpf_map__value_size(map) &&
-          info.max_entries == bpf_map__max_entries(map) &&
-          info.map_flags == bpf_map__map_flags(map)) {
+      if (rc != 0 || (info.type == bpf_map__type(map) && info.key_size == bpf_map__key_size(map) &&
+                      info.value_size == bpf_map__value_size(map) &&
+                      info.max_entries == bpf_map__max_entries(map) &&
+                      info.map_flags == bpf_map__map_flags(map))) {
+        close(fd);
         continue;
       }
+      if (CarryOver::Applies(info, map))
+        carried.push_back(CarryOver::Read(fd, info, bpf_map__name(map)));
+      close(fd);
       spdlog::warn(
-          "map {}: the pinned map's layout differs from this build's (key {} -> {}, value {} -> "
-          "{}, max {} -> {}): replacing it, its contents are lost",
-          path, info.key_size, bpf_map__key_size(map), info.value_size,
-          bpf_map__value_size(map), info.max_entries, bpf_map__max_entries(map));
+          "map {}: the pinned map's layout differs from this build's (type {} -> {}, key {} -> "
+          "{}, value {} -> {}, max {} -> {}, flags {:#x} -> {:#x}): replacing it, {}",
+          path, info.type, static_cast<int>(bpf_map__type(map)), info.key_size,
+          bpf_map__key_size(map), info.value_size, bpf_map__value_size(map), info.max_entries,
+          bpf_map__max_entries(map), info.map_flags, bpf_map__map_flags(map),
+          CarryOver::Applies(info, map) ? "its entries are carried over" : "its contents are lost");
       unlink(path);
     }
+    return carried;
   }
 
   Skeleton(const Skeleton&) = delete;

@@ -76,8 +76,10 @@ enum sluice_backend_flags {
 	SLUICE_BE_F_LOCAL = 1 << 1,       /* on this node */
 };
 
-/* sluice_lb4_be (BPF_MAP_TYPE_HASH): backend_id -> backend. Ids are stable for a backend's life
- * and restored from this map after an agent restart. */
+/* sluice_lb4_be (BPF_MAP_TYPE_ARRAY, mmapable): backend_id -> backend. A slot array: the agent
+ * writes its slots in place through a memory mapping, an all-zero slot (addr 0) is free, ids run
+ * from 1 to max_entries - 1. Ids are stable for a backend's life and restored from this map after
+ * an agent restart. */
 struct sluice_lb4_backend {
 	__be32 addr;
 	__be16 port;

@@ -44,9 +44,9 @@
 	/* service frontends: master entries and backend slots (lb.h) */                           \
 	X(sluice_lb4_svc, BPF_MAP_TYPE_HASH, struct sluice_lb4_key, struct sluice_lb4_service,     \
 	  SLUICE_LB4_SVC_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                           \
-	/* service backends: backend id -> address (lb.h) */                                       \
-	X(sluice_lb4_be, BPF_MAP_TYPE_HASH, __u32, struct sluice_lb4_backend,                      \
-	  SLUICE_LB4_BACKENDS_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                      \
+	/* service backends: backend id -> address, a slot array (lb.h, maps/slot_array.h) */      \
+	X(sluice_lb4_be, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_lb4_backend,                     \
+	  SLUICE_LB4_BACKENDS_MAX_ENTRIES, BPF_F_MMAPABLE)                                         \
 	/* service reverse NAT: rev_nat_id -> the frontend replies come from (lb.h) */             \
 	X(sluice_lb4_rnat, BPF_MAP_TYPE_HASH, __u32, struct sluice_lb4_revnat,                     \
 	  SLUICE_LB4_REVNAT_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                        \

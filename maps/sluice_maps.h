@@ -9,6 +9,7 @@
 
 #include "maps/map.h"
 #include "maps/map_list.h"
+#include "maps/slot_array.h"
 
 namespace sluice::maps {
 
@@ -41,13 +42,16 @@ inline constexpr const char* kAllMapNames[] = {SLUICE_MAPS(SLUICE_CXX_MAP_NAME_E
 #undef SLUICE_CXX_MAP_NAME_ENTRY
 inline constexpr size_t kMapCount = std::size(kAllMapNames);
 
-// The typed wrapper of a map, from its spec.
+// The typed wrapper of a map, from its spec. An mmapable array is a table of slots, free when
+// zero (maps/slot_array.h).
 template <typename Spec>
-using MapOf = std::conditional_t<Spec::kType == BPF_MAP_TYPE_PERCPU_ARRAY ||
-                                     Spec::kType == BPF_MAP_TYPE_PERCPU_HASH ||
-                                     Spec::kType == BPF_MAP_TYPE_LRU_PERCPU_HASH,
-                                 PerCpuMap<typename Spec::Key, typename Spec::Value>,
-                                 Map<typename Spec::Key, typename Spec::Value>>;
+using MapOf = std::conditional_t<
+    Spec::kType == BPF_MAP_TYPE_PERCPU_ARRAY || Spec::kType == BPF_MAP_TYPE_PERCPU_HASH ||
+        Spec::kType == BPF_MAP_TYPE_LRU_PERCPU_HASH,
+    PerCpuMap<typename Spec::Key, typename Spec::Value>,
+    std::conditional_t<Spec::kType == BPF_MAP_TYPE_ARRAY && (Spec::kMapFlags & BPF_F_MMAPABLE),
+                       SlotArray<typename Spec::Value>,
+                       Map<typename Spec::Key, typename Spec::Value>>>;
 
 using EndpointMap = MapOf<spec::sluice_ep4>;
 using NodeConfigMap = MapOf<spec::sluice_node>;

@@ -85,8 +85,16 @@ absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root) 
     } else {
       f.type = info.type;
       f.capacity = info.max_entries;
-      f.is_array = IsArray(info.type);
-      if (f.is_array) {
+      // A slot array (maps/slot_array.h, an mmapable array) counts its used slots.
+      const bool slots = info.type == BPF_MAP_TYPE_ARRAY && (info.map_flags & BPF_F_MMAPABLE);
+      f.is_array = IsArray(info.type) && !slots;
+      if (slots) {
+        if (auto n = maps::CountUsedSlots(fd); n.ok()) {
+          f.entries = *n;
+        } else {
+          st = n.status();
+        }
+      } else if (f.is_array) {
         f.entries = info.max_entries;
       } else if (auto n = CountEntries(fd, info.key_size); n.ok()) {
         f.entries = *n;

@@ -13,7 +13,8 @@
 
 namespace sluice::metrics {
 
-// One pinned map's fill level. Arrays are full by construction: entries == capacity.
+// One pinned map's fill level. Arrays are full by construction: entries == capacity; but a slot
+// array (sluice_lb4_be) counts its used slots, like a hash map its keys.
 struct MapFill {
   std::string name;
   uint32_t type = 0;  // BPF_MAP_TYPE_*

@@ -88,10 +88,8 @@ absl::Status FlushPending(M& map, std::vector<K>& keys, std::vector<V>& values,
 }  // namespace
 
 absl::Status BpfLbMaps::Flush() {
-  // Backends and reverse NAT before the service entries that name them.
-  absl::Status st = FlushPending(be_, be_ids_, be_values_, "sluice_lb4_be");
-  absl::Status rn = FlushPending(rnat_, rnat_ids_, rnat_values_, "sluice_lb4_rnat");
-  if (st.ok()) st = rn;
+  // Reverse NAT before the service entries that name them (backends are written at once).
+  absl::Status st = FlushPending(rnat_, rnat_ids_, rnat_values_, "sluice_lb4_rnat");
   if (!st.ok()) {
     // Slots or masters would name what is missing: leave them unwritten.
     svc_keys_.clear();
@@ -113,8 +111,9 @@ uint32_t MaxEntries(int fd) {
 }  // namespace
 
 LbCapacity BpfLbMaps::Capacity() const {
+  // sluice_lb4_be is a slot array whose index 0 is never a backend's.
   return LbCapacity{.services = MaxEntries(svc_.fd()),
-                    .backends = MaxEntries(be_.fd()),
+                    .backends = be_.size() > 0 ? be_.size() - 1 : 0,
                     .rev_nat = MaxEntries(rnat_.fd()),
                     .source_ranges = MaxEntries(srcr_.fd())};
 }
@@ -131,9 +130,8 @@ absl::Status BpfLbMaps::DeleteService(const sluice_lb4_key& key) {
 absl::Status BpfLbMaps::UpdateBackend(uint32_t id, const sluice_lb4_backend& v) {
   // Before any slot can name it: a reply from its port must get its reverse NAT lookup.
   if (nbport_) RETURN_IF_ERROR(nbport_->Claim(v.port));
-  be_ids_.push_back(id);
-  be_values_.push_back(v);
-  return be_ids_.size() >= kMaxPending ? Flush() : absl::OkStatus();
+  // A store into the mapped slot array, visible before any later write can name it.
+  return be_.Update(id, v);
 }
 absl::Status BpfLbMaps::DeleteBackend(uint32_t id) {
   RETURN_IF_ERROR(Flush());
@@ -328,7 +326,7 @@ absl::Status ServiceReconciler::Restore() {
     }
   }));
   next_rev_nat_id_ = max_rnat >= kMaxId ? 1 : max_rnat + 1;
-  next_backend_id_ = max_be >= kMaxId ? 1 : max_be + 1;
+  next_backend_id_ = max_be >= MaxBackendId() ? 1 : max_be + 1;
   wildcard_dirty_.clear();
   spdlog::info("services: restored {} frontends, {} backends, {} wildcard masters from the maps",
                frontends_.size(), backends_.size(), wildcards_.size());
@@ -347,12 +345,19 @@ uint32_t ServiceReconciler::NextRevNatIdLocked() {
   return id;
 }
 
+uint32_t ServiceReconciler::MaxBackendId() const {
+  // sluice_lb4_be is indexed by id: ids run from 1 to its capacity.
+  return std::min(kMaxId, capacity_.backends);
+}
+
 uint32_t ServiceReconciler::NextBackendIdLocked() {
-  while (backends_.contains(next_backend_id_) || next_backend_id_ == 0) {
-    next_backend_id_ = next_backend_id_ >= kMaxId ? 1 : next_backend_id_ + 1;
+  // The caller checked the room: with ids from 1 to max, one of them is free.
+  const uint32_t max = std::max(MaxBackendId(), uint32_t{1});
+  while (backends_.contains(next_backend_id_) || next_backend_id_ == 0 || next_backend_id_ > max) {
+    next_backend_id_ = next_backend_id_ >= max ? 1 : next_backend_id_ + 1;
   }
   uint32_t id = next_backend_id_;
-  next_backend_id_ = id >= kMaxId ? 1 : id + 1;
+  next_backend_id_ = id >= max ? 1 : id + 1;
   return id;
 }
 

@@ -30,7 +30,7 @@ namespace sluice::agent {
 // Entries each Service map can hold (its max_entries).
 struct LbCapacity {
   uint32_t services = UINT32_MAX;       // sluice_lb4_svc: masters, slots, wildcard masters
-  uint32_t backends = UINT32_MAX;       // sluice_lb4_be
+  uint32_t backends = UINT32_MAX;       // sluice_lb4_be: also the largest backend id
   uint32_t rev_nat = UINT32_MAX;        // sluice_lb4_rnat: one per frontend
   uint32_t source_ranges = UINT32_MAX;  // sluice_lb4_srcr
 };
@@ -82,9 +82,10 @@ class LbMaps {
 };
 
 // LbMaps over the real (pinned) maps. The maps are borrowed and must outlive it.
-// Updates of sluice_lb4_be, sluice_lb4_rnat and sluice_lb4_svc are held back and written with
-// BPF_MAP_UPDATE_BATCH (a full programming of 10k Services is ~230k writes): on Flush, on any
-// delete, conntrack or affinity flush, and when kMaxPending are held, in the order backends,
+// Backends are written at once, as stores into sluice_lb4_be's mapped slots
+// (maps/slot_array.h). Updates of sluice_lb4_rnat and sluice_lb4_svc are held back and written
+// with BPF_MAP_UPDATE_BATCH (a full programming of 10k Services is ~130k hash writes): on Flush,
+// on any delete, conntrack or affinity flush, and when kMaxPending are held, in the order
 // reverse NAT, services, each in the order it was made. That keeps the hitless order of
 // maps/lb.h: a slot is written after the backend it names, a master after its slots and its
 // reverse NAT entry, and every delete after the writes that made its entry unreferenced.
@@ -138,8 +139,6 @@ class BpfLbMaps : public LbMaps {
   maps::Lb4AffinityMap* aff_;
   maps::Ct4Map* ct_tcp_;
   std::optional<loader::NonBackendPorts> nbport_;
-  std::vector<uint32_t> be_ids_;
-  std::vector<sluice_lb4_backend> be_values_;
   std::vector<uint32_t> rnat_ids_;
   std::vector<sluice_lb4_revnat> rnat_values_;
   std::vector<sluice_lb4_key> svc_keys_;
@@ -293,6 +292,7 @@ class ServiceReconciler {
   static constexpr uint32_t kSlotUnknown = 0xffffffff;
   uint32_t NextRevNatIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint32_t NextBackendIdLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint32_t MaxBackendId() const;
   absl::Status Count(absl::Status st, bool is_delete) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void SetClusterIpLocked(const FrontendKey& key, Frontend& fe, bool cluster_ip)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

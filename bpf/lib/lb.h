@@ -33,9 +33,12 @@ struct lb4_target {
 	__be32 hairpin_src; /* DNAT of a hairpinned flow: its new source */
 };
 
+/* The backend of an id, or NULL. sluice_lb4_be is an array: a free slot reads as zeroes. */
 static __always_inline const struct sluice_lb4_backend *lb4_backend(__u32 backend_id)
 {
-	return bpf_map_lookup_elem(&sluice_lb4_be, &backend_id);
+	const struct sluice_lb4_backend *be = bpf_map_lookup_elem(&sluice_lb4_be, &backend_id);
+
+	return be && be->addr ? be : NULL;
 }
 
 /* Whether the agent vouched that no backend is on port (sluice_lb4_nbport, maps/lb.h). An array

@@ -1,21 +1,25 @@
 // The loader against the real kernel: bpffs mounting, pinning and reuse of maps across loads
 // (an agent restart), and TC attachment that is idempotent and replaces programs in place.
+#include <arpa/inet.h>
 #include <bpf/bpf.h>
 #include <linux/if_link.h>
 #include <net/if.h>
+#include <netinet/in.h>
 #include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <vector>
 
-#include "support/fixture.h"
 #include "gtest/gtest.h"
 #include "loader/bpffs.h"
 #include "loader/datapath.h"
 #include "loader/tc.h"
 #include "loader/uninstall.h"
 #include "loader/xdp.h"
+#include "support/fixture.h"
 
 namespace sluice::testing {
 namespace {
@@ -123,6 +127,77 @@ TEST(Datapath, PinWithAnOlderLayoutIsReplacedAndTheOthersKept) {
   auto got = (*second)->endpoints().Lookup(key);
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->endpoint_id, 42u);
+}
+
+// An upgrade from the agent whose sluice_lb4_be was a hash map: the new slot array takes over
+// every backend whose id fits (ids are array indices now), so Services keep their backends
+// through the upgrade; one beyond the array is dropped (the agent writes it again under a new
+// id).
+TEST(Datapath, BackendsOfTheOldHashLayoutAreCarriedIntoTheSlotArray) {
+  ScratchBpffs fs;
+  const std::string pin = maps::PinPath(fs.path(), maps::name::sluice_lb4_be);
+  {
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+    int old = bpf_map_create(BPF_MAP_TYPE_HASH, "sluice_lb4_be", 4, sizeof(sluice_lb4_backend),
+                             1 << 20, &opts);
+    ASSERT_GE(old, 0) << strerror(errno);
+    for (uint32_t id : {1u, 5u, 63u, 64u}) {
+      sluice_lb4_backend be{htonl(0x0af40000 + id), htons(8080), IPPROTO_TCP, 0};
+      ASSERT_EQ(bpf_map_update_elem(old, &id, &be, BPF_ANY), 0) << strerror(errno);
+    }
+    ASSERT_EQ(bpf_obj_pin(old, pin.c_str()), 0) << strerror(errno);
+    close(old);
+  }
+  auto dp = loader::Datapath::Load(fs.path(), {{maps::name::sluice_lb4_be, 64}});
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto& be = (*dp)->lb4_backends();
+  EXPECT_EQ(be.size(), 64u);
+  EXPECT_EQ(*be.Count(), 3u);
+  for (uint32_t id : {1u, 5u, 63u}) {
+    auto got = be.Lookup(id);
+    ASSERT_TRUE(got.ok()) << "id " << id << ": " << got.status();
+    EXPECT_EQ(got->addr, htonl(0x0af40000 + id));
+    EXPECT_EQ(got->port, htons(8080));
+  }
+  EXPECT_FALSE(be.Lookup(64).ok()) << "beyond the array";
+  auto reopened = maps::Lb4BackendMap::Open(pin);
+  ASSERT_TRUE(reopened.ok()) << reopened.status();
+  EXPECT_EQ(*reopened->Count(), 3u) << "the pin is the new array";
+}
+
+// sluice_lb4_be through its memory mapping, as the agent writes it, and through the syscalls, as
+// bpftool and the datapath see it: the same slots, a free one reading as zeroes.
+TEST(SlotArray, WritesThroughTheMappingAreTheMapsAndAFreeSlotIsAbsent) {
+  ScratchBpffs fs;
+  auto dp = loader::Datapath::Load(fs.path(), {{maps::name::sluice_lb4_be, 16}});
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto& be = (*dp)->lb4_backends();
+  const sluice_lb4_backend v{htonl(0x0af40007), htons(53), IPPROTO_UDP, SLUICE_BE_F_LOCAL};
+  ASSERT_TRUE(be.Update(7, v).ok());
+  uint32_t id = 7;
+  sluice_lb4_backend seen{};
+  ASSERT_EQ(bpf_map_lookup_elem(be.fd(), &id, &seen), 0) << strerror(errno);
+  EXPECT_EQ(std::memcmp(&seen, &v, sizeof(v)), 0);
+  // Written with a syscall, read through the mapping.
+  id = 3;
+  ASSERT_EQ(bpf_map_update_elem(be.fd(), &id, &v, BPF_ANY), 0) << strerror(errno);
+  EXPECT_TRUE(be.Lookup(3).ok());
+  std::vector<uint32_t> used;
+  ASSERT_TRUE(be.ForEach([&](uint32_t k, const sluice_lb4_backend&) { used.push_back(k); }).ok());
+  EXPECT_EQ(used, (std::vector<uint32_t>{3, 7}));
+  EXPECT_EQ(*maps::CountUsedSlots(be.fd()), 2u);
+
+  ASSERT_TRUE(be.Delete(7).ok());
+  EXPECT_EQ(be.Lookup(7).status().code(), absl::StatusCode::kNotFound);
+  id = 7;
+  ASSERT_EQ(bpf_map_lookup_elem(be.fd(), &id, &seen), 0);
+  EXPECT_EQ(seen.addr, 0u) << "a free slot reads as zeroes";
+  EXPECT_TRUE(be.Delete(7).ok()) << "freeing a free slot is no error";
+  EXPECT_TRUE(be.Delete(99).ok()) << "nor one beyond the array";
+  EXPECT_FALSE(be.Update(16, v).ok()) << "beyond the array: refused like a full map";
+  EXPECT_EQ(*be.Count(), 1u);
+  // Only an mmapable array of 8-byte values is a slot array.
+  EXPECT_FALSE(maps::Lb4BackendMap::FromFd((*dp)->node_config().fd()).ok());
 }
 
 // Map sizes from configuration: the maps are created with them, a pin of another size (the

@@ -1,6 +1,6 @@
 // The scrape-time collector over real pinned maps: drops summed over CPUs, entries and capacity
-// per map (arrays left out of pressure), conntrack entries, and the agent's failed map writes
-// counted per map through maps::update_failure_hook.
+// per map (arrays left out of pressure, a slot array's used slots counted), conntrack entries, and
+// the agent's failed map writes counted per map through maps::update_failure_hook.
 #include <arpa/inet.h>
 
 #include <string>
@@ -43,6 +43,11 @@ TEST_F(DatapathMetricsTest, ScrapeSumsDropsOverCpusAndReportsMapFill) {
   fwd.back().bytes += 600;
   ASSERT_TRUE(dp_->forwards().Update(SLUICE_FWD_NET_INGRESS, fwd).ok());
   ASSERT_TRUE(sluice::testing::AddEndpoint(*dp_, htonl(0x0af40005), 1, {}, {}, 9).ok());
+  // sluice_lb4_be is an array of slots: its entries are the used ones, not its size.
+  for (uint32_t id : {3u, 7u, 9u}) {
+    ASSERT_TRUE(dp_->lb4_backends().Update(id, {htonl(0x0af40100 + id), htons(80), 6, 0}).ok());
+  }
+  ASSERT_TRUE(dp_->lb4_backends().Delete(9).ok());
 
   Registry r;
   AddDatapathCollector(r, bpffs_->path());
@@ -73,6 +78,9 @@ TEST_F(DatapathMetricsTest, ScrapeSumsDropsOverCpusAndReportsMapFill) {
   EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_bpf_map_capacity{map_name=\"sluice_ep4\"} ",
                                            SLUICE_EP4_MAX_ENTRIES, "\n")));
   // Reason x direction: 32 reasons, 2 directions.
+  EXPECT_THAT(text, HasSubstr("sluice_bpf_map_entries{map_name=\"sluice_lb4_be\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("sluice_bpf_map_capacity{map_name=\"sluice_lb4_be\"} ",
+                                           SLUICE_LB4_BACKENDS_MAX_ENTRIES, "\n")));
   EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_drops\"} 64\n"));
   EXPECT_THAT(text, HasSubstr("sluice_bpf_map_capacity{map_name=\"sluice_forward\"} 5\n"));
   EXPECT_THAT(text, Not(HasSubstr("sluice_bpf_map_entries{map_name=\"sluice_drops\"}")));

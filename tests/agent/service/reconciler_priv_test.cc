@@ -327,21 +327,21 @@ TEST_F(ServiceReconcilerPrivTest, ProgramsTenThousandServicesOfTenEndpoints) {
       ms(t3 - t2), ms(t4 - t3));
 }
 
-// BpfLbMaps writes in batches; when a batch fails (here: a backend map with room for 4), no
+// BpfLbMaps writes in batches; when a batch fails (here: a reverse NAT map with room for 1), no
 // master may name what is missing, and what the reconciler believed written is written again
 // on the next apply.
 TEST_F(ServiceReconcilerPrivTest, FailedBatchedWriteLeavesNoMasterAndIsWrittenAgain) {
   LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
-  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "test_lb4_be", sizeof(uint32_t),
-                          sizeof(sluice_lb4_backend), 4, &opts);
+  int fd = bpf_map_create(BPF_MAP_TYPE_HASH, "test_lb4_rnat", sizeof(uint32_t),
+                          sizeof(sluice_lb4_revnat), 1, &opts);
   ASSERT_GE(fd, 0) << std::strerror(errno);
-  maps::Lb4BackendMap small{maps::MapFd(fd)};
+  maps::Lb4RevNatMap small{maps::MapFd(fd)};
   // Claims no limit, so the reconciler writes more than fits (as if its count were wrong).
   struct UnboundedLbMaps : BpfLbMaps {
     using BpfLbMaps::BpfLbMaps;
     LbCapacity Capacity() const override { return {}; }
   };
-  UnboundedLbMaps lb(dp_->lb4_services(), small, dp_->lb4_revnat(), dp_->lb4_source_ranges(),
+  UnboundedLbMaps lb(dp_->lb4_services(), dp_->lb4_backends(), small, dp_->lb4_source_ranges(),
                      dp_->ct4_any(), &dp_->lb4_affinity());
   auto r = ServiceReconciler::Create(lb);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -353,20 +353,20 @@ TEST_F(ServiceReconcilerPrivTest, FailedBatchedWriteLeavesNoMasterAndIsWrittenAg
   EXPECT_FALSE(dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, 0)).ok());
   EXPECT_FALSE(dp_->lb4_services().Lookup(Key("10.96.0.11", 80, IPPROTO_TCP, 0)).ok());
 
-  // b goes (its backends with it), a is applied unchanged: all of it is written now.
+  // b goes (its reverse NAT with it), a is applied unchanged: all of it is written now.
   std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> only_a = {
       {"default/a", both[0].second}, {"default/b", std::nullopt}};
   ASSERT_TRUE((*r)->ApplyAll(only_a).ok());
   auto master = dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, 0));
   ASSERT_TRUE(master.ok());
   EXPECT_EQ(master->count, 3);
-  EXPECT_EQ(*small.Count(), 3u);
+  EXPECT_EQ(*small.Count(), 1u);
+  EXPECT_TRUE(small.Lookup(master->rev_nat_id).ok());
   for (uint16_t s = 1; s <= 3; ++s) {
     auto slot = dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, s));
     ASSERT_TRUE(slot.ok()) << "slot " << s;
-    EXPECT_TRUE(small.Lookup(slot->backend_id).ok()) << "slot " << s;
+    EXPECT_TRUE(dp_->lb4_backends().Lookup(slot->backend_id).ok()) << "slot " << s;
   }
-  EXPECT_TRUE(dp_->lb4_revnat().Lookup(master->rev_nat_id).ok());
 }
 
 // With the real maps sized small (as --bpf_lb_service_max=1024 does): the same Services are

@@ -758,6 +758,11 @@ TEST(ServiceCapacityTest, BackendMapFullRefusesNewFrontendsAndTruncatesGrowingOn
   EXPECT_THAT(r->Services(), ElementsAre("default/s1", "default/s2"));
   EXPECT_THAT(RefusedServices(*r), IsEmpty());
   EXPECT_THAT(maps.be, ::testing::SizeIs(3));
+  // Ids index sluice_lb4_be (a slot array of capacity + 1): s2's backends took freed ids.
+  for (const auto& [id, v] : maps.be) {
+    EXPECT_GE(id, 1u);
+    EXPECT_LE(id, 3u);
+  }
   EXPECT_EQ(r->stats().errors, 0u);  // the room counters agree with a walk of the frontends
 }
 
