@@ -53,6 +53,7 @@
 #include "loader/datapath.h"
 #include "loader/uninstall.h"
 #include "maps/types.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, pod_cidr, "",

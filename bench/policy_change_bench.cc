@@ -50,6 +50,7 @@
 #include "agent/policy/reconciler.h"
 #include "agent/policy/sync.h"
 #include "loader/datapath.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 #include "support/fixture.h"
 #include "support/packet.h"

@@ -1,6 +1,4 @@
 #include "agent/endpoint/api_server.h"
-#include "agent/base/files.h"
-#include "cni/netconf.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -18,6 +16,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/files.h"
+#include "cni/netconf.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace sluice::api {

@@ -13,6 +13,7 @@
 #include "agent/endpoint/api_protocol.h"
 #include "agent/kernel/netns.h"
 #include "loader/tc.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {

@@ -20,7 +20,7 @@
 #include "cni/endpoint_protocol.h"
 #include "cni/netconf.h"
 #include "loader/datapath.h"
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 namespace sluice::agent {
 

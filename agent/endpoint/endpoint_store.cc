@@ -1,5 +1,4 @@
 #include "agent/endpoint/endpoint_store.h"
-#include "agent/base/files.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -15,6 +14,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/files.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/base/net.h"
 #include "maps/drop.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::monitor {
 namespace {

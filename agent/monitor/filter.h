@@ -9,7 +9,7 @@
 
 #include "absl/status/statusor.h"
 #include "agent/monitor/flow.h"
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 namespace sluice::monitor {
 

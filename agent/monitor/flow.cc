@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "maps/drop.h"
 #include "maps/policy.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::monitor {
 namespace {

@@ -9,7 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "maps/events.h"
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 namespace sluice::monitor {
 

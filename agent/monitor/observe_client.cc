@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/base/errno.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::monitor {
 

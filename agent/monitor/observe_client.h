@@ -7,7 +7,7 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 namespace sluice::monitor {
 

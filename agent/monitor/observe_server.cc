@@ -1,11 +1,11 @@
 #include "agent/monitor/observe_server.h"
 
+#include <netdb.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <netdb.h>
-#include <netinet/in.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/base/errno.h"
 #include "agent/base/files.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace sluice::monitor {

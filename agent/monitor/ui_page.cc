@@ -8,6 +8,7 @@
 // Elements carry data- attributes (data-src, data-dst, data-verdict, data-reasons) so that a
 // test in a real browser (tests/e2e/observe_test.sh) can read what is drawn.
 #include "agent/monitor/ui.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::monitor {
 

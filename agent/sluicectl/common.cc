@@ -11,6 +11,7 @@
 #include "agent/metrics/http_server.h"
 #include "httplib.h"
 #include "loader/datapath.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, bpffs_root, SLUICE_DEFAULT_BPFFS_ROOT, "where the agent pins its maps");
 ABSL_FLAG(std::string, state_dir, "/var/lib/sluice",

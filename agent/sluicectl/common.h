@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "agent/endpoint/endpoint_store.h"
 #include "maps/sluice_maps.h"
-#include "nlohmann/json.hpp"
+#include "nlohmann/json_fwd.hpp"
 
 ABSL_DECLARE_FLAG(std::string, bpffs_root);
 ABSL_DECLARE_FLAG(std::string, state_dir);

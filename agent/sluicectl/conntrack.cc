@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "agent/sluicectl/common.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 namespace {

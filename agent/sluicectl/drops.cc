@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/sluicectl/common.h"
 #include "loader/datapath.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 namespace {

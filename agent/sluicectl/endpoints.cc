@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 
 #include "agent/sluicectl/common.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 

@@ -26,6 +26,7 @@
 
 #include "agent/base/cli.h"
 #include "agent/sluicectl/common.h"
+#include "nlohmann/json.hpp"
 
 namespace {
 

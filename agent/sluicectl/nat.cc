@@ -4,6 +4,7 @@
 #include <string>
 
 #include "agent/sluicectl/common.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 

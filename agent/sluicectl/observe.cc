@@ -14,19 +14,19 @@
 #include <utility>
 #include <vector>
 
-#include "absl/synchronization/blocking_counter.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/blocking_counter.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
 #include "agent/monitor/filter.h"
 #include "agent/monitor/flow.h"
 #include "agent/monitor/observe_client.h"
 #include "agent/monitor/observe_server.h"
 #include "agent/sluicectl/common.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 namespace {

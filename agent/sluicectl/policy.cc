@@ -13,6 +13,7 @@
 #include "agent/policy/identity.h"
 #include "agent/policy/reconciler.h"
 #include "agent/sluicectl/common.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 

@@ -8,6 +8,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "agent/sluicectl/common.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 

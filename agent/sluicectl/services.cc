@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/sluicectl/common.h"
 #include "agent/sluicectl/service_names.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 

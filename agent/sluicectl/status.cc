@@ -25,6 +25,7 @@
 #include "loader/datapath.h"
 #include "loader/tc.h"
 #include "loader/xdp.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 

@@ -40,6 +40,7 @@
 #include "agent/sluicectl/common.h"
 #include "agent/sluicectl/service_names.h"
 #include "loader/tc.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::ctl {
 namespace {

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "support/eventually.h"
 #include "support/temp_dir.h"
 

@@ -30,6 +30,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loader/tc.h"
+#include "nlohmann/json.hpp"
 #include "support/fixture.h"
 
 namespace sluice::agent {

@@ -22,6 +22,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loader/tc.h"
+#include "nlohmann/json.hpp"
 #include "support/fixture.h"
 #include "support/temp_dir.h"
 

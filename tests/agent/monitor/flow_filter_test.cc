@@ -13,6 +13,7 @@
 #include "gtest/gtest.h"
 #include "maps/drop.h"
 #include "maps/policy.h"
+#include "nlohmann/json.hpp"
 #include "support/temp_dir.h"
 
 namespace sluice::monitor {

@@ -12,6 +12,7 @@
 #include "agent/monitor/observe_client.h"
 #include "agent/monitor/observe_server.h"
 #include "gmock/gmock.h"
+#include "nlohmann/json.hpp"
 #include "support/eventually.h"
 #include "support/fixture.h"
 #include "support/temp_dir.h"

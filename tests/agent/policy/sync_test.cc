@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "agent/k8s/decode.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 #include "support/eventually.h"
 #include "support/temp_dir.h"
 
