@@ -21,6 +21,11 @@
 
 namespace sluice::maps {
 
+// The one rule for which maps are slot arrays: an array made mmapable.
+constexpr bool IsSlotArray(uint32_t type, uint32_t map_flags) {
+  return type == BPF_MAP_TYPE_ARRAY && (map_flags & BPF_F_MMAPABLE) != 0;
+}
+
 template <typename Value>
 class SlotArray {
   static_assert(sizeof(Value) == sizeof(uint64_t), "a slot is one 64-bit store");
@@ -38,6 +43,7 @@ class SlotArray {
       fd_ = std::move(o.fd_);
       slots_ = std::exchange(o.slots_, nullptr);
       size_ = std::exchange(o.size_, 0);
+      bytes_ = std::exchange(o.bytes_, 0);
     }
     return *this;
   }
@@ -60,8 +66,8 @@ class SlotArray {
     uint32_t len = sizeof(info);
     if (bpf_obj_get_info_by_fd(fd.get(), &info, &len) != 0)
       return ErrnoStatus(errno, absl::StrCat("map info of ", what));
-    if (info.type != BPF_MAP_TYPE_ARRAY || !(info.map_flags & BPF_F_MMAPABLE) ||
-        info.key_size != sizeof(Key) || info.value_size != sizeof(Value)) {
+    if (!IsSlotArray(info.type, info.map_flags) || info.key_size != sizeof(Key) ||
+        info.value_size != sizeof(Value)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "map ", what, " (", info.name, ") is not an mmapable array of ", sizeof(Value),
           "-byte values (type ", info.type, ", flags ", info.map_flags, ")"));
@@ -74,6 +80,7 @@ class SlotArray {
     a.fd_ = std::move(fd);
     a.slots_ = static_cast<uint64_t*>(p);
     a.size_ = info.max_entries;
+    a.bytes_ = bytes;
     return a;
   }
 
@@ -124,9 +131,6 @@ class SlotArray {
     }
     return absl::OkStatus();
   }
-  [[nodiscard]] absl::Status ForEachBatch(const std::function<void(Key, const Value&)>& fn) const {
-    return ForEach(fn);
-  }
   // The used slots.
   [[nodiscard]] absl::StatusOr<size_t> Count() const {
     size_t n = 0;
@@ -137,17 +141,16 @@ class SlotArray {
  private:
   uint64_t Load(Key k) const { return __atomic_load_n(&slots_[k], __ATOMIC_ACQUIRE); }
   void Unmap() {
-    if (slots_ != nullptr) {
-      const size_t page = static_cast<size_t>(::sysconf(_SC_PAGESIZE));
-      ::munmap(slots_, (size_t{size_} * sizeof(Value) + page - 1) / page * page);
-    }
+    if (slots_ != nullptr) ::munmap(slots_, bytes_);
     slots_ = nullptr;
     size_ = 0;
+    bytes_ = 0;
   }
 
   MapFd fd_;
   uint64_t* slots_ = nullptr;
   uint32_t size_ = 0;
+  size_t bytes_ = 0;  // of the mapping: size_ values, rounded up to pages
 };
 
 // The used slots of an mmapable array map open at fd (for tools that know only the fd).

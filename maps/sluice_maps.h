@@ -49,8 +49,7 @@ using MapOf = std::conditional_t<
     Spec::kType == BPF_MAP_TYPE_PERCPU_ARRAY || Spec::kType == BPF_MAP_TYPE_PERCPU_HASH ||
         Spec::kType == BPF_MAP_TYPE_LRU_PERCPU_HASH,
     PerCpuMap<typename Spec::Key, typename Spec::Value>,
-    std::conditional_t<Spec::kType == BPF_MAP_TYPE_ARRAY && (Spec::kMapFlags & BPF_F_MMAPABLE),
-                       SlotArray<typename Spec::Value>,
+    std::conditional_t<IsSlotArray(Spec::kType, Spec::kMapFlags), SlotArray<typename Spec::Value>,
                        Map<typename Spec::Key, typename Spec::Value>>>;
 
 using EndpointMap = MapOf<spec::sluice_ep4>;

@@ -86,7 +86,7 @@ absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root) 
       f.type = info.type;
       f.capacity = info.max_entries;
       // A slot array (maps/slot_array.h, an mmapable array) counts its used slots.
-      const bool slots = info.type == BPF_MAP_TYPE_ARRAY && (info.map_flags & BPF_F_MMAPABLE);
+      const bool slots = maps::IsSlotArray(info.type, info.map_flags);
       f.is_array = IsArray(info.type) && !slots;
       if (slots) {
         if (auto n = maps::CountUsedSlots(fd); n.ok()) {
