@@ -16,17 +16,20 @@
 #include "loader/xdp.h"
 #include "maps/sluice_maps.h"
 #include "sluice_netdev.skel.h"
+#include "sluice_netdev_compat.skel.h"
 #include "sluice_overlay.skel.h"
+#include "sluice_overlay_compat.skel.h"
 #include "sluice_pod_egress.skel.h"
+#include "sluice_pod_egress_compat.skel.h"
 #include "sluice_sock_lb.skel.h"
 #include "sluice_xdp.skel.h"
 
 namespace sluice::loader {
 
-SLUICE_SKELETON_OPS(sluice_pod_egress);
-SLUICE_SKELETON_OPS(sluice_netdev);
+SLUICE_SKELETON_OPS_KERN_CTX(sluice_pod_egress);
+SLUICE_SKELETON_OPS_KERN_CTX(sluice_netdev);
 SLUICE_SKELETON_OPS(sluice_sock_lb);
-SLUICE_SKELETON_OPS(sluice_overlay);
+SLUICE_SKELETON_OPS_KERN_CTX(sluice_overlay);
 SLUICE_SKELETON_OPS(sluice_xdp);
 
 // The pin (under <bpffs root>/links/) of the native device's XDP link.

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <memory>
@@ -25,6 +26,38 @@ namespace sluice::loader {
 template <typename Skel>
 struct SkeletonOps;
 
+// Whether the TC programs load in their main build, which reads the kernel's skb through the
+// kfunc bpf_cast_to_kern_ctx (Linux 6.2 with BTF) and updates L4 checksums inline; otherwise the
+// loader loads their SLUICE_NO_KERN_CTX build (bpf/CMakeLists.txt), which leaves those updates
+// to bpf_l4_csum_replace. Probed once per process in the kernel's BTF.
+bool UseKernCtx();
+// Tests: load the SLUICE_NO_KERN_CTX builds whatever the kernel has (true), or as it allows
+// again (false).
+void ForceNoKernCtxForTesting(bool force);
+
+// A skeleton opened on other ELF bytes than its own (elf: a generated *__elf_bytes, or nullptr
+// for its own): the same source built with other flags, whose maps, programs and global data
+// are those of the skeleton's build.
+template <typename Skel>
+Skel* OpenSkeletonOn(const struct bpf_object_open_opts* opts, const void* (*elf)(size_t*),
+                     int (*create)(Skel*), void (*destroy)(Skel*)) {
+  auto* obj = static_cast<Skel*>(calloc(1, sizeof(Skel)));
+  if (obj == nullptr) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  int err = create(obj);
+  if (err == 0 && elf != nullptr)
+    obj->skeleton->data = const_cast<void*>(elf(&obj->skeleton->data_sz));
+  if (err == 0) err = bpf_object__open_skeleton(obj->skeleton, opts);
+  if (err != 0) {
+    destroy(obj);
+    errno = -err;
+    return nullptr;
+  }
+  return obj;
+}
+
 #define SLUICE_SKELETON_OPS(name)                                                       \
   template <>                                                                           \
   struct SkeletonOps<struct name> {                                                     \
@@ -34,6 +67,21 @@ struct SkeletonOps;
     }                                                                                   \
     static int Load(struct name* s) { return name##__load(s); }                         \
     static void Destroy(struct name* s) { name##__destroy(s); }                         \
+  }
+
+// A TC skeleton that has a SLUICE_NO_KERN_CTX build, name_compat (UseKernCtx).
+#define SLUICE_SKELETON_OPS_KERN_CTX(name)                                                     \
+  static_assert(sizeof(struct name) == sizeof(struct name##_compat),                           \
+                #name " and its compat build differ");                                         \
+  template <>                                                                                  \
+  struct SkeletonOps<struct name> {                                                            \
+    static constexpr const char* kName = #name;                                                \
+    static struct name* Open(const struct bpf_object_open_opts* o) {                           \
+      return OpenSkeletonOn<struct name>(o, UseKernCtx() ? nullptr : name##_compat__elf_bytes, \
+                                         name##__create_skeleton, name##__destroy);            \
+    }                                                                                          \
+    static int Load(struct name* s) { return name##__load(s); }                                \
+    static void Destroy(struct name* s) { name##__destroy(s); }                                \
   }
 
 template <typename Skel>

@@ -1,5 +1,6 @@
 /* Headers, constants and small packet-access helpers every Sluice program uses.
- * Kernel UAPI headers only (no vmlinux.h): the programs touch no kernel-internal structs. */
+ * Kernel UAPI headers only (no vmlinux.h): the one kernel-internal field the programs read, the
+ * skb's checksum state, is declared for CO-RE in lib/ctx/skb.h. */
 #ifndef SLUICE_BPF_COMMON_H
 #define SLUICE_BPF_COMMON_H
 

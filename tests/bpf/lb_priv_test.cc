@@ -458,6 +458,28 @@ TEST_P(ClusterIpTable, Packet) { RunCase(GetParam()); }
 INSTANTIATE_TEST_SUITE_P(SluiceFromPod, ClusterIpTable, ::testing::ValuesIn(ClusterIpCases()),
                          CaseName);
 
+// A table run on the programs' build without bpf_cast_to_kern_ctx (lib/ctx/skb.h), which the
+// loader takes on a kernel that lacks the kfunc: its L4 checksums go through the helper.
+template <typename Table>
+class WithoutKernCtx : public Table {
+ protected:
+  void SetUp() override {
+    loader::ForceNoKernCtxForTesting(true);
+    Table::SetUp();
+  }
+  void TearDown() override {
+    Table::TearDown();
+    loader::ForceNoKernCtxForTesting(false);
+  }
+};
+
+class ClusterIpCompatTable : public WithoutKernCtx<ClusterIpTable> {};
+
+TEST_P(ClusterIpCompatTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(SluiceFromPodWithoutKernCtx, ClusterIpCompatTable,
+                         ::testing::ValuesIn(ClusterIpCases()), CaseName);
+
 // ---- Multi-step flows whose map changes, loops or statistics a table would obscure -------------
 
 TEST_F(LbTest, LaterPacketsOfAFlowKeepTheirBackendAfterTheSlotsChange) {
@@ -761,6 +783,13 @@ TEST_P(NodePortTable, Packet) { RunCase(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(SluiceFromNet, NodePortTable, ::testing::ValuesIn(NodePortCases()),
                          CaseName);
+
+class NodePortCompatTable : public WithoutKernCtx<NodePortTable> {};
+
+TEST_P(NodePortCompatTable, Packet) { RunCase(GetParam()); }
+
+INSTANTIATE_TEST_SUITE_P(SluiceFromNetWithoutKernCtx, NodePortCompatTable,
+                         ::testing::ValuesIn(NodePortCases()), CaseName);
 
 // ---- Fragmented datagrams: later fragments follow their first (lib/parse.h, maps/frag.h) ------
 

@@ -11,11 +11,15 @@
 # REJECT and NodePort checks live in their own script.
 set -euo pipefail
 NAME=sv$$
-source "$(dirname "$0")/lablib.sh"
+HERE=$(cd "$(dirname "$0")" && pwd)
+source "$HERE/lablib.sh"
 WORK=$(mktemp -d /tmp/sluice-service-test.XXXXXX)
 KEEP_LOGS=/tmp/service_test-$NAME
 # The clients still running stop before the lab goes.
-before_down() { for f in scale udp restart; do touch "$WORK/$f.json.stop"; done 2>/dev/null || true; }
+before_down() {
+  for f in scale udp restart; do touch "$WORK/$f.json.stop"; done 2>/dev/null || true
+  for f in csum-dnat csum-revnat-tcp csum-revnat-udp; do touch "$WORK/$f.stop"; done 2>/dev/null || true
+}
 
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
 log "lab $NAME up"
@@ -197,9 +201,38 @@ wait_for 30 output_is 3 backends_of node1 "$WEB" 80 ||
 client_ports() { lab exec client -- sysctl -qw net.ipv4.ip_local_port_range="$1 $2"; }
 client_ports 10000 39999
 
-# 1. Distribution.
+# 1. Distribution, with the checksums of what Sluice translated checked where it arrives: the
+# DNATed packets in web-1 (balanced from the client on the same node), the reverse-translated
+# replies in the client (TCP from the 3 backends, UDP from dns-a on node2). Pods' packets carry
+# partial checksums over veths, which no receiver here would verify.
+# start_csum POD PORT NAME / csum_ok NAME: csum_capture.py in POD's namespace, then its verdict.
+start_csum() {
+  rm -f "$WORK/$3".{ready,stop,json}
+  lab exec "$1" -- python3 "$HERE/csum_capture.py" --port "$2" --ready "$WORK/$3.ready" \
+    --stop "$WORK/$3.stop" --out "$WORK/$3.json" &
+  CLIENT_PIDS+=($!)
+  wait_for 30 test -f "$WORK/$3.ready" || fail "csum_capture in $1 did not start"
+}
+csum_ok() {
+  touch "$WORK/$1.stop"
+  wait_for 30 test -f "$WORK/$1.json" || fail "csum_capture $1 wrote nothing"
+  log "checksums, $1: $(cat "$WORK/$1.json")"
+  [ "$(summary "$1.json" 'd["partial_bad"] + d["full_bad"]')" = 0 ] &&
+    [ "$(summary "$1.json" 'd["partial_ok"] + d["full_ok"]')" -gt 0 ]
+}
+start_csum web-1 8080 csum-dnat
+start_csum client 80 csum-revnat-tcp
+start_csum client 53 csum-revnat-udp
 lab exec client -- python3 "$WORK/client.py" tcp "$WEB" 80 "$WORK/spread.json" 300 ||
   fail "client"
+lab exec client -- python3 "$WORK/client.py" udp "$DNS" 53 "$WORK/csum-udp.json" 20 ||
+  fail "udp client"
+csum_ok csum-dnat || fail "DNATed packets in web-1 with a wrong L4 checksum"
+csum_ok csum-revnat-tcp || fail "reverse-translated TCP replies with a wrong L4 checksum"
+csum_ok csum-revnat-udp || fail "reverse-translated UDP replies with a wrong L4 checksum"
+[ "$(summary csum-dnat.json 'd["partial_ok"]')" -gt 0 ] ||
+  fail "no partial checksum among web-1's DNATed packets: the inline update went untested"
+log "ok: translated TCP and UDP packets arrive with right L4 checksums (partial ones included)"
 [ "$(summary spread.json 'd["failures"]')" = 0 ] || fail "spread: $(summary spread.json 'd["errors"][:5]')"
 python3 - "$WORK/spread.json" <<'PY' || fail "uneven spread"
 import json, sys

@@ -78,6 +78,42 @@ TEST(Datapath, MapsArePinnedUnderTheRootWithSluiceNames) {
   EXPECT_FALSE(wrong.ok());
 }
 
+// The TC programs' xlated length (instructions after the verifier), per program.
+std::vector<uint32_t> TcProgramLengths(const loader::Datapath& dp) {
+  std::vector<uint32_t> lens;
+  for (int fd : {dp.from_pod_fd(), dp.to_pod_fd(), dp.from_net_fd(), dp.to_net_fd(),
+                 dp.from_overlay_fd()}) {
+    bpf_prog_info info{};
+    uint32_t len = sizeof(info);
+    EXPECT_EQ(bpf_obj_get_info_by_fd(fd, &info, &len), 0) << std::strerror(errno);
+    lens.push_back(info.xlated_prog_len);
+  }
+  return lens;
+}
+
+// This kernel (6.2+ with BTF, as CI's) takes the TC programs' main build, which reads the skb's
+// checksum state through bpf_cast_to_kern_ctx; the loader falls back to their build without it,
+// a different program, when told to (as on a kernel that lacks the kfunc).
+TEST(Datapath, TcProgramsLoadTheKernCtxBuildHereAndTheCompatBuildWhenTold) {
+  ASSERT_TRUE(loader::UseKernCtx()) << "the kernel's BTF names no bpf_cast_to_kern_ctx";
+  ScratchBpffs main_fs, compat_fs;
+  auto main_dp = loader::Datapath::Load(main_fs.path());
+  ASSERT_TRUE(main_dp.ok()) << main_dp.status();
+  loader::ForceNoKernCtxForTesting(true);
+  EXPECT_FALSE(loader::UseKernCtx());
+  auto compat_dp = loader::Datapath::Load(compat_fs.path());
+  loader::ForceNoKernCtxForTesting(false);
+  ASSERT_TRUE(compat_dp.ok()) << compat_dp.status();
+  EXPECT_TRUE(loader::UseKernCtx());
+  std::vector<uint32_t> main_lens = TcProgramLengths(**main_dp);
+  std::vector<uint32_t> compat_lens = TcProgramLengths(**compat_dp);
+  ASSERT_EQ(main_lens.size(), compat_lens.size());
+  for (size_t i = 0; i < main_lens.size(); ++i) {
+    EXPECT_GT(main_lens[i], 0u) << "program " << i;
+    EXPECT_NE(main_lens[i], compat_lens[i]) << "program " << i << ": the same code loaded twice";
+  }
+}
+
 TEST(Datapath, ReloadReusesPinnedMapsWithTheirContents) {
   ScratchBpffs fs;
   sluice_ep4_key key{0x0a0af40a};

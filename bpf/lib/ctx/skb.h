@@ -6,6 +6,7 @@
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>
 
+#include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 
 #define SLUICE_CTX_SKB 1
@@ -147,6 +148,94 @@ static __always_inline int ctx_l3_csum_replace(struct sluice_ctx *ctx, __u32 off
 	return bpf_l3_csum_replace(ctx, off, from, to, flags);
 }
 
+#ifndef SLUICE_NO_KERN_CTX
+/* L4 checksums: the kernel's skb is read (bpf_cast_to_kern_ctx, Linux 6.2 with BTF) for its
+ * checksum state, and updates are computed inline. The loader loads the same programs built
+ * with SLUICE_NO_KERN_CTX where the kernel lacks that kfunc: they update L4 checksums through
+ * bpf_l4_csum_replace (below the #else). */
+
+/* The kernel's struct sk_buff, as far as Sluice reads it: the field is found by name in the
+ * running kernel's BTF (CO-RE), so its place in the struct does not matter here. */
+struct sk_buff___sluice {
+	__u8 ip_summed : 2;
+} __attribute__((preserve_access_index));
+
+/* The kernel's skb behind a program's context: a register move once verified. */
+extern void *bpf_cast_to_kern_ctx(void *obj) __ksym;
+
+/* skb->ip_summed (include/linux/skbuff.h). */
+#define SLUICE_CHECKSUM_NONE 0
+#define SLUICE_CHECKSUM_UNNECESSARY 1
+#define SLUICE_CHECKSUM_COMPLETE 2
+#define SLUICE_CHECKSUM_PARTIAL 3
+
+static __always_inline __u32 ctx_ip_summed(struct sluice_ctx *ctx)
+{
+	struct sk_buff___sluice *skb = bpf_cast_to_kern_ctx(ctx);
+
+	return BPF_CORE_READ_BITFIELD(skb, ip_summed);
+}
+
+/* The L4 checksum depends on the skb's checksum state, read from the kernel's skb:
+ * - CHECKSUM_PARTIAL: the field holds the pseudo header sum, which the device completes; a pseudo
+ *   header change moves it the other way round (+d), a change of covered data does not move it;
+ * - CHECKSUM_NONE and CHECKSUM_UNNECESSARY: the field is the checksum, updated by RFC 1624;
+ * - CHECKSUM_COMPLETE: skb->csum must move with a pseudo header change, which only the helper can
+ *   write.
+ * What the helper does for the first two is done inline when the field is linear (no helper
+ * call); the rest goes through bpf_l4_csum_replace. */
+static __always_inline int ctx_l4_csum_replace(struct sluice_ctx *ctx, __u32 off, __u64 from,
+					       __u64 to, __u64 flags)
+{
+	__u32 size = flags & BPF_F_HDR_FIELD_MASK;
+	__u32 summed = ctx_ip_summed(ctx);
+	__u16 *field;
+	__u32 sum;
+
+	if (summed == SLUICE_CHECKSUM_COMPLETE || (size != 2 && size != 4))
+		return bpf_l4_csum_replace(ctx, off, from, to, flags);
+	field = ctx_direct(ctx, off, sizeof(__u16));
+	if (!field)
+		return bpf_l4_csum_replace(ctx, off, from, to, flags);
+	/* UDP: a zero checksum means none, and a computed zero is sent as 0xffff. */
+	if ((flags & BPF_F_MARK_MANGLED_0) && *field == 0)
+		return 0;
+	if (summed == SLUICE_CHECKSUM_PARTIAL) {
+		if (!(flags & BPF_F_PSEUDO_HDR))
+			return 0;
+		sum = *field;
+		if (size == 4)
+			sum += (~(__u32)from & 0xffff) + (~(__u32)from >> 16) +
+			       ((__u32)to & 0xffff) + ((__u32)to >> 16);
+		else
+			sum += (__u16)~(__u32)from + (__u16)to;
+		*field = (__u16)~ctx_csum_fold(sum);
+	} else {
+		*field = ctx_csum_update(*field, (__u32)from, (__u32)to, size);
+	}
+	if ((flags & BPF_F_MARK_MANGLED_0) && *field == 0)
+		*field = 0xffff;
+	return 0;
+}
+
+/* The L4 checksum update for a pseudo header address and a port that change together (DNAT,
+ * reverse NAT, masquerade). flags: the address's flags for bpf_l4_csum_replace
+ * (BPF_F_PSEUDO_HDR | 4, BPF_F_MARK_MANGLED_0). */
+static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx, __u32 off,
+							 __be32 from_addr, __be32 to_addr,
+							 __be16 from_port, __be16 to_port,
+							 __u64 flags)
+{
+	if (ctx_l4_csum_replace(ctx, off, from_addr, to_addr, flags))
+		return -1;
+	if (from_port == to_port)
+		return 0;
+	return ctx_l4_csum_replace(ctx, off, from_port, to_port,
+				   sizeof(__be16) | (flags & BPF_F_MARK_MANGLED_0));
+}
+
+#else /* SLUICE_NO_KERN_CTX */
+
 /* The L4 checksum does depend on it (CHECKSUM_PARTIAL holds only the pseudo header sum and takes
  * pseudo header changes the other way round, CHECKSUM_COMPLETE needs skb->csum kept right for
  * pseudo header changes), which a program cannot read: the helper decides. */
@@ -206,6 +295,8 @@ static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx,
 	*field = after;
 	return 0;
 }
+
+#endif /* SLUICE_NO_KERN_CTX */
 
 /* Sets the packet's length to len (trims or pads at the tail). */
 static __always_inline int ctx_change_tail(struct sluice_ctx *ctx, __u32 len)
