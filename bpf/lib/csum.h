@@ -1,8 +1,9 @@
 /* Header rewrites that keep checksums right: IPv4 addresses (IP header and the L4 pseudo
  * header), L4 ports / ICMP echo ids, and TTL. Each returns 0 or -SLUICE_DROP_PACKET_WRITE.
- * Writes and the IPv4 checksum go straight to the linear packet where they can (ctx layer);
- * only the L4 checksum of a pseudo header change needs a helper call. Callers re-derive packet
- * pointers afterwards: the helpers invalidate them. */
+ * Writes and checksums go straight to the linear packet where they can (ctx layer); the L4
+ * checksum of a pseudo header change takes a helper call where the skb's checksum state is
+ * CHECKSUM_COMPLETE or unknown (ctx/skb.h). Callers re-derive packet pointers afterwards: the
+ * helpers invalidate them. */
 #ifndef SLUICE_BPF_CSUM_H
 #define SLUICE_BPF_CSUM_H
 
@@ -79,6 +80,26 @@ static __always_inline int rewrite_l4_port(struct sluice_ctx *ctx, __u32 field_o
 		return -SLUICE_DROP_PACKET_WRITE;
 	return 0;
 }
+
+#ifndef SLUICE_CTX_L4_CSUM_ADDR_PORT
+/* The L4 checksum update for a pseudo header address and a port that change together (DNAT,
+ * reverse NAT, masquerade): two updates, each inline where the ctx layer can (XDP, TC reading the
+ * skb's checksum state). The TC build without the kernel's skb has its own, which tells the
+ * checksum state from one helper call (ctx/skb.h). flags: the address's flags for
+ * bpf_l4_csum_replace (BPF_F_PSEUDO_HDR | 4, BPF_F_MARK_MANGLED_0). */
+static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx, __u32 off,
+							 __be32 from_addr, __be32 to_addr,
+							 __be16 from_port, __be16 to_port,
+							 __u64 flags)
+{
+	if (ctx_l4_csum_replace(ctx, off, from_addr, to_addr, flags))
+		return -1;
+	if (from_port == to_port)
+		return 0;
+	return ctx_l4_csum_replace(ctx, off, from_port, to_port,
+				   sizeof(__be16) | (flags & BPF_F_MARK_MANGLED_0));
+}
+#endif
 
 /* Rewrites an IPv4 address (field as for rewrite_ip4_addr) and the L4 port at port_off that
  * changes with it (DNAT: daddr and dport; reverse NAT, masquerade: saddr and sport), with one

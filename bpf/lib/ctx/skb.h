@@ -218,22 +218,6 @@ static __always_inline int ctx_l4_csum_replace(struct sluice_ctx *ctx, __u32 off
 	return 0;
 }
 
-/* The L4 checksum update for a pseudo header address and a port that change together (DNAT,
- * reverse NAT, masquerade). flags: the address's flags for bpf_l4_csum_replace
- * (BPF_F_PSEUDO_HDR | 4, BPF_F_MARK_MANGLED_0). */
-static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx, __u32 off,
-							 __be32 from_addr, __be32 to_addr,
-							 __be16 from_port, __be16 to_port,
-							 __u64 flags)
-{
-	if (ctx_l4_csum_replace(ctx, off, from_addr, to_addr, flags))
-		return -1;
-	if (from_port == to_port)
-		return 0;
-	return ctx_l4_csum_replace(ctx, off, from_port, to_port,
-				   sizeof(__be16) | (flags & BPF_F_MARK_MANGLED_0));
-}
-
 #else /* SLUICE_NO_KERN_CTX */
 
 /* The L4 checksum does depend on it (CHECKSUM_PARTIAL holds only the pseudo header sum and takes
@@ -244,6 +228,9 @@ static __always_inline int ctx_l4_csum_replace(struct sluice_ctx *ctx, __u32 off
 {
 	return bpf_l4_csum_replace(ctx, off, from, to, flags);
 }
+
+/* This build's own ctx_l4_csum_replace_addr_port (lib/csum.h has the plain one). */
+#define SLUICE_CTX_L4_CSUM_ADDR_PORT 1
 
 /* The L4 checksum update for a pseudo header address and a port that change together (DNAT,
  * reverse NAT, masquerade) in one helper call instead of two. The helper is told the address

@@ -163,20 +163,6 @@ static __always_inline void ctx_pull(struct sluice_ctx *ctx, __u32 len)
 	(void)len;
 }
 
-/* An address of the pseudo header and a port changing together (see ctx/skb.h); XDP has no
- * checksum state, so these are two inline updates. */
-static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx, __u32 off,
-							 __be32 from_addr, __be32 to_addr,
-							 __be16 from_port, __be16 to_port,
-							 __u64 flags)
-{
-	if (ctx_l4_csum_replace(ctx, off, from_addr, to_addr, flags))
-		return -1;
-	if (from_port == to_port)
-		return 0;
-	return ctx_l4_csum_replace(ctx, off, from_port, to_port,
-				   sizeof(__be16) | (flags & BPF_F_MARK_MANGLED_0));
-}
 
 static __always_inline int ctx_change_tail(struct sluice_ctx *ctx, __u32 len)
 {
