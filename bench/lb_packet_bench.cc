@@ -54,6 +54,7 @@
 #include "loader/skeleton.h"
 #include "support/fixture.h"
 #include "support/packet.h"
+#include "test_run.h"
 
 namespace sluice::loader {
 SLUICE_SKELETON_OPS(bench_lb_floor);
@@ -101,37 +102,19 @@ const Mac kClientHostMac = ParseMac("02:aa:00:00:0a:02");
   std::exit(1);
 }
 
-int LoadEmptyTcProgram() {
-  struct bpf_insn insns[2] = {};
-  insns[0].code = BPF_ALU64 | BPF_MOV | BPF_K;  // r0 = 0
-  insns[0].dst_reg = BPF_REG_0;
-  insns[1].code = BPF_JMP | BPF_EXIT;
-  int fd = bpf_prog_load(BPF_PROG_TYPE_SCHED_CLS, "bench_empty", "GPL", insns, 2, nullptr);
-  if (fd < 0) Die(absl::StrCat("load empty SCHED_CLS program: ", std::strerror(errno)));
-  return fd;
-}
-
-struct RunOut {
-  int verdict;
-  uint32_t ns;
-  Bytes out;
-};
+using RunOut = TestRunOut;
 
 RunOut TestRun(int prog_fd, const Bytes& in) {
-  RunOut r{};
-  r.out.assign(in.size() + 256, 0);
-  struct __sk_buff ctx {};
-  ctx.ifindex = kIfindex;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = r.out.data(),
-              .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = 1);
-  if (bpf_prog_test_run_opts(prog_fd, &opts) != 0)
+  RunOut r;
+  if (!RunTc(prog_fd, in, kIfindex, &r))
     Die(absl::StrCat("BPF_PROG_TEST_RUN: ", std::strerror(errno)));
-  r.verdict = static_cast<int>(opts.retval);
-  r.ns = opts.duration;
-  r.out.resize(opts.data_size_out);
   return r;
+}
+
+int EmptyTcProgram() {
+  int fd = LoadEmptyTcProgram();
+  if (fd < 0) Die(absl::StrCat("load empty SCHED_CLS program: ", std::strerror(errno)));
+  return fd;
 }
 
 std::string ClientIp(int c) { return absl::StrFormat("10.244.0.%d", 100 + c); }
@@ -243,20 +226,6 @@ Bytes NextNewFlow(Cluster& c) {
                    sluice::testing::kTcpSyn);
 }
 
-double InterquartileMean(std::vector<uint32_t> v) {
-  std::sort(v.begin(), v.end());
-  size_t lo = v.size() / 4, hi = v.size() - v.size() / 4;
-  double s = 0;
-  for (size_t i = lo; i < hi; ++i) s += v[i];
-  return s / static_cast<double>(hi - lo);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
-}
-
 // Non-service pod -> pod: client 0 to the probed Service's first backend pod, directly.
 Bytes PodToPod(const Cluster& c) {
   return Packet::Eth(kClientMac, kClientHostMac)
@@ -317,7 +286,7 @@ int main(int argc, char** argv) {
     }
   }
 
-  const int empty_fd = LoadEmptyTcProgram();
+  const int empty_fd = EmptyTcProgram();
   std::vector<std::unique_ptr<Cluster>> clusters;
   for (uint32_t n : counts) {
     std::fprintf(stderr, "lb_packet_bench: programming %u services x %u backends\n", n,

@@ -49,6 +49,7 @@
 #include "sluice_pod_egress_nomon.skel.h"
 #include "support/fixture.h"
 #include "support/packet.h"
+#include "test_run.h"
 
 namespace sluice::loader {
 SLUICE_SKELETON_OPS(sluice_pod_egress_nomon);
@@ -80,22 +81,13 @@ const Mac kHostMac = ParseMac("02:aa:00:00:0a:02");
 std::string ClientIp(int c) { return absl::StrFormat("10.244.0.%d", 100 + c); }
 Mac ClientMac(int c) { return ParseMac(absl::StrFormat("02:00:00:00:0a:%02x", c + 1)); }
 
-struct RunOut {
-  int verdict;
-  uint32_t ns;
-};
+using RunOut = TestRunOut;
 
 RunOut TestRun(int prog_fd, const Bytes& in) {
-  Bytes out(in.size() + 256);
-  struct __sk_buff ctx {};
-  ctx.ifindex = kIfindex;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = out.data(),
-              .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(out.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = 1);
-  if (bpf_prog_test_run_opts(prog_fd, &opts) != 0)
+  RunOut r;
+  if (!RunTc(prog_fd, in, kIfindex, &r))
     Die(absl::StrCat("BPF_PROG_TEST_RUN: ", std::strerror(errno)));
-  return {static_cast<int>(opts.retval), opts.duration};
+  return r;
 }
 
 Bytes ToService(int client, uint16_t sport, uint8_t flags) {
@@ -104,20 +96,6 @@ Bytes ToService(int client, uint16_t sport, uint8_t flags) {
       .TCP(sport, 80, flags)
       .Payload("GET / HTTP/1.1\r\n\r\n")
       .Build();
-}
-
-double InterquartileMean(std::vector<uint32_t> v) {
-  std::sort(v.begin(), v.end());
-  size_t lo = v.size() / 4, hi = v.size() - v.size() / 4;
-  double s = 0;
-  for (size_t i = lo; i < hi; ++i) s += v[i];
-  return s / static_cast<double>(hi - lo);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : (v[m - 1] + v[m]) / 2;
 }
 
 enum class Mode { kBaseline, kNoListener, kListener, kLimited, kRawRing, kCountersAsBefore };

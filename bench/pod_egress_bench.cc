@@ -42,6 +42,7 @@
 #include "loader/datapath.h"
 #include "support/fixture.h"
 #include "support/packet.h"
+#include "test_run.h"
 
 namespace sluice::bench {
 namespace {
@@ -73,38 +74,10 @@ constexpr size_t kTtlOffset = 14 + 8;  // Ethernet header + IPv4 TTL
   std::exit(1);
 }
 
-// The empty TC program, loaded with raw libbpf: `r0 = TC_ACT_OK; exit`.
-int LoadEmptyTcProgram() {
-  struct bpf_insn insns[2] = {};
-  insns[0].code = BPF_ALU64 | BPF_MOV | BPF_K;  // r0 = 0
-  insns[0].dst_reg = BPF_REG_0;
-  insns[0].imm = 0;
-  insns[1].code = BPF_JMP | BPF_EXIT;
-  int fd = bpf_prog_load(BPF_PROG_TYPE_SCHED_CLS, "bench_empty", "GPL", insns, 2, nullptr);
-  if (fd < 0) Die(absl::StrCat("load empty SCHED_CLS program: ", std::strerror(errno)));
-  return fd;
-}
-
-struct TestRunResult {
-  int verdict = -1;
-  uint32_t duration_ns = 0;  // kernel mean per run
-  Bytes out;
-};
-
-TestRunResult TestRun(int prog_fd, const Bytes& in, uint32_t repeat) {
-  TestRunResult r;
-  r.out.assign(in.size() + 256, 0);
-  struct __sk_buff ctx {};
-  ctx.ifindex = kPodAIfindex;
-  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = r.out.data(),
-              .data_size_in = static_cast<__u32>(in.size()),
-              .data_size_out = static_cast<__u32>(r.out.size()), .ctx_in = &ctx,
-              .ctx_size_in = sizeof(ctx), .repeat = static_cast<int>(repeat));
-  if (bpf_prog_test_run_opts(prog_fd, &opts) != 0)
+TestRunOut TestRun(int prog_fd, const Bytes& in, uint32_t repeat) {
+  TestRunOut r;
+  if (!RunTc(prog_fd, in, kPodAIfindex, &r, repeat))
     Die(absl::StrCat("BPF_PROG_TEST_RUN: ", std::strerror(errno)));
-  r.verdict = static_cast<int>(opts.retval);
-  r.duration_ns = opts.duration;
-  r.out.resize(opts.data_size_out);
   return r;
 }
 
@@ -191,7 +164,7 @@ void RunCase(benchmark::State& state, const Case& c) {
       state.SkipWithError("TTL not decremented once per run: not all runs took the redirect path");
       break;
     }
-    const double ns = static_cast<double>(r.duration_ns) * repeat;
+    const double ns = static_cast<double>(r.ns) * repeat;
     state.SetIterationTime(ns * 1e-9);
     total_ns += ns;
     packets += repeat;
@@ -244,6 +217,7 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(nargs, args.data())) return 1;
 
   const int empty_fd = LoadEmptyTcProgram();
+  if (empty_fd < 0) Die(absl::StrCat("load empty SCHED_CLS program: ", std::strerror(errno)));
   auto small = LoadWithEndpoints(0);
   auto large = LoadWithEndpoints(kManyEndpoints - 2);
 
