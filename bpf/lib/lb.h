@@ -319,29 +319,21 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	return 0;
 }
 
-/* The backend of a packet to the frontend `key` (master `svc`). Existing flows keep their
- * backend, whatever happened to the service since; a new flow is given one and recorded in
- * conntrack. A client that is its own backend (hairpin, only from pods: hairpin_src is the pods'
- * gateway, else 0) is to get its source rewritten to hairpin_src, which the pod answers through
- * Sluice again. Maps only. Returns LB4_DNAT (t says where to), LB4_REJECT or minus a drop
- * reason. */
-static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct sluice_lb4_key *key,
-				      const struct sluice_lb4_service *svc, __be32 hairpin_src,
-				      struct lb4_target *t)
+/* The backend conntrack gives a packet of a flow it follows (client -> frontend), as it was
+ * given, whatever happened to the service since; closing packets mark the flow. hairpin_src as
+ * for lb4_choose. Returns LB4_DNAT (t says where to), or LB4_NONE when the flow is new: not
+ * tracked, or a new connection (a SYN) on the tuple of one that ended or whose backend is gone. */
+static __always_inline int lb4_tracked(const struct ct4_pkt *p, __be32 hairpin_src,
+				       struct lb4_target *t)
 {
-	const struct sluice_lb4_backend *be = NULL;
-	struct sluice_ct4_entry *ct;
-	__u32 backend_id = 0;
-	int ret;
+	struct sluice_ct4_entry *ct = ct4_lookup(&p->key);
 
-	if (!lb4_source_allowed(svc, p->key.saddr))
-		return -SLUICE_DROP_SOURCE_RANGE;
-	ct = ct4_lookup(&p->key);
-	if (ct && p->key.proto == IPPROTO_TCP) {
-		if ((p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) == CT4_TCP_SYN &&
-		    lb4_ct_stale(ct))
-			ct = NULL; /* a new connection reusing the tuple of one that ended */
-		else if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST)) {
+	if (!ct)
+		return LB4_NONE;
+	if (p->key.proto == IPPROTO_TCP) {
+		if ((p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) == CT4_TCP_SYN && lb4_ct_stale(ct))
+			return LB4_NONE;
+		if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST)) {
 			event_ct_close(ct, &p->key);
 			ct->flags |= SLUICE_CT_F_CLOSING;
 			ct4_mark_reply_closing(&p->key, ct,
@@ -350,12 +342,23 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 		}
 	}
 	t->hairpin_src = hairpin_src;
-	if (ct) {
-		t->addr = ct->backend_addr;
-		t->port = ct->backend_port;
-		t->flags = ct->flags;
-		return LB4_DNAT;
-	}
+	t->addr = ct->backend_addr;
+	t->port = ct->backend_port;
+	t->flags = ct->flags;
+	return LB4_DNAT;
+}
+
+/* Gives a new flow to the frontend `key` (master `svc`) a backend and records it in conntrack.
+ * hairpin_src as for lb4_choose. Returns LB4_DNAT (t says where to), LB4_REJECT or minus a drop
+ * reason. */
+static __always_inline int lb4_new_flow(const struct ct4_pkt *p, const struct sluice_lb4_key *key,
+					const struct sluice_lb4_service *svc, __be32 hairpin_src,
+					struct lb4_target *t)
+{
+	const struct sluice_lb4_backend *be = NULL;
+	__u32 backend_id = 0;
+	int ret;
+
 	/* A later fragment follows the flow its first fragment made; it opens none. */
 	if (p->csum.absent)
 		return -SLUICE_DROP_FRAGMENT;
@@ -364,6 +367,7 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 	ret = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
 	if (ret < 0)
 		return ret;
+	t->hairpin_src = hairpin_src;
 	t->addr = be->addr;
 	t->port = be->port;
 	t->flags = hairpin_src && t->addr == p->key.saddr ? SLUICE_CT_F_HAIRPIN : 0;
@@ -374,6 +378,23 @@ static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct slui
 		return ret;
 	event_translate(&p->key, t->addr, t->port, svc->rev_nat_id, p->tcp_flags);
 	return LB4_DNAT;
+}
+
+/* The backend of a packet to the frontend `key` (master `svc`). Existing flows keep their
+ * backend, whatever happened to the service since; a new flow is given one and recorded in
+ * conntrack. A client that is its own backend (hairpin, only from pods: hairpin_src is the pods'
+ * gateway, else 0) is to get its source rewritten to hairpin_src, which the pod answers through
+ * Sluice again. Maps only. Returns LB4_DNAT (t says where to), LB4_REJECT or minus a drop
+ * reason. */
+static __always_inline int lb4_choose(const struct ct4_pkt *p, const struct sluice_lb4_key *key,
+				      const struct sluice_lb4_service *svc, __be32 hairpin_src,
+				      struct lb4_target *t)
+{
+	if (!lb4_source_allowed(svc, p->key.saddr))
+		return -SLUICE_DROP_SOURCE_RANGE;
+	if (lb4_tracked(p, hairpin_src, t) == LB4_DNAT)
+		return LB4_DNAT;
+	return lb4_new_flow(p, key, svc, hairpin_src, t);
 }
 
 /* Rewrites a packet to a frontend as lb4_choose decided. Returns LB4_DNAT or minus a drop
@@ -413,19 +434,38 @@ static __always_inline int lb4_dnat(struct sluice_ctx *ctx, struct pkt4 *pkt,
 }
 
 /* Service translation of a TCP/UDP packet a pod sends: DNAT when it goes to a frontend, reverse
- * NAT when it is a backend's reply. */
+ * NAT when it is a backend's reply.
+ * A TCP segment to a ClusterIP (an address of the service range: no source ranges, no reverse
+ * NAT) of a connection conntrack follows is sent on without the frontend lookup, the common
+ * case of Service traffic; so such a connection outlives its Service, as it does with
+ * kube-proxy's conntrack (a UDP flow does not: its Service is looked up on every datagram). */
 static __always_inline int lb4_from_pod(struct sluice_ctx *ctx, struct pkt4 *pkt,
 					const struct ct4_pkt *p,
 					const struct sluice_node_config *cfg)
 {
+	__be32 hairpin_src = cfg ? cfg->gateway_ip4 : 0;
 	const struct sluice_lb4_service *svc;
 	struct sluice_lb4_key key;
+	struct lb4_target t;
+	int looked_up = 0; /* conntrack has no flow for the packet */
 	int ret;
 
+	if (p->key.proto == IPPROTO_TCP && lb4_in_service_cidr(cfg, p->key.daddr)) {
+		if (lb4_tracked(p, hairpin_src, &t) == LB4_DNAT)
+			return lb4_dnat_rewrite(ctx, pkt, p, &t);
+		looked_up = 1;
+	}
 	ret = lb4_frontend(p, cfg, &key, &svc);
 	if (ret == LB4_DNAT) {
 		lb4_in_cluster(&key, &svc);
-		return lb4_dnat(ctx, pkt, p, &key, svc, cfg ? cfg->gateway_ip4 : 0);
+		if (!looked_up)
+			return lb4_dnat(ctx, pkt, p, &key, svc, hairpin_src);
+		if (!lb4_source_allowed(svc, p->key.saddr))
+			return -SLUICE_DROP_SOURCE_RANGE;
+		ret = lb4_new_flow(p, &key, svc, hairpin_src, &t);
+		if (ret != LB4_DNAT)
+			return ret;
+		return lb4_dnat_rewrite(ctx, pkt, p, &t);
 	}
 	if (ret != LB4_NONE)
 		return ret;

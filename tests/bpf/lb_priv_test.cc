@@ -542,6 +542,48 @@ TEST_F(LbTest, EstablishedFlowKeepsItsBackendAfterTheBackendLeavesTheService) {
   }
 }
 
+// A TCP connection through a ClusterIP keeps its backend after the Service is deleted, as with
+// kube-proxy's conntrack (sluice_from_pod follows it without the frontend lookup); a new
+// connection to the address, and any UDP datagram (whose Service is looked up every time), is
+// dropped as for an address no Service has.
+TEST_F(LbTest, TcpConnectionToAClusterIpOutlivesItsServiceAndUdpFlowsDoNot) {
+  auto first = FromPod(TcpToService(40060));
+  ASSERT_EQ(first.verdict, kTcRedirect) << Describe(first.out);
+  auto d1 = Decode(first.out);
+  ASSERT_TRUE(d1);
+  const uint32_t id = TcpBackendOf(*d1);
+  ASSERT_NE(id, 0u);
+  const Bytes udp = Packet::Eth(kClientMac, kClientHostMac)
+                        .IPv4(kClient, kClusterIp)
+                        .UDP(5060, 53)
+                        .Payload("q")
+                        .Build();
+  ASSERT_EQ(FromPod(udp).verdict, kTcRedirect);
+
+  // The Service goes: every entry of its frontends, and the address's wildcard.
+  for (uint16_t slot = 0; slot <= kTcpBackends.size(); ++slot)
+    ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 80, IPPROTO_TCP, slot)).ok());
+  for (uint16_t slot = 0; slot <= kUdpBackends.size(); ++slot)
+    ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 53, IPPROTO_UDP, slot)).ok());
+  ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 0, 0, 0)).ok());
+
+  const uint64_t unknown = Drops(SLUICE_DROP_SERVICE_UNKNOWN_IP);
+  constexpr uint8_t kPsh = 0x08, kFin = 0x01;
+  for (uint8_t flags : {kTcpAck, uint8_t(kTcpAck | kPsh), uint8_t(kTcpAck | kFin)}) {
+    auto r = FromPod(TcpToService(40060, flags));
+    ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+    auto d = Decode(r.out);
+    ASSERT_TRUE(d);
+    EXPECT_EQ(TcpBackendOf(*d), id) << Describe(r.out);
+    EXPECT_TRUE(d->l4_csum_ok);
+  }
+  EXPECT_EQ(FromPod(TcpToService(40061)).verdict, kTcShot) << "a new connection";
+  EXPECT_EQ(FromPod(udp).verdict, kTcShot) << "a datagram of the UDP flow";
+  EXPECT_EQ(Drops(SLUICE_DROP_SERVICE_UNKNOWN_IP), unknown + 2);
+  // The connection closed (FIN above): a new SYN on its tuple is a new connection, dropped too.
+  EXPECT_EQ(FromPod(TcpToService(40060)).verdict, kTcShot);
+}
+
 // A client reusing a port (a new connection on the tuple of one that ended) is balanced again;
 // a retransmitted SYN of a live attempt is not.
 TEST_F(LbTest, NewConnectionOnAReusedTupleIsBalancedAgain) {
