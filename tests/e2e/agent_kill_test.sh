@@ -167,6 +167,10 @@ kill_agents $((KILLS / 4))
 while [ $((SECONDS - PHASE2)) -lt "$CHURN_SECONDS" ]; do kill_agents 1; done
 touch "$WORK/churn.stop"
 wait "$CHURN" || true
+# The scale-down comes after the kills, with both agents serving again: a backend that goes while
+# a node's agent is down stays in that node's slots until the agent is back (as a stopped
+# kube-proxy leaves its rules), and connections balanced onto it meanwhile fail.
+wait_for 60 both_ready || fail "agents not ready before the scale-down"
 K delete pod web-3 web-4 --grace-period=1 --wait=false >/dev/null || fail "scale down"
 wait_for 60 sh -c "[ -z \"\$(kubectl --kubeconfig $KUBECONFIG_PATH get pods -o name | grep -E 'pod/(churn-|web-[34])')\" ]" ||
   fail "churned pods not gone: $(K get pods -o wide)"
