@@ -28,6 +28,8 @@
 #  13. packets/s through a NodePort to a backend on another node: sluice_xdp_net (XDP_TX) vs the
 #      TC path vs kube-proxy's iptables (legacy) and nftables NodePort layouts, with the rig's
 #      floor, on a veth pair (xdp_pps).
+#  14. what the verifier costs each agent start: instructions verified and load time of each TC
+#      object, main build vs its SLUICE_NO_KERN_CTX build (verifier_bench).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -130,4 +132,11 @@ echo
 echo "#### 13. NodePort to a remote backend, packets/s: XDP vs the TC path vs kube-proxy iptables / nftables, veth pair"
 [ -x "$BUILD/bench/xdp_pps" ] || { echo "bench/run.sh: $BUILD/bench/xdp_pps missing: cmake --build $BUILD --target xdp_pps" >&2; exit 1; }
 "$BUILD/bench/xdp_pps" 2000000 5
+fi
+
+if want 14; then
+echo
+echo "#### 14. Verifier cost at start-up: TC objects, main build vs SLUICE_NO_KERN_CTX build"
+[ -x "$BUILD/bench/verifier_bench" ] || { echo "bench/run.sh: $BUILD/bench/verifier_bench missing: cmake --build $BUILD --target verifier_bench" >&2; exit 1; }
+"$BUILD/bench/verifier_bench" --rounds=5
 fi

@@ -9,6 +9,8 @@
 #include <bpf/bpf_core_read.h>
 #include <bpf/bpf_helpers.h>
 
+#include "lib/ctx/ones_complement.h"
+
 #define SLUICE_CTX_SKB 1
 #define sluice_ctx __sk_buff
 
@@ -110,26 +112,6 @@ static __always_inline int ctx_store_bytes(struct sluice_ctx *ctx, __u32 off, co
 	return bpf_skb_store_bytes(ctx, off, from, len, 0);
 }
 
-static __always_inline __u16 ctx_csum_fold(__u32 sum)
-{
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
-
-/* RFC 1624 on a checksum field: HC' = ~(~HC + ~m + m') for a 2- or 4-byte field changing from
- * `from` to `to` (the kernel's csum_replace2/4). */
-static __always_inline __u16 ctx_csum_update(__u16 csum, __u32 from, __u32 to, __u32 size)
-{
-	__u32 sum = (__u16)~csum;
-
-	if (size == 4)
-		sum += (~from & 0xffff) + (~from >> 16) + (to & 0xffff) + (to >> 16);
-	else
-		sum += (__u16)~from + (__u16)to;
-	return ctx_csum_fold(sum);
-}
-
 /* Incremental checksum updates (RFC 1624) of the 16-bit checksum at off; flags as for
  * bpf_l3_csum_replace / bpf_l4_csum_replace (the size of the field, BPF_F_PSEUDO_HDR,
  * BPF_F_MARK_MANGLED_0).
@@ -147,6 +129,9 @@ static __always_inline int ctx_l3_csum_replace(struct sluice_ctx *ctx, __u32 off
 	}
 	return bpf_l3_csum_replace(ctx, off, from, to, flags);
 }
+
+/* Both TC builds have their own ctx_l4_csum_replace_addr_port (lib/csum.h has the plain one). */
+#define SLUICE_CTX_L4_CSUM_ADDR_PORT 1
 
 #ifndef SLUICE_NO_KERN_CTX
 /* L4 checksums: the kernel's skb is read (bpf_cast_to_kern_ctx, Linux 6.2 with BTF) for its
@@ -176,46 +161,99 @@ static __always_inline __u32 ctx_ip_summed(struct sluice_ctx *ctx)
 	return BPF_CORE_READ_BITFIELD(skb, ip_summed);
 }
 
-/* The L4 checksum depends on the skb's checksum state, read from the kernel's skb:
- * - CHECKSUM_PARTIAL: the field holds the pseudo header sum, which the device completes; a pseudo
- *   header change moves it the other way round (+d), a change of covered data does not move it;
- * - CHECKSUM_NONE and CHECKSUM_UNNECESSARY: the field is the checksum, updated by RFC 1624;
- * - CHECKSUM_COMPLETE: skb->csum must move with a pseudo header change, which only the helper can
- *   write.
- * What the helper does for the first two is done inline when the field is linear (no helper
- * call); the rest goes through bpf_l4_csum_replace. */
+/* The L4 checksum through bpf_l4_csum_replace, for ctx_l4_csum_nat: a pseudo header address
+ * changing from `addrs >> 32` to `(__u32)addrs` and a covered 16-bit field from `ports & 0xffff` to
+ * `ports >> 16`, each skipped when unchanged. mangled: BPF_F_MARK_MANGLED_0 or 0. A global function,
+ * verified once per program (with its arguments unknown) and not at every call site. Returns 0
+ * or -1. */
+__attribute__((noinline)) int sluice_skb_l4_csum_helper(struct __sk_buff *ctx, __u32 off,
+							 __u64 addrs, __u32 ports, __u32 mangled)
+{
+	__u32 from_addr = addrs >> 32, to_addr = (__u32)addrs;
+	__u32 from_port = ports & 0xffff, to_port = ports >> 16;
+
+	mangled &= BPF_F_MARK_MANGLED_0;
+	if (from_addr != to_addr &&
+	    bpf_l4_csum_replace(ctx, off, from_addr, to_addr,
+				BPF_F_PSEUDO_HDR | sizeof(__be32) | mangled))
+		return -1;
+	if (from_port != to_port &&
+	    bpf_l4_csum_replace(ctx, off, from_port, to_port, sizeof(__be16) | mangled))
+		return -1;
+	return 0;
+}
+
+/* The L4 checksum update of a NAT rewrite: a pseudo header address changing from `from_addr` to
+ * `to_addr` and a 16-bit field the checksum covers (a port, an ICMP echo id or type) from
+ * `from_port` to `to_port`; with_addr / with_port (constants at each call site) say which of them
+ * change. It depends on the skb's checksum state, read from the kernel's skb:
+ * - CHECKSUM_PARTIAL: the field holds the pseudo header sum, which the device completes; the
+ *   address change moves it the other way round (+d), the covered field's change does not move it;
+ * - CHECKSUM_NONE and CHECKSUM_UNNECESSARY: the field is the checksum, updated by RFC 1624 for
+ *   both changes at once;
+ * - CHECKSUM_COMPLETE: skb->csum must move with the address change, which only
+ *   bpf_l4_csum_replace can write; it also takes a field outside the linear data, and UDP's
+ *   "no checksum" (a zero field under BPF_F_MARK_MANGLED_0, which stays 0).
+ * The first two are one computation without branches: the verifier, which cannot know the state,
+ * follows one path through it instead of one per state at every call site (with branches, the
+ * programs took ~120k more verified instructions than their SLUICE_NO_KERN_CTX build). It stays
+ * inline: a call costs a `ret`, ~12 ns per packet where the CPU needs Safe RET (AMD, SRSO). A UDP checksum
+ * computed as 0 is sent as 0xffff. Packet pointers are invalid afterwards. Returns 0 or -1. */
+static __always_inline int ctx_l4_csum_nat(struct sluice_ctx *ctx, __u32 off, __u32 from_addr,
+					   __u32 to_addr, __u32 from_port, __u32 to_port,
+					   __u32 mangled, int with_addr, int with_port)
+{
+	__u16 *field = ctx_direct(ctx, off, sizeof(__u16));
+	__u32 summed = ctx_ip_summed(ctx);
+	__u32 partial, sum, out, in, keep;
+
+	if (!field || summed == SLUICE_CHECKSUM_COMPLETE)
+		return sluice_skb_l4_csum_helper(
+			ctx, off, with_addr ? ((__u64)from_addr << 32) | to_addr : 0,
+			with_port ? (from_port & 0xffff) | (to_port << 16) : 0, mangled);
+	/* summed is NONE (0), UNNECESSARY (1) or PARTIAL (3): all ones under PARTIAL, else 0. */
+	partial = -(summed >> 1);
+	barrier_var(partial); /* else clang turns the masks below back into branches */
+	in = *field;
+	/* NONE: ~(~field + d_addr + d_port). PARTIAL: field + d_addr (the pseudo header sum). */
+	sum = in ^ (~partial & 0xffff);
+	if (with_addr)
+		sum += ctx_csum_words(from_addr, to_addr, sizeof(__be32));
+	if (with_port)
+		sum += ctx_csum_words(from_port, to_port, sizeof(__be16)) & ~partial;
+	out = ctx_csum_fold(sum) ^ (partial & 0xffff);
+	/* BPF_F_MARK_MANGLED_0 (UDP): a field of 0 (no checksum) stays 0, a computed 0 is 0xffff. */
+	mangled = -((mangled / BPF_F_MARK_MANGLED_0) & 1);
+	keep = -((in - 1) >> 31) & mangled; /* all ones when the field was 0 */
+	barrier_var(keep);
+	out |= -((out - 1) >> 31) & mangled & 0xffff;
+	*field = out & ~keep;
+	return 0;
+}
+
+/* As bpf_l4_csum_replace, for the fields Sluice rewrites: a pseudo header address
+ * (BPF_F_PSEUDO_HDR | 4) or a 16-bit field the checksum covers (2, without BPF_F_PSEUDO_HDR). */
 static __always_inline int ctx_l4_csum_replace(struct sluice_ctx *ctx, __u32 off, __u64 from,
 					       __u64 to, __u64 flags)
 {
 	__u32 size = flags & BPF_F_HDR_FIELD_MASK;
-	__u32 summed = ctx_ip_summed(ctx);
-	__u16 *field;
-	__u32 sum;
+	__u32 mangled = flags & BPF_F_MARK_MANGLED_0;
 
-	if (summed == SLUICE_CHECKSUM_COMPLETE || (size != 2 && size != 4))
-		return bpf_l4_csum_replace(ctx, off, from, to, flags);
-	field = ctx_direct(ctx, off, sizeof(__u16));
-	if (!field)
-		return bpf_l4_csum_replace(ctx, off, from, to, flags);
-	/* UDP: a zero checksum means none, and a computed zero is sent as 0xffff. */
-	if ((flags & BPF_F_MARK_MANGLED_0) && *field == 0)
-		return 0;
-	if (summed == SLUICE_CHECKSUM_PARTIAL) {
-		if (!(flags & BPF_F_PSEUDO_HDR))
-			return 0;
-		sum = *field;
-		if (size == 4)
-			sum += (~(__u32)from & 0xffff) + (~(__u32)from >> 16) +
-			       ((__u32)to & 0xffff) + ((__u32)to >> 16);
-		else
-			sum += (__u16)~(__u32)from + (__u16)to;
-		*field = (__u16)~ctx_csum_fold(sum);
-	} else {
-		*field = ctx_csum_update(*field, (__u32)from, (__u32)to, size);
-	}
-	if ((flags & BPF_F_MARK_MANGLED_0) && *field == 0)
-		*field = 0xffff;
-	return 0;
+	if (size == 4 && (flags & BPF_F_PSEUDO_HDR))
+		return ctx_l4_csum_nat(ctx, off, from, to, 0, 0, mangled, 1, 0);
+	if (size == 2 && !(flags & BPF_F_PSEUDO_HDR))
+		return ctx_l4_csum_nat(ctx, off, 0, 0, from, to, mangled, 0, 1);
+	return bpf_l4_csum_replace(ctx, off, from, to, flags);
+}
+
+/* One update for both changes. */
+static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx, __u32 off,
+							 __be32 from_addr, __be32 to_addr,
+							 __be16 from_port, __be16 to_port,
+							 __u64 flags)
+{
+	return ctx_l4_csum_nat(ctx, off, from_addr, to_addr, from_port, to_port,
+			       flags & BPF_F_MARK_MANGLED_0, 1, 1);
 }
 
 #else /* SLUICE_NO_KERN_CTX */
@@ -228,9 +266,6 @@ static __always_inline int ctx_l4_csum_replace(struct sluice_ctx *ctx, __u32 off
 {
 	return bpf_l4_csum_replace(ctx, off, from, to, flags);
 }
-
-/* This build's own ctx_l4_csum_replace_addr_port (lib/csum.h has the plain one). */
-#define SLUICE_CTX_L4_CSUM_ADDR_PORT 1
 
 /* The L4 checksum update for a pseudo header address and a port that change together (DNAT,
  * reverse NAT, masquerade) in one helper call instead of two. The helper is told the address
@@ -267,7 +302,7 @@ static __always_inline int ctx_l4_csum_replace_addr_port(struct sluice_ctx *ctx,
 	if (!field)
 		return bpf_l4_csum_replace(ctx, off, from_port, to_port, port_flags);
 	after = *field;
-	words = (~from_addr & 0xffff) + (~from_addr >> 16) + (to_addr & 0xffff) + (to_addr >> 16);
+	words = ctx_csum_words(from_addr, to_addr, sizeof(__be32));
 	full = ctx_csum_fold((__u16)~before + words); /* csum_replace4 */
 	partial = (__u16)~ctx_csum_fold(before + words); /* the pseudo header sum moved */
 	if (full == partial || ((flags & BPF_F_MARK_MANGLED_0) && (before == 0 || full == 0)))

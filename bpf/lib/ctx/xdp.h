@@ -10,6 +10,8 @@
 #include <bpf/bpf_helpers.h>
 #include <bpf/bpf_endian.h>
 
+#include "lib/ctx/ones_complement.h"
+
 #define SLUICE_CTX_XDP 1
 #define sluice_ctx xdp_md
 
@@ -83,27 +85,6 @@ static __always_inline int ctx_store_bytes(struct sluice_ctx *ctx, __u32 off, co
 		return 0;
 	}
 	return bpf_xdp_store_bytes(ctx, off, (void *)from, len);
-}
-
-static __always_inline __u16 ctx_csum_fold(__u32 sum)
-{
-	sum = (sum & 0xffff) + (sum >> 16);
-	sum = (sum & 0xffff) + (sum >> 16);
-	return (__u16)~sum;
-}
-
-/* RFC 1624: HC' = ~(~HC + ~m + m') for a 2- or 4-byte field changing from `from` to `to` (the
- * halves of a 4-byte field summed as 16-bit words: the folded sum does not depend on the byte
- * order). */
-static __always_inline __u16 ctx_csum_update(__u16 csum, __u32 from, __u32 to, __u32 size)
-{
-	__u32 sum = (__u16)~csum;
-
-	if (size == 4)
-		sum += (~from & 0xffff) + (~from >> 16) + (to & 0xffff) + (to >> 16);
-	else
-		sum += (__u16)~from + (__u16)to;
-	return ctx_csum_fold(sum);
 }
 
 /* The checksum field at off, updated for a field changing from `from` to `to` (flags: its size,
