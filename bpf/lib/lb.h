@@ -418,21 +418,6 @@ static __always_inline int lb4_dnat_rewrite(struct sluice_ctx *ctx, struct pkt4 
 	return LB4_DNAT;
 }
 
-/* DNAT of a packet to the frontend `key` (master `svc`) onto its flow's backend: lb4_choose, then
- * lb4_dnat_rewrite. Returns LB4_DNAT, LB4_REJECT or minus a drop reason. */
-static __always_inline int lb4_dnat(struct sluice_ctx *ctx, struct pkt4 *pkt,
-				    const struct ct4_pkt *p, const struct sluice_lb4_key *key,
-				    const struct sluice_lb4_service *svc, __be32 hairpin_src)
-{
-	struct lb4_target t;
-	int ret;
-
-	ret = lb4_choose(p, key, svc, hairpin_src, &t);
-	if (ret != LB4_DNAT)
-		return ret;
-	return lb4_dnat_rewrite(ctx, pkt, p, &t);
-}
-
 /* Service translation of a TCP/UDP packet a pod sends: DNAT when it goes to a frontend, reverse
  * NAT when it is a backend's reply.
  * A TCP segment to a ClusterIP (an address of the service range: no source ranges, no reverse
@@ -456,20 +441,20 @@ static __always_inline int lb4_from_pod(struct sluice_ctx *ctx, struct pkt4 *pkt
 		looked_up = 1;
 	}
 	ret = lb4_frontend(p, cfg, &key, &svc);
-	if (ret == LB4_DNAT) {
-		lb4_in_cluster(&key, &svc);
-		if (!looked_up)
-			return lb4_dnat(ctx, pkt, p, &key, svc, hairpin_src);
-		if (!lb4_source_allowed(svc, p->key.saddr))
-			return -SLUICE_DROP_SOURCE_RANGE;
-		ret = lb4_new_flow(p, &key, svc, hairpin_src, &t);
-		if (ret != LB4_DNAT)
-			return ret;
-		return lb4_dnat_rewrite(ctx, pkt, p, &t);
-	}
-	if (ret != LB4_NONE)
+	if (ret == LB4_NONE)
+		return lb4_rev_nat(ctx, pkt, p);
+	if (ret != LB4_DNAT)
 		return ret;
-	return lb4_rev_nat(ctx, pkt, p);
+	lb4_in_cluster(&key, &svc);
+	if (!looked_up)
+		ret = lb4_choose(p, &key, svc, hairpin_src, &t);
+	else if (lb4_source_allowed(svc, p->key.saddr))
+		ret = lb4_new_flow(p, &key, svc, hairpin_src, &t);
+	else
+		ret = -SLUICE_DROP_SOURCE_RANGE;
+	if (ret != LB4_DNAT)
+		return ret;
+	return lb4_dnat_rewrite(ctx, pkt, p, &t);
 }
 
 #endif
