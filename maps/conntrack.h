@@ -65,6 +65,15 @@ enum sluice_ct_stat {
 	SLUICE_CT_STAT_MAX = 8,               /* size of sluice_ct_stats; keep last */
 };
 
+/* Value of sluice_ct_clock (per-CPU array of one): the coarse clock as this CPU last read it, and
+ * the jiffy it read it in. The datapath's own cache (sluice_ct_now in bpf/lib/conntrack.h);
+ * nobody else reads or writes it. */
+struct sluice_ct_clock {
+	__u64 jiffies;  /* bpf_jiffies64() when coarse_ns was read */
+	__u64 coarse_ns; /* bpf_ktime_get_coarse_ns() then */
+};
+SLUICE_ASSERT_SIZE(struct sluice_ct_clock, 16);
+
 /* Value of sluice_ct4 and sluice_ct4_any. The same in both directions. */
 struct sluice_ct4_entry {
 	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
