@@ -90,8 +90,8 @@
 	X(sluice_policy4, BPF_MAP_TYPE_LPM_TRIE, struct sluice_policy4_key,                        \
 	  struct sluice_policy4_entry, SLUICE_POLICY4_MAX_ENTRIES, BPF_F_NO_PREALLOC)              \
 	/* NetworkPolicy: endpoint id -> own identity, enforced directions (policy.h) */           \
-	X(sluice_policy_ep, BPF_MAP_TYPE_HASH, __u32, struct sluice_policy_ep_entry,               \
-	  SLUICE_POLICY_EP_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                         \
+	X(sluice_policy_ep, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_policy_ep_entry,              \
+	  SLUICE_POLICY_EP_MAX_ENTRIES, BPF_F_MMAPABLE)                                            \
 	/* NetworkPolicy: policy_denied drops per endpoint and direction (policy.h) */             \
 	X(sluice_pol_drops, BPF_MAP_TYPE_LRU_PERCPU_HASH, struct sluice_policy_drop_key,           \
 	  struct sluice_drop_count, SLUICE_POL_DROPS_MAX_ENTRIES, 0)                               \

@@ -98,7 +98,8 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 	struct sluice_ct4_entry *ct;
 	__u32 identity;
 
-	if (!pep)
+	/* A free slot (all zero): the endpoint has no entry. */
+	if (!pep || (!pep->identity && !pep->flags))
 		return 0;
 	if (f->tracked) {
 		key.saddr = f->daddr;

@@ -214,7 +214,7 @@ for n in node1 node2; do
   wait_for 10 output_is "$PODS" slc_links "$NETNS" || true
   LINKS=$(slc_links "$NETNS")
   EP4=$(bpftool -j map dump pinned "$DIR/$n/bpf/sluice_ep4" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
-  POLEP=$(bpftool -j map dump pinned "$DIR/$n/bpf/sluice_policy_ep" | python3 -c 'import json,sys; print(len(json.load(sys.stdin)))')
+  POLEP=$(python3 "$HERE/fault_maps.py" "$DIR/$n/bpf" sluice_policy_ep | grep -c . || true)  # used slots
   ADDRS=$(find "$DIR/$n/state/ipam" -type f -regextype egrep -regex '.*/[0-9]+(\.[0-9]+){3}' | wc -l)
   RECORDS=$(find "$DIR/$n/state/endpoints" -type f | wc -l)
   NS=$(ip netns list | awk '{print $1}' | grep -c "^$NAME-pod-" || true)

@@ -13,7 +13,7 @@ MAPS = ["sluice_ep4", "sluice_node", "sluice_nomasq4", "sluice_lb4_svc", "sluice
 # Slot arrays (maps/slot_array.h): an mmapable array whose all-zero slots are free. A bpftool
 # dump would list every slot (1,048,576 by default, seconds); the used ones are read from the
 # map's memory instead.
-SLOT_ARRAYS = {"sluice_lb4_be"}
+SLOT_ARRAYS = {"sluice_lb4_be", "sluice_policy_ep"}
 
 
 def used_slots(path):

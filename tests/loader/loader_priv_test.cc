@@ -201,6 +201,39 @@ TEST(Datapath, BackendsOfTheOldHashLayoutAreCarriedIntoTheSlotArray) {
   EXPECT_EQ(*reopened->Count(), 3u) << "the pin is the new array";
 }
 
+// The same for sluice_policy_ep, a hash map before it became a slot array: every endpoint keeps
+// its enforced directions through the upgrade (the new programs would otherwise see pods under
+// policy as open until the agent wrote them again).
+TEST(Datapath, PolicyEndpointsOfTheOldHashLayoutAreCarriedIntoTheSlotArray) {
+  ScratchBpffs fs;
+  const std::string pin = maps::PinPath(fs.path(), maps::name::sluice_policy_ep);
+  {
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
+    int old = bpf_map_create(BPF_MAP_TYPE_HASH, "sluice_policy_ep", 4,
+                             sizeof(sluice_policy_ep_entry), SLUICE_POLICY_EP_MAX_ENTRIES, &opts);
+    ASSERT_GE(old, 0) << strerror(errno);
+    for (uint32_t id : {1u, 2u, 900u}) {
+      sluice_policy_ep_entry e{};
+      e.identity = 256 + id;
+      e.flags = id == 2 ? SLUICE_POLICY_EP_F_EGRESS : SLUICE_POLICY_EP_F_INGRESS;
+      ASSERT_EQ(bpf_map_update_elem(old, &id, &e, BPF_ANY), 0) << strerror(errno);
+    }
+    ASSERT_EQ(bpf_obj_pin(old, pin.c_str()), 0) << strerror(errno);
+    close(old);
+  }
+  auto dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto& eps = (*dp)->policy_ep();
+  EXPECT_EQ(*eps.Count(), 3u);
+  for (uint32_t id : {1u, 2u, 900u}) {
+    auto got = eps.Lookup(id);
+    ASSERT_TRUE(got.ok()) << "endpoint " << id << ": " << got.status();
+    EXPECT_EQ(got->identity, 256 + id);
+    EXPECT_EQ(got->flags, id == 2 ? SLUICE_POLICY_EP_F_EGRESS : SLUICE_POLICY_EP_F_INGRESS);
+  }
+  EXPECT_EQ(eps.Lookup(3).status().code(), absl::StatusCode::kNotFound);
+}
+
 // sluice_lb4_be through its memory mapping, as the agent writes it, and through the syscalls, as
 // bpftool and the datapath see it: the same slots, a free one reading as zeroes.
 TEST(SlotArray, WritesThroughTheMappingAreTheMapsAndAFreeSlotIsAbsent) {
