@@ -586,6 +586,47 @@ TEST_F(LbTest, TcpConnectionToAClusterIpOutlivesItsServiceAndUdpFlowsDoNot) {
 
 // A client reusing a port (a new connection on the tuple of one that ended) is balanced again;
 // a retransmitted SYN of a live attempt is not.
+// Conntrack's time is the coarse clock (CLOCK_MONOTONIC_COARSE), which the datapath reads once
+// per tick and CPU and caches (sluice_ct_now): a new flow is stamped with the clock's value, and
+// a later packet, once the clock has moved on, with the new one. A cache that stopped refreshing
+// would keep the first stamp, and the GC would expire a busy flow.
+TEST_F(LbTest, ConntrackStampsFlowsWithTheCoarseClockAsItMoves) {
+  auto coarse = [] {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+    return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+  };
+  timespec res{};
+  ASSERT_EQ(clock_getres(CLOCK_MONOTONIC_COARSE, &res), 0);
+  const uint64_t tick = static_cast<uint64_t>(res.tv_sec) * 1000000000ull + res.tv_nsec;
+  ASSERT_GT(tick, 0u);
+
+  uint64_t before = coarse();
+  ASSERT_EQ(FromPod(TcpToService(40070)).verdict, kTcRedirect);
+  uint64_t after = coarse();
+  auto first = Ct(kClient, kClusterIp, 40070, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  ASSERT_TRUE(first);
+  // The cache may lag the clock by a tick, never lead it.
+  EXPECT_GE(first->created_ns + 2 * tick, before);
+  EXPECT_LE(first->created_ns, after);
+  EXPECT_EQ(first->last_seen_ns, first->created_ns);
+
+  // The clock moves on by three ticks (a wait on the clock itself, bounded).
+  const uint64_t deadline = coarse() + 1000000000ull;
+  while (coarse() < first->created_ns + 3 * tick && coarse() < deadline) sched_yield();
+  ASSERT_GE(coarse(), first->created_ns + 3 * tick);
+
+  before = coarse();
+  ASSERT_EQ(FromPod(TcpToService(40070, kTcpAck)).verdict, kTcRedirect);
+  after = coarse();
+  auto later = Ct(kClient, kClusterIp, 40070, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  ASSERT_TRUE(later);
+  EXPECT_EQ(later->created_ns, first->created_ns);
+  EXPECT_GT(later->last_seen_ns, first->last_seen_ns) << "the stamp moved with the clock";
+  EXPECT_GE(later->last_seen_ns + 2 * tick, before);
+  EXPECT_LE(later->last_seen_ns, after);
+}
+
 TEST_F(LbTest, NewConnectionOnAReusedTupleIsBalancedAgain) {
   auto first = Decode(FromPod(TcpToService(40050)).out);
   ASSERT_TRUE(first);
