@@ -584,8 +584,6 @@ TEST_F(LbTest, TcpConnectionToAClusterIpOutlivesItsServiceAndUdpFlowsDoNot) {
   EXPECT_EQ(FromPod(TcpToService(40060)).verdict, kTcShot);
 }
 
-// A client reusing a port (a new connection on the tuple of one that ended) is balanced again;
-// a retransmitted SYN of a live attempt is not.
 // Conntrack's time is the coarse clock (CLOCK_MONOTONIC_COARSE), which the datapath reads once
 // per tick and CPU and caches (sluice_ct_now): a new flow is stamped with the clock's value, and
 // a later packet, once the clock has moved on, with the new one. A cache that stopped refreshing
@@ -627,6 +625,8 @@ TEST_F(LbTest, ConntrackStampsFlowsWithTheCoarseClockAsItMoves) {
   EXPECT_LE(later->last_seen_ns, after);
 }
 
+// A client reusing a port (a new connection on the tuple of one that ended) is balanced again;
+// a retransmitted SYN of a live attempt is not.
 TEST_F(LbTest, NewConnectionOnAReusedTupleIsBalancedAgain) {
   auto first = Decode(FromPod(TcpToService(40050)).out);
   ASSERT_TRUE(first);
