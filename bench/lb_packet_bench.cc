@@ -15,6 +15,9 @@
 //   run misses conntrack, selects a backend and creates two CT entries. The flows of a batch are
 //   deleted from sluice_ct4 after the batch (not timed), so every batch starts with the same CT
 //   fill. (b) established: one flow set up once, then the same ACK every syscall: CT hit.
+//   (c) reply: the backend's ACK back to the client on that flow: reply entry hit, reverse NAT
+//   to the ClusterIP, redirect to the client pod. (The backend pods' endpoints name lo, the
+//   interface test_run receives on, so that their packets pass the source check.)
 // - The probed Service is the last one programmed; its 3 backends are same-node pods, so both
 //   cases run the whole path (service lookup, CT, DNAT, checksums, redirect to the backend pod).
 //   Each case is validated before timing: verdict redirect, destination address and port one of
@@ -183,7 +186,7 @@ std::unique_ptr<Cluster> MakeCluster(uint32_t n) {
     AddEndpoint(*c->dp, Ip4(ClientIp(i)), kClientMac, kClientHostMac, kIfindex, 1 + i);
   for (uint32_t j = 0; j < kBackendsPerService; ++j) {
     uint32_t addr = Ip4(absl::StrFormat("10.244.0.%d", 21 + j));
-    AddEndpoint(*c->dp, addr, BackendPodMac(j), kClientHostMac, 4000 + j, 100 + j);
+    AddEndpoint(*c->dp, addr, BackendPodMac(j), kClientHostMac, kIfindex, 100 + j);
     c->probed.push_back({(n - 1) * kBackendsPerService + j + 1, addr, kBackendPort});
   }
   if (auto st = ProgramCluster(*c->dp, n, kBackendsPerService, c->probed); !st.ok())
@@ -247,6 +250,7 @@ enum class Kind {
   kEmpty,
   kFirst,
   kEstablished,
+  kReply,
   kFloor,
   kFloorL4,
   kPodToPod,
@@ -294,8 +298,8 @@ int main(int argc, char** argv) {
     clusters.push_back(MakeCluster(n));
   }
 
-  // The established flow of each cluster, and validation of both cases.
-  std::map<Cluster*, Bytes> established;
+  // The established flow of each cluster and its backend's reply, and validation of the cases.
+  std::map<Cluster*, Bytes> established, reply;
   for (auto& c : clusters) {
     auto syn = ToService(c->n, 0, 999, sluice::testing::kTcpSyn);
     auto first = TestRun(c->dp->from_pod_fd(), syn);
@@ -303,6 +307,17 @@ int main(int argc, char** argv) {
     if (be < 0)
       Die(absl::StrCat(c->n, " services, new flow: ", sluice::testing::Describe(first.out)));
     established[c.get()] = ToService(c->n, 0, 999, sluice::testing::kTcpAck);
+    reply[c.get()] = Packet::Eth(BackendPodMac(be), kClientHostMac)
+                         .IPv4(Dotted(c->probed[be].addr), ClientIp(0))
+                         .TCP(kBackendPort, 999, sluice::testing::kTcpAck)
+                         .Payload("HTTP/1.1 200 OK\r\n\r\n")
+                         .Build();
+    auto back = TestRun(c->dp->from_pod_fd(), reply[c.get()]);
+    auto d = sluice::testing::Decode(back.out);
+    if (back.verdict != kTcRedirect || !d || !d->ip_csum_ok || !d->l4_csum_ok ||
+        d->ip_src != ClusterIp(c->n - 1) || d->sport != kServicePort ||
+        d->ip_dst != Ip4(ClientIp(0)) || d->eth_dst != kClientMac)
+      Die(absl::StrCat(c->n, " services, reply: ", sluice::testing::Describe(back.out)));
     for (int k = 0; k < 3; ++k) {
       auto r = TestRun(c->dp->from_pod_fd(), established[c.get()]);
       if (CheckDnat(*c, r) != be)
@@ -376,6 +391,8 @@ int main(int argc, char** argv) {
                      Kind::kEstablished,
                      c.get(),
                      {}});
+    cases.push_back(
+        {absl::StrFormat("(c) reply (reverse NAT),    %u svc", c->n), Kind::kReply, c.get(), {}});
   }
 
   std::mt19937 rng(42);
@@ -398,8 +415,8 @@ int main(int argc, char** argv) {
           ns.push_back(r.ns);
         }
         if (cs.kind == Kind::kPodToPodUnvouched) SetVouched(c0, true);
-      } else if (cs.kind == Kind::kEstablished) {
-        const Bytes& in = established[cs.cluster];
+      } else if (cs.kind == Kind::kEstablished || cs.kind == Kind::kReply) {
+        const Bytes& in = (cs.kind == Kind::kReply ? reply : established)[cs.cluster];
         for (int k = 0; k < kBatch; ++k) {
           auto r = TestRun(cs.cluster->dp->from_pod_fd(), in);
           if (r.verdict != kTcRedirect) Die(cs.label + ": verdict changed");
@@ -455,6 +472,7 @@ int main(int argc, char** argv) {
   };
   row("established (CT hit)", med[{Kind::kEstablished, c0.n}] - empty, "<= 180");
   row("first packet (CT miss)", med[{Kind::kFirst, c0.n}] - empty, "<= 600");
+  row("reply (reverse NAT)", med[{Kind::kReply, c0.n}] - empty, "");
   row("pod -> pod, no service", p2p, "");
   row("pod -> pod, without LB", p2p_no_lb, "");
   std::printf("pod -> pod: the LB step costs non-service traffic %.1f ns (target <= 10)\n",

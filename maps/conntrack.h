@@ -48,6 +48,10 @@ enum sluice_ct_flags {
 					 tuple is a new connection and is balanced again */
 	SLUICE_CT_F_ESTABLISHED = 1 << 3, /* TCP: the other side answered (a reply passed): the
 					     established timeout applies instead of the SYN one */
+	SLUICE_CT_F_FRONTEND = 1 << 4, /* a reply entry that names its frontend itself (in
+					  backend_addr / backend_port): its replies need no
+					  sluice_lb4_rnat lookup. Reply entries without it (written
+					  by older programs) name it through rev_nat_id only */
 };
 
 /* Datapath conntrack counters (sluice_ct_stats, BPF_MAP_TYPE_PERCPU_ARRAY of __u64, one slot
@@ -74,7 +78,9 @@ struct sluice_ct_clock {
 };
 SLUICE_ASSERT_SIZE(struct sluice_ct_clock, 16);
 
-/* Value of sluice_ct4 and sluice_ct4_any. The same in both directions. */
+/* Value of sluice_ct4 and sluice_ct4_any. The same in both directions but for backend_addr and
+ * backend_port, which a reply entry with SLUICE_CT_F_FRONTEND uses for the frontend (its key
+ * already has the backend: the reply's source). */
 struct sluice_ct4_entry {
 	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
 	__u32 rev_nat_id;     /* key of sluice_lb4_rnat for its replies */
@@ -82,7 +88,9 @@ struct sluice_ct4_entry {
 	__u64 last_seen_ns;   /* CLOCK_MONOTONIC ns of the last packet in this direction (LB
 				 entries: the coarse clock, bpf_ktime_get_coarse_ns) */
 	__be32 backend_addr;  /* the backend itself: a flow keeps it even after the backend is */
-	__be16 backend_port;  /* removed from the service (terminating endpoints, TCP) */
+	__be16 backend_port;  /* removed from the service (terminating endpoints, TCP); in a reply
+				 entry with SLUICE_CT_F_FRONTEND, the frontend its replies come
+				 from */
 	__u8 flags;           /* enum sluice_ct_flags */
 	__u8 pad;
 };

@@ -54,8 +54,9 @@ absl::StatusOr<uint64_t> DeleteAll(maps::Ct4Map& map, const std::vector<sluice_c
 
 // A load-balanced flow's two entries (forward: client -> frontend, reply: backend -> client)
 // expire together: a one-way flow refreshes only one of them, and the other must live as long.
-// Both carry the backend and rev_nat id; the client's address and port are the forward key's
-// source and the reply key's destination (a hairpinned flow's reply goes to the gateway, and its
+// Both carry the rev_nat id; the backend is in the forward entry's value and is the reply key's
+// source; the client's address and port are the forward key's source and the reply key's
+// destination (a hairpinned flow's reply goes to the gateway, and its
 // client is the backend itself).
 using FlowKey = std::tuple<uint8_t, uint32_t, uint32_t, uint16_t, uint32_t, uint16_t>;
 bool FlowOf(const Entry& e, FlowKey* out) {
@@ -66,8 +67,10 @@ bool FlowOf(const Entry& e, FlowKey* out) {
     return true;
   }
   if (k.dir == SLUICE_CT_DIR_REPLY) {
+    // The backend is the reply's source (a reply entry's backend_addr names its frontend, or,
+    // written by older programs, the backend again).
     uint32_t client = (v.flags & SLUICE_CT_F_HAIRPIN) ? k.saddr : k.daddr;
-    *out = {k.proto, v.rev_nat_id, v.backend_addr, v.backend_port, client, k.dport};
+    *out = {k.proto, v.rev_nat_id, k.saddr, k.sport, client, k.dport};
     return true;
   }
   return false;  // policy entries stand alone

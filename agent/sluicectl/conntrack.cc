@@ -115,8 +115,10 @@ int Conntrack(const std::vector<std::string>& args) {
     }
     std::string src = Ip(k.saddr) + ":" + std::to_string(ntohs(k.sport));
     std::string dst = Ip(k.daddr) + ":" + std::to_string(ntohs(k.dport));
-    std::string be = k.dir == SLUICE_CT_DIR_POLICY
-                         ? "-"
+    // A reply entry's backend is its source; its value names the frontend (SLUICE_CT_F_FRONTEND).
+    std::string be = k.dir == SLUICE_CT_DIR_POLICY ? "-"
+                     : k.dir == SLUICE_CT_DIR_REPLY
+                         ? src
                          : Ip(v.backend_addr) + ":" + std::to_string(ntohs(v.backend_port));
     double idle = now > v.last_seen_ns ? (now - v.last_seen_ns) / 1e9 : 0;
     std::string flags;
@@ -136,6 +138,8 @@ int Conntrack(const std::vector<std::string>& args) {
                      {"idleSeconds", idle},
                      {"flags", flags},
                      {"sourcePod", src_pod == pods.end() ? "" : src_pod->second}});
+      if (k.dir == SLUICE_CT_DIR_REPLY && (v.flags & SLUICE_CT_F_FRONTEND))
+        out.back()["frontend"] = Ip(v.backend_addr) + ":" + std::to_string(ntohs(v.backend_port));
       return;
     }
     std::printf("%-5s %-8s %-22s %-22s %-22s %7u %8.1f %s\n", Proto(k.proto), Dir(k.dir),

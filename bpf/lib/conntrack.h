@@ -193,10 +193,11 @@ static __always_inline void ct4_mark_reply_closing(const struct sluice_ct4_key *
 		e->flags |= SLUICE_CT_F_CLOSING;
 }
 
-/* Records a new flow in both directions: fwd as the client sent it, and the reply tuple the
- * backend (be_addr:be_port) will answer with, to reply_daddr (the client, or the address its
- * source was rewritten to). The reply entry goes first so that a forward entry never exists
- * without it. Returns 0 or minus a drop reason. */
+/* Records a new flow in both directions: fwd as the client sent it (to its frontend), and the
+ * reply tuple the backend (be_addr:be_port) will answer with, to reply_daddr (the client, or the
+ * address its source was rewritten to); the reply entry names the frontend, so its replies are
+ * translated without the sluice_lb4_rnat lookup (SLUICE_CT_F_FRONTEND). The reply entry goes
+ * first so that a forward entry never exists without it. Returns 0 or minus a drop reason. */
 static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 be_addr,
 				      __be16 be_port, __be32 reply_daddr, __u32 backend_id,
 				      __u32 rev_nat_id, __u8 flags)
@@ -220,11 +221,15 @@ static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 b
 		.dir = SLUICE_CT_DIR_REPLY,
 	};
 
+	struct sluice_ct4_entry reply = e;
 	int tcp = fwd->proto == IPPROTO_TCP;
 
+	reply.backend_addr = fwd->daddr;
+	reply.backend_port = fwd->dport;
+	reply.flags |= SLUICE_CT_F_FRONTEND;
 	/* Inserts fail only when the map is full: the TCP hash never evicts, so a flood of new flows
 	 * fails here (counted) instead of pushing out established connections. */
-	if (ct4_store(&rev, &e)) {
+	if (ct4_store(&rev, &reply)) {
 		ct4_add(tcp ? SLUICE_CT_STAT_TCP_INSERT_FAILED : SLUICE_CT_STAT_ANY_INSERT_FAILED, 1);
 		return -SLUICE_DROP_CT_MAP_FULL;
 	}

@@ -61,13 +61,33 @@ static __always_inline int lb4_plain_to_endpoint(const struct pkt4 *pkt)
 	       !(pkt->tcp_flags & CT4_TCP_SYN) && lb4_no_backend_on(pkt->sport);
 }
 
+/* The frontend a reply entry's replies come from: named in the entry (SLUICE_CT_F_FRONTEND), or,
+ * in an entry of the programs before it (a hitless upgrade), through sluice_lb4_rnat. Returns 0,
+ * or -1 when the frontend is gone from sluice_lb4_rnat. */
+static __always_inline int lb4_reply_frontend(const struct sluice_ct4_entry *ct, __be32 *addr,
+					      __be16 *port)
+{
+	const struct sluice_lb4_revnat *rnat;
+
+	if (ct->flags & SLUICE_CT_F_FRONTEND) {
+		*addr = ct->backend_addr;
+		*port = ct->backend_port;
+		return 0;
+	}
+	rnat = bpf_map_lookup_elem(&sluice_lb4_rnat, &ct->rev_nat_id);
+	if (!rnat)
+		return -1;
+	*addr = rnat->addr;
+	*port = rnat->port;
+	return 0;
+}
+
 /* A reply from a backend to a balanced flow leaves from the frontend; a hairpinned flow's reply
  * also goes back to the client's own address. Maps only. Returns LB4_REVNAT (t says where from),
  * or LB4_NONE when the packet is no such reply. */
 static __always_inline int lb4_rev_nat_lookup(const struct ct4_pkt *p, struct lb4_target *t)
 {
 	struct sluice_ct4_key key = p->key;
-	const struct sluice_lb4_revnat *rnat;
 	struct sluice_ct4_entry *ct;
 
 	/* A reply comes from its backend's port. */
@@ -78,11 +98,8 @@ static __always_inline int lb4_rev_nat_lookup(const struct ct4_pkt *p, struct lb
 	if (!ct)
 		return LB4_NONE;
 	t->flags = ct->flags;
-	rnat = bpf_map_lookup_elem(&sluice_lb4_rnat, &ct->rev_nat_id);
-	if (!rnat)
+	if (lb4_reply_frontend(ct, &t->addr, &t->port))
 		return LB4_NONE;
-	t->addr = rnat->addr;
-	t->port = rnat->port;
 	/* TCP state for the GC's timeouts, written once per flow (the first reply) and on a close,
 	 * in both directions' entries. */
 	if (p->key.proto == IPPROTO_TCP) {
@@ -143,9 +160,10 @@ static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 		.proto = p->key.proto,
 		.dir = SLUICE_CT_DIR_REPLY,
 	};
-	const struct sluice_lb4_revnat *rnat;
 	struct sluice_ct4_entry *ct, *fct;
 	struct sluice_ct4_key fwd;
+	__be32 fe_addr;
+	__be16 fe_port;
 	int deleted = 1;
 
 	if (p->key.proto == IPPROTO_TCP &&
@@ -157,13 +175,12 @@ static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 	/* A hairpinned flow's reply entry is addressed to the gateway, never a client's own. */
 	if (!ct || (ct->flags & SLUICE_CT_F_HAIRPIN))
 		return;
-	rnat = bpf_map_lookup_elem(&sluice_lb4_rnat, &ct->rev_nat_id);
-	if (rnat) {
+	if (!lb4_reply_frontend(ct, &fe_addr, &fe_port)) {
 		__builtin_memset(&fwd, 0, sizeof(fwd));
 		fwd.saddr = p->key.saddr;
-		fwd.daddr = rnat->addr;
+		fwd.daddr = fe_addr;
 		fwd.sport = p->key.sport;
-		fwd.dport = rnat->port;
+		fwd.dport = fe_port;
 		fwd.proto = p->key.proto;
 		fwd.dir = SLUICE_CT_DIR_FORWARD;
 		fct = ct4_find(&fwd);

@@ -251,6 +251,29 @@ Frame ReplyOf(uint16_t client_port, uint8_t flags = kTcpSyn | kTcpAck) {
   };
 }
 
+// The reply entries of the client's flows from client_port: checked to name the ClusterIP's
+// frontend (SLUICE_CT_F_FRONTEND), and, as_older_programs, rewritten as the programs before that
+// flag wrote them (the backend in the value, no flag).
+void RewriteReplyEntries(loader::Datapath& dp, uint16_t client_port, bool as_older_programs) {
+  std::vector<std::pair<sluice_ct4_key, sluice_ct4_entry>> replies;
+  ASSERT_TRUE(dp.ct4()
+                  .ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& v) {
+                    if (k.dir == SLUICE_CT_DIR_REPLY && k.dport == htons(client_port))
+                      replies.emplace_back(k, v);
+                  })
+                  .ok());
+  ASSERT_EQ(replies.size(), 1u);
+  auto [k, v] = replies[0];
+  EXPECT_TRUE(v.flags & SLUICE_CT_F_FRONTEND);
+  EXPECT_EQ(v.backend_addr, Ip4(kClusterIp));
+  EXPECT_EQ(v.backend_port, htons(80));
+  if (!as_older_programs) return;
+  v.flags &= ~SLUICE_CT_F_FRONTEND;
+  v.backend_addr = k.saddr;
+  v.backend_port = k.sport;
+  ASSERT_TRUE(dp.ct4().Update(k, v).ok());
+}
+
 // Vouches (sluice_lb4_nbport) for `port` alone: bit port & 31 of word port >> 5.
 void VouchOnly(loader::Datapath& dp, uint16_t port) {
   ASSERT_TRUE(dp.lb4_non_backend_ports().Update(port >> 5, 1u << (port & 31)).ok());
@@ -335,6 +358,35 @@ std::vector<PacketCase> ClusterIpCases() {
         {.in = ReplyOf(40005, kTcpAck),
          .verdict = kTcRedirect,
          .out = {ToClient(kClusterIp).TCP(80, 40005, kTcpAck)}}}},
+      // A reply entry names its frontend (SLUICE_CT_F_FRONTEND): the reply is translated without
+      // sluice_lb4_rnat, here emptied ...
+      {"ReplyFindsItsFrontendInItsReplyEntry",
+       {{.in = ToService(40006),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 40006, kTcpSyn, "GET /")},
+        {.in = ReplyOf(40006),
+         .verdict = kTcRedirect,
+         .out = {ToClient(kClusterIp).TCP(80, 40006, kTcpSyn | kTcpAck)},
+         .setup =
+             [](loader::Datapath& dp) {
+               ASSERT_TRUE(dp.lb4_revnat().Delete(1).ok());
+               RewriteReplyEntries(dp, 40006, /*as_older_programs=*/false);
+             }}}},
+      // ... while an entry as the programs before it wrote them (no flag, the backend in its
+      // value: a hitless upgrade's live flows) goes through sluice_lb4_rnat, here moved to :81.
+      {"ReplyOfAnOlderEntryFindsItsFrontendThroughRevNat",
+       {{.in = ToService(40007),
+         .verdict = kTcRedirect,
+         .out = AtEachTcpBackend(kClient, 40007, kTcpSyn, "GET /")},
+        {.in = ReplyOf(40007),
+         .verdict = kTcRedirect,
+         .out = {ToClient(kClusterIp).TCP(81, 40007, kTcpSyn | kTcpAck)},
+         .setup =
+             [](loader::Datapath& dp) {
+               sluice_lb4_revnat moved{Ip4(kClusterIp), htons(81), 0};
+               ASSERT_TRUE(dp.lb4_revnat().Update(1, moved).ok());
+               RewriteReplyEntries(dp, 40007, /*as_older_programs=*/true);
+             }}}},
       {"PacketsFromABackendOutsideATrackedFlowAreNotTranslated",
        {{.in = Packet::Eth(PodMac(21), HostMac(21))
                    .IPv4("10.244.0.21", kClient)
@@ -560,12 +612,26 @@ TEST_F(LbTest, TcpConnectionToAClusterIpOutlivesItsServiceAndUdpFlowsDoNot) {
                         .Build();
   ASSERT_EQ(FromPod(udp).verdict, kTcRedirect);
 
-  // The Service goes: every entry of its frontends, and the address's wildcard.
+  // The Service goes: every entry of its frontends, the address's wildcard, its reverse NAT.
   for (uint16_t slot = 0; slot <= kTcpBackends.size(); ++slot)
     ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 80, IPPROTO_TCP, slot)).ok());
   for (uint16_t slot = 0; slot <= kUdpBackends.size(); ++slot)
     ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 53, IPPROTO_UDP, slot)).ok());
   ASSERT_TRUE(dp_->lb4_services().Delete(SvcKey(kClusterIp, 0, 0, 0)).ok());
+  ASSERT_TRUE(dp_->lb4_revnat().Delete(1).ok());
+
+  // The backend's reply still comes from the ClusterIP: its reply entry names the frontend.
+  const int pod = 20 + static_cast<int>(id);
+  auto reply = FromPod(Packet::Eth(PodMac(pod), HostMac(pod))
+                           .IPv4(kTcpBackends[id - 1].addr, kClient)
+                           .TCP(8080, 40060, kTcpAck)
+                           .Build());
+  ASSERT_EQ(reply.verdict, kTcRedirect) << Describe(reply.out);
+  auto back = Decode(reply.out);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->ip_src, Ip4(kClusterIp)) << Describe(reply.out);
+  EXPECT_EQ(back->sport, 80);
+  EXPECT_TRUE(back->l4_csum_ok);
 
   const uint64_t unknown = Drops(SLUICE_DROP_SERVICE_UNKNOWN_IP);
   constexpr uint8_t kPsh = 0x08, kFin = 0x01;
