@@ -162,10 +162,10 @@ static __always_inline __u32 ctx_ip_summed(struct sluice_ctx *ctx)
 }
 
 /* The L4 checksum through bpf_l4_csum_replace, for ctx_l4_csum_nat: a pseudo header address
- * changing from `addrs >> 32` to `(__u32)addrs` and a covered 16-bit field from `ports & 0xffff` to
- * `ports >> 16`, each skipped when unchanged. mangled: BPF_F_MARK_MANGLED_0 or 0. A global function,
- * verified once per program (with its arguments unknown) and not at every call site. Returns 0
- * or -1. */
+ * changing from `addrs >> 32` to `(__u32)addrs` and a covered 16-bit field from
+ * `ports & 0xffff` to `ports >> 16`, each skipped when unchanged. mangled: BPF_F_MARK_MANGLED_0
+ * or 0. A global function, verified once per program (with its arguments unknown) and not at
+ * every call site. Returns 0 or -1. */
 __attribute__((noinline)) int sluice_skb_l4_csum_helper(struct __sk_buff *ctx, __u32 off,
 							 __u64 addrs, __u32 ports, __u32 mangled)
 {
@@ -192,13 +192,14 @@ __attribute__((noinline)) int sluice_skb_l4_csum_helper(struct __sk_buff *ctx, _
  * - CHECKSUM_NONE and CHECKSUM_UNNECESSARY: the field is the checksum, updated by RFC 1624 for
  *   both changes at once;
  * - CHECKSUM_COMPLETE: skb->csum must move with the address change, which only
- *   bpf_l4_csum_replace can write; it also takes a field outside the linear data, and UDP's
- *   "no checksum" (a zero field under BPF_F_MARK_MANGLED_0, which stays 0).
+ *   bpf_l4_csum_replace can write (sluice_skb_l4_csum_helper); so does a field outside the
+ *   linear data.
  * The first two are one computation without branches: the verifier, which cannot know the state,
  * follows one path through it instead of one per state at every call site (with branches, the
  * programs took ~120k more verified instructions than their SLUICE_NO_KERN_CTX build). It stays
- * inline: a call costs a `ret`, ~12 ns per packet where the CPU needs Safe RET (AMD, SRSO). A UDP checksum
- * computed as 0 is sent as 0xffff. Packet pointers are invalid afterwards. Returns 0 or -1. */
+ * inline: a call costs a `ret`, ~12 ns per packet where the CPU needs Safe RET (AMD, SRSO).
+ * UDP (BPF_F_MARK_MANGLED_0): a zero field means "no checksum" and stays 0, a checksum computed
+ * as 0 is sent as 0xffff. Packet pointers are invalid afterwards. Returns 0 or -1. */
 static __always_inline int ctx_l4_csum_nat(struct sluice_ctx *ctx, __u32 off, __u32 from_addr,
 					   __u32 to_addr, __u32 from_port, __u32 to_port,
 					   __u32 mangled, int with_addr, int with_port)
