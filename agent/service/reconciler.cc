@@ -158,10 +158,15 @@ absl::Status BpfLbMaps::DeleteSourceRange(const sluice_lb4_srcrange_key& key) {
 absl::StatusOr<size_t> BpfLbMaps::FlushUdpFlows(
     const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) {
   RETURN_IF_ERROR(Flush());
+  // Forward entries only: the client's next datagram is balanced afresh, while a reply the
+  // terminating backend still sends finds its reply entry (which names its frontend) and reaches
+  // the client from the frontend. The GC deletes the reply entry once it is idle.
   // Collect first: deleting while walking with get_next_key restarts the walk.
   std::vector<sluice_ct4_key> doomed;
   RETURN_IF_ERROR(ct_.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& e) {
-    if (k.proto == IPPROTO_UDP && flows.contains({e.rev_nat_id, e.backend_id})) doomed.push_back(k);
+    if (k.proto == IPPROTO_UDP && k.dir == SLUICE_CT_DIR_FORWARD &&
+        flows.contains({e.rev_nat_id, e.backend_id}))
+      doomed.push_back(k);
   }));
   size_t n = 0;
   for (const auto& k : doomed) {

@@ -56,8 +56,9 @@ class LbMaps {
   // delete or flush that followed it (see BpfLbMaps). Flush writes what is held back; its error
   // means some earlier update may be missing from the maps.
   virtual absl::Status Flush() { return absl::OkStatus(); }
-  // Deletes the UDP conntrack entries (both directions) of flows that were given one of
-  // `flows` = {(rev_nat_id, backend_id)}; returns how many entries went.
+  // Deletes the forward UDP conntrack entries of flows that were given one of
+  // `flows` = {(rev_nat_id, backend_id)}, so that their next datagram is balanced again; their
+  // reply entries stay for late replies (the GC ages them out). Returns how many entries went.
   virtual absl::StatusOr<size_t> FlushUdpFlows(
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) = 0;
   // Deletes session affinity entries of the frontends `rev_nat_ids`, and those of `backends` =
@@ -148,7 +149,7 @@ class BpfLbMaps : public LbMaps {
 struct ServiceReconcilerStats {
   uint64_t map_updates = 0;  // successful map writes (services, backends, rnat, ranges)
   uint64_t map_deletes = 0;
-  uint64_t ct_flushed = 0;  // UDP conntrack entries deleted
+  uint64_t ct_flushed = 0;  // forward UDP conntrack entries deleted
   uint64_t errors = 0;      // failed map operations
   uint64_t conflicts = 0;   // frontends skipped: the key is another Service's
   uint64_t frontends_removed = 0;

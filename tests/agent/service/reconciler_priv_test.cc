@@ -113,8 +113,9 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
       ASSERT_TRUE(dp_->ct4_of(proto).Update(k, e).ok());
     }
   }
-  bool HasFlow(uint16_t sport, uint8_t proto) {
+  bool HasFlow(uint16_t sport, uint8_t proto, uint8_t dir = SLUICE_CT_DIR_FORWARD) {
     sluice_ct4_key k{};
+    k.dir = dir;
     k.saddr = Be32("10.244.0.9");
     k.daddr = Be32("10.96.0.10");
     k.sport = htons(sport);
@@ -246,7 +247,9 @@ TEST_F(ServiceReconcilerPrivTest,
   EXPECT_THAT(Backends("10.96.0.11", 53, IPPROTO_UDP), ElementsAre("10.244.1.5:7070"));
 }
 
-TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsUdpFlowsButKeepsTcpOnes) {
+// A removed backend's UDP flows are balanced again from their next datagram (forward entry
+// deleted), while a reply it still sends as it terminates is translated (reply entry kept).
+TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsUdpForwardEntriesButKeepsRepliesAndTcp) {
   auto r = NewReconciler();
   auto both = [](std::vector<std::string> bes) {
     return T({Frontend("10.96.0.10", 53, bes, IPPROTO_UDP), Frontend("10.96.0.10", 53, bes)});
@@ -261,10 +264,12 @@ TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsUdpFlowsButKeepsTcpOnes)
 
   ASSERT_TRUE(r->Apply("kube-system/dns", both({"10.244.1.4"})).ok());
   EXPECT_FALSE(HasFlow(1001, IPPROTO_UDP));
+  EXPECT_TRUE(HasFlow(1001, IPPROTO_UDP, SLUICE_CT_DIR_REPLY));
   EXPECT_TRUE(HasFlow(1002, IPPROTO_UDP));
+  EXPECT_TRUE(HasFlow(1002, IPPROTO_UDP, SLUICE_CT_DIR_REPLY));
   EXPECT_TRUE(HasFlow(1003, IPPROTO_TCP));
-  EXPECT_EQ(CtEntries(), 4u);  // both directions of the UDP flow went
-  EXPECT_EQ(r->stats().ct_flushed, 2u);
+  EXPECT_EQ(CtEntries(), 5u);
+  EXPECT_EQ(r->stats().ct_flushed, 1u);
 }
 
 TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsSessionAffinity) {

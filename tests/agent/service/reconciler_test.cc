@@ -295,7 +295,7 @@ TEST_F(ServiceReconcilerTest, RemovedUdpBackendFlowsAreFlushedTcpOnesAreNot) {
   ASSERT_NE(udp_r, tcp_r);
   // One UDP flow and one TCP flow on the backend that goes, one UDP flow on the one that stays.
   maps_.ct[{1, IPPROTO_UDP}] = {udp_r, gone};
-  maps_.ct[{2, IPPROTO_UDP}] = {udp_r, gone};  // its reply entry
+  maps_.ct[{2, IPPROTO_UDP}] = {udp_r, gone};  // a second flow to it
   maps_.ct[{3, IPPROTO_TCP}] = {tcp_r, r_->BackendId(Ip("10.244.1.5"), 8080, IPPROTO_TCP)};
   maps_.ct[{4, IPPROTO_UDP}] = {udp_r, r_->BackendId(Ip("10.244.1.4"), 8080, IPPROTO_UDP)};
   maps_.Take();
