@@ -151,7 +151,7 @@ void AddEndpoint(loader::Datapath& dp, uint32_t addr, const Mac& mac, const Mac&
   std::memcpy(ep.mac, mac.data(), 6);
   std::memcpy(ep.host_mac, host_mac.data(), 6);
   ep.endpoint_id = id;
-  if (auto st = dp.endpoints().Update(key, ep); !st.ok()) Die(st.ToString());
+  if (auto st = dp.endpoint_table().Upsert(key.addr, ep); !st.ok()) Die(st.ToString());
 }
 
 // Vouches for every port but the backends', or for none.

@@ -141,7 +141,7 @@ std::unique_ptr<Variant> MakeVariant(std::string name, Mode mode, uint32_t rules
   std::memcpy(ep.mac, kPodMac.data(), 6);
   std::memcpy(ep.host_mac, kHostMac.data(), 6);
   ep.endpoint_id = kEndpoint;
-  Check(v->dp->endpoints().Update(key, ep), "sluice_ep4");
+  Check(v->dp->endpoint_table().Upsert(key.addr, ep), "sluice_ep4");
 
   sluice_ipcache4_entry id{};
   id.identity = SLUICE_IDENTITY_WORLD;

@@ -34,7 +34,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		return ret;
 
 	/* A pod may only send from the address Sluice gave it, on the interface it was given. */
-	src = lookup_ep4(pkt.saddr);
+	src = lookup_ep4(pkt.saddr, SLUICE_EP4_COPY_SRC);
 	if (!src || src->ifindex != skb->ifindex)
 		return -SLUICE_DROP_SPOOFED_SOURCE;
 
@@ -44,7 +44,8 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	cfg = node_config();
 	if (cfg && pkt.daddr == cfg->gateway_ip4 && gateway_is_echo_request(&pkt))
 		return gateway_echo_reply(skb, &pkt, src);
-	dst = lb4_in_service_cidr(cfg, pkt.daddr) ? NULL : lookup_ep4(pkt.daddr);
+	dst = lb4_in_service_cidr(cfg, pkt.daddr) ? NULL :
+						    lookup_ep4(pkt.daddr, SLUICE_EP4_COPY_DST);
 	lb = LB4_NONE;
 	policy4_flow_of(&pkt, &sent);
 	if (dst && lb4_plain_to_endpoint(&pkt)) {
@@ -77,7 +78,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	/* DNAT changed the destination; reverse NAT only for a hairpinned flow, whose original
 	 * destination (the gateway) was no endpoint. */
 	if (lb == LB4_DNAT || (lb == LB4_REVNAT && !dst))
-		dst = lookup_ep4(pkt.daddr);
+		dst = lookup_ep4(pkt.daddr, SLUICE_EP4_COPY_DST);
 	if (dst)
 		return redirect_to_endpoint(skb, dst, &pkt, &flow);
 	peer = tunnel4_lookup(pkt.daddr);
@@ -112,7 +113,7 @@ static __always_inline int to_pod(struct __sk_buff *skb)
 	/* ARP and what is not IPv4 pass: policy is about IPv4 flows. */
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return TC_ACT_OK;
-	ep = lookup_ep4(pkt.daddr);
+	ep = lookup_ep4(pkt.daddr, SLUICE_EP4_COPY_DST);
 	if (!ep || ep->ifindex != skb->ifindex)
 		return TC_ACT_OK;
 	policy4_flow_of(&pkt, &flow);

@@ -11,6 +11,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "loader/endpoint_table.h"
 #include "loader/skeleton.h"
 #include "loader/tc.h"
 #include "loader/xdp.h"
@@ -112,7 +113,12 @@ class Datapath {
   int sock_recvmsg4_fd() const;
   int sock_getpeername4_fd() const;
 
+  // sluice_ep4 as tools read it; every write of an endpoint goes through endpoint_table(), which
+  // keeps the datapath's index of it (loader/endpoint_table.h) in step.
   maps::EndpointMap& endpoints() { return endpoints_; }
+  EndpointTable& endpoint_table() { return *endpoint_table_; }
+  maps::Ep4SlotMap& ep4_slots() { return ep4_slot_; }
+  maps::Ep4RecordMap& ep4_records() { return ep4_rec_; }
   maps::NodeConfigMap& node_config() { return node_; }
   maps::NoMasqMap& nomasq() { return nomasq_; }
   maps::NatMap& snat() { return snat_; }
@@ -164,6 +170,9 @@ class Datapath {
   std::unique_ptr<Skeleton<sluice_overlay>> overlay_;
   std::unique_ptr<Skeleton<sluice_xdp>> xdp_;
   maps::EndpointMap endpoints_;
+  maps::Ep4SlotMap ep4_slot_;
+  maps::Ep4RecordMap ep4_rec_;
+  std::unique_ptr<EndpointTable> endpoint_table_;
   maps::NodeConfigMap node_;
   maps::NoMasqMap nomasq_;
   maps::NatMap snat_;

@@ -32,4 +32,36 @@ SLUICE_ASSERT_OFFSET(struct sluice_endpoint, mac, 8);
 SLUICE_ASSERT_OFFSET(struct sluice_endpoint, host_mac, 14);
 SLUICE_ASSERT_OFFSET(struct sluice_endpoint, endpoint_id, 20);
 
+/* The datapath's fast way to a local endpoint: a direct-mapped index of sluice_ep4 that it reads
+ * with two array lookups (inlined by the verifier) before the hash lookup (a call). The agent
+ * keeps it (agent/endpoint/endpoint_cache.h); sluice_ep4 stays the endpoints' only record, which
+ * tools read.
+ *
+ * sluice_ep4_slot (an mmapable array, maps/slot_array.h): slot = host-order address modulo
+ * SLUICE_EP4_SLOTS -> {addr, rec}; all zero is free. A slot names one of the endpoints whose
+ * address maps to it (with a node's pod CIDR of /20 or narrower, every one); the others are
+ * found in sluice_ep4.
+ * sluice_ep4_rec (array): rec -> a copy of the endpoint's sluice_ep4 value. A record is written
+ * before a slot names it and never changed while one does; a record a slot stopped naming is
+ * written again only after SLUICE_EP4_REC_QUARANTINE_S, so that a program that read the slot
+ * before never reads a record being rewritten. */
+#define SLUICE_EP4_SLOTS 4096
+#define SLUICE_EP4_RECS (2 * SLUICE_EP4_SLOTS)
+#define SLUICE_EP4_REC_QUARANTINE_S 5
+
+/* Entries of sluice_ep4_copy (per-CPU array of struct sluice_endpoint): where the programs copy
+ * the endpoints they look up (bpf/lib/maps.h lookup_ep4), one per endpoint a program holds at
+ * once. The datapath's own scratch; nobody else reads or writes it. */
+enum sluice_ep4_copy_index {
+	SLUICE_EP4_COPY_SRC = 0, /* the sender (a pod sending) */
+	SLUICE_EP4_COPY_DST = 1, /* the receiver */
+	SLUICE_EP4_COPY_MAX = 2,
+};
+
+struct sluice_ep4_ref {
+	__be32 addr; /* the endpoint's address; 0: a free slot */
+	__u32 rec;   /* its record in sluice_ep4_rec */
+};
+SLUICE_ASSERT_SIZE(struct sluice_ep4_ref, 8);
+
 #endif

@@ -53,6 +53,8 @@ using MapOf = std::conditional_t<
                        Map<typename Spec::Key, typename Spec::Value>>>;
 
 using EndpointMap = MapOf<spec::sluice_ep4>;
+using Ep4SlotMap = MapOf<spec::sluice_ep4_slot>;  // sluice_ep4's index (a slot array)
+using Ep4RecordMap = MapOf<spec::sluice_ep4_rec>;
 using NodeConfigMap = MapOf<spec::sluice_node>;
 using NoMasqMap = MapOf<spec::sluice_nomasq4>;
 using NatMap = MapOf<spec::sluice_snat4>;  // sluice_snat4 and sluice_rnat4 (masquerade)
@@ -84,6 +86,7 @@ static_assert(std::is_same_v<Policy4Map, MapOf<spec::sluice_policy4>>);
 static_assert(std::is_same_v<PolicyEndpointMap, MapOf<spec::sluice_policy_ep>>);
 // The wrappers keep the types callers were written against.
 static_assert(std::is_same_v<EndpointMap, Map<sluice_ep4_key, sluice_endpoint>>);
+static_assert(std::is_same_v<Ep4SlotMap, SlotArray<sluice_ep4_ref>>);
 static_assert(std::is_same_v<NodeConfigMap, Map<__u32, sluice_node_config>>);
 static_assert(std::is_same_v<DropMap, PerCpuMap<__u32, sluice_drop_count>>);
 static_assert(std::is_same_v<Lb4RevNatMap, Map<__u32, sluice_lb4_revnat>>);

@@ -84,14 +84,14 @@ bool IsEndpointLink(const LinkInfo& link, const Endpoint& ep) {
 
 absl::Status BpfEndpointDatapath::UpsertEndpoint(const IpAddress& addr,
                                                  const sluice_endpoint& value) {
-  return dp_.endpoints().Update(Ep4Key(addr), value);
+  return dp_.endpoint_table().Upsert(Ep4Key(addr).addr, value);
 }
 
 absl::Status BpfEndpointDatapath::DeleteEndpoint(const IpAddress& addr, int ifindex) {
   auto cur = dp_.endpoints().Lookup(Ep4Key(addr));
   if (!cur.ok()) return absl::IsNotFound(cur.status()) ? absl::OkStatus() : cur.status();
   if (ifindex >= 0 && static_cast<int>(cur->ifindex) != ifindex) return absl::OkStatus();
-  return dp_.endpoints().Delete(Ep4Key(addr));
+  return dp_.endpoint_table().Delete(Ep4Key(addr).addr);
 }
 
 absl::Status BpfEndpointDatapath::AttachPod(int host_ifindex) {

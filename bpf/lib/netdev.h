@@ -89,7 +89,7 @@ static __always_inline int netdev_forward_to_backend(struct sluice_ctx *ctx, str
 	struct nat4_pkt np;
 	int verdict;
 
-	ep = lookup_ep4(pkt->daddr);
+	ep = lookup_ep4(pkt->daddr, SLUICE_EP4_COPY_DST);
 	if (ep) {
 		policy4_flow_of(pkt, &flow);
 		return redirect_to_endpoint(ctx, ep, pkt, &flow);
@@ -140,7 +140,7 @@ static __always_inline int netdev_to_service(struct sluice_ctx *ctx, struct pkt4
  * drop reason. */
 static __always_inline int netdev_to_pod(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
-	const struct sluice_endpoint *ep = lookup_ep4(pkt->daddr);
+	const struct sluice_endpoint *ep = lookup_ep4(pkt->daddr, SLUICE_EP4_COPY_DST);
 	struct policy4_flow flow;
 	struct lb4_target t;
 	struct ct4_pkt cp;
@@ -189,7 +189,7 @@ static __always_inline int netdev_unmasquerade(struct sluice_ctx *ctx, struct pk
 			return ret;
 		return redirect_by_fib(ctx, pkt);
 	}
-	ep = lookup_ep4(pkt->daddr);
+	ep = lookup_ep4(pkt->daddr, SLUICE_EP4_COPY_DST);
 	if (ep) {
 		policy4_flow_of(pkt, &flow);
 		return redirect_to_endpoint(ctx, ep, pkt, &flow);

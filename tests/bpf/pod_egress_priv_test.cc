@@ -2,8 +2,10 @@
 // real program, with maps programmed through the production maps/ API.
 #include <arpa/inet.h>
 
-#include "support/fixture.h"
+#include <cstring>
+
 #include "gmock/gmock.h"
+#include "support/fixture.h"
 
 namespace sluice::testing {
 namespace {
@@ -118,6 +120,71 @@ TEST_P(PodEgressTable, Packet) { RunCase(GetParam()); }
 
 INSTANTIATE_TEST_SUITE_P(SluiceFromPod, PodEgressTable, ::testing::ValuesIn(PodEgressCases()),
                          CaseName);
+
+// Endpoints are read through their index (sluice_ep4_slot + sluice_ep4_rec) first, through
+// sluice_ep4 when the index does not name them: a record that differs from the hash shows which
+// one the program read.
+TEST_F(PodEgressTest, EndpointsAreReadThroughTheirIndexAndElseThroughTheHash) {
+  auto to = [](const std::string& dst) {
+    return FromA().IPv4("10.244.0.10", dst, 64).TCP(40000, 8080).Payload("x").Build();
+  };
+  auto macs_of = [](const RunResult& r) {
+    return r.out.size() >= 12 ? Bytes(r.out.begin(), r.out.begin() + 12) : Bytes{};
+  };
+  const Bytes b_macs = macs_of(FromPod(to("10.244.0.11")));
+  ASSERT_EQ(Bytes(b_macs.begin(), b_macs.begin() + 6), Bytes(kPodBMac.begin(), kPodBMac.end()));
+
+  // B's slot names its record: rewriting the record alone changes where the program sends.
+  const uint32_t b = Ip4("10.244.0.11");
+  auto ref = dp_->ep4_slots().Lookup(loader::EndpointTable::SlotOf(b));
+  ASSERT_TRUE(ref.ok()) << ref.status();
+  ASSERT_EQ(ref->addr, b);
+  auto rec = dp_->ep4_records().Lookup(ref->rec);
+  ASSERT_TRUE(rec.ok()) << rec.status();
+  sluice_endpoint other = *rec;
+  const Mac kOther = ParseMac("02:00:00:00:0c:01");
+  std::memcpy(other.mac, kOther.data(), 6);
+  ASSERT_TRUE(dp_->ep4_records().Update(ref->rec, other).ok());
+  RunResult via_index = FromPod(to("10.244.0.11"));
+  ASSERT_EQ(via_index.verdict, kTcRedirect);
+  EXPECT_EQ(Bytes(via_index.out.begin(), via_index.out.begin() + 6),
+            Bytes(kOther.begin(), kOther.end()));
+
+  // With the slot free, sluice_ep4 answers (its entry still has B's MAC).
+  ASSERT_TRUE(dp_->ep4_slots().Delete(loader::EndpointTable::SlotOf(b)).ok());
+  EXPECT_EQ(macs_of(FromPod(to("10.244.0.11"))), b_macs);
+
+  // The sender is checked through the index too: A's slot naming a record of another
+  // interface makes A's packets spoofed, though sluice_ep4 has A on this one.
+  const uint32_t a = Ip4("10.244.0.10");
+  auto a_ref = dp_->ep4_slots().Lookup(loader::EndpointTable::SlotOf(a));
+  ASSERT_TRUE(a_ref.ok()) << a_ref.status();
+  auto a_rec = dp_->ep4_records().Lookup(a_ref->rec);
+  ASSERT_TRUE(a_rec.ok());
+  sluice_endpoint moved = *a_rec;
+  moved.ifindex = kPodBIfindex;
+  ASSERT_TRUE(dp_->ep4_records().Update(a_ref->rec, moved).ok());
+  RunResult spoofed = FromPod(to("10.244.0.11"));
+  EXPECT_EQ(spoofed.verdict, kTcShot);
+  EXPECT_EQ(Drops(SLUICE_DROP_SPOOFED_SOURCE, SLUICE_DROP_DIR_EGRESS), 1u);
+}
+
+// An address whose slot names another endpoint (a pod CIDR wider than the index) is reached
+// through sluice_ep4, with its own MACs.
+TEST_F(PodEgressTest, AnEndpointWhoseSlotIsTakenIsReachedThroughTheHash) {
+  const Mac kCMac = ParseMac("02:00:00:00:0c:01");
+  const Mac kHostCMac = ParseMac("02:aa:00:00:0c:02");
+  // 10.244.16.11 shares its slot with 10.244.0.11 (the low 12 bits).
+  ASSERT_EQ(loader::EndpointTable::SlotOf(Ip4("10.244.16.11")),
+            loader::EndpointTable::SlotOf(Ip4("10.244.0.11")));
+  AddEndpoint("10.244.16.11", 4343, kCMac, kHostCMac, 3);
+  EXPECT_EQ(dp_->endpoint_table().stats().unindexed, 1u);
+  for (const auto& [dst, mac] : {std::pair{"10.244.16.11", kCMac}, {"10.244.0.11", kPodBMac}}) {
+    RunResult r = FromPod(FromA().IPv4("10.244.0.10", dst, 64).UDP(5353, 53).Build());
+    ASSERT_EQ(r.verdict, kTcRedirect) << dst;
+    EXPECT_EQ(Bytes(r.out.begin(), r.out.begin() + 6), Bytes(mac.begin(), mac.end())) << dst;
+  }
+}
 
 // Not a packet case: the counters' read-out by name, packets and bytes over two drops.
 TEST_F(PodEgressTest, DropCountersAreReadableByReasonName) {

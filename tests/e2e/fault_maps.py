@@ -1,19 +1,20 @@
 """Prints a node's programmed maps (pinned under BPFFS), normalised: one "map key => value" line per
 entry, sorted, so two dumps are equal exactly when the maps hold the same entries. Only the maps
-the agent writes from Kubernetes and CNI state (endpoints, node, LB, ipcache, policy, tunnel);
-conntrack, NAT, affinity and counters are the datapath's own and change with traffic.
+the agent writes from Kubernetes and CNI state (endpoints and their index, node, LB, ipcache,
+policy, tunnel); conntrack, NAT, affinity and counters are the datapath's own and change with
+traffic.
 
   fault_maps.py BPFFS [MAP...]
 """
 import ctypes, json, mmap, os, struct, subprocess, sys
 
-MAPS = ["sluice_ep4", "sluice_node", "sluice_nomasq4", "sluice_lb4_svc", "sluice_lb4_be",
-        "sluice_lb4_rnat", "sluice_lb4_srcr", "sluice_ipcache4", "sluice_policy4",
+MAPS = ["sluice_ep4", "sluice_ep4_slot", "sluice_node", "sluice_nomasq4", "sluice_lb4_svc",
+        "sluice_lb4_be", "sluice_lb4_rnat", "sluice_lb4_srcr", "sluice_ipcache4", "sluice_policy4",
         "sluice_policy_ep", "sluice_tunnel4"]
 # Slot arrays (maps/slot_array.h): an mmapable array whose all-zero slots are free. A bpftool
 # dump would list every slot (1,048,576 by default, seconds); the used ones are read from the
 # map's memory instead.
-SLOT_ARRAYS = {"sluice_lb4_be", "sluice_policy_ep"}
+SLOT_ARRAYS = {"sluice_lb4_be", "sluice_policy_ep", "sluice_ep4_slot"}
 
 
 def used_slots(path):

@@ -345,7 +345,7 @@ absl::Status AddEndpoint(loader::Datapath& dp, uint32_t addr_be, int ifindex, co
   std::memcpy(ep.mac, mac.data(), sizeof(ep.mac));
   std::memcpy(ep.host_mac, host_mac.data(), sizeof(ep.host_mac));
   ep.endpoint_id = endpoint_id;
-  return dp.endpoints().Update(sluice_ep4_key{addr_be}, ep);
+  return dp.endpoint_table().Upsert(addr_be, ep);
 }
 
 }  // namespace sluice::testing
