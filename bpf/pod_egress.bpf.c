@@ -25,7 +25,8 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	struct ct4_pkt p;
 	struct pkt4 pkt;
 	__be16 h_proto;
-	int lb, ret;
+	int lb, ret, to_pod;
+	__u32 src_id;
 
 	ret = parse_eth_ip4(skb, &h_proto, &pkt);
 	if (ret == -SLUICE_DROP_UNSUPPORTED_L3 && h_proto == bpf_htons(ETH_P_ARP))
@@ -34,9 +35,11 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		return ret;
 
 	/* A pod may only send from the address Sluice gave it, on the interface it was given. */
-	src = lookup_ep4(pkt.saddr, SLUICE_EP4_COPY_SRC);
+	src = lookup_ep4(pkt.saddr);
 	if (!src || src->ifindex != skb->ifindex)
 		return -SLUICE_DROP_SPOOFED_SOURCE;
+	/* Endpoints are read where they are found and let go (lookup_ep4). */
+	src_id = src->endpoint_id;
 
 	/* Services: DNAT to a backend, or a backend's reply back from its frontend. A local pod
 	 * is never a frontend, so traffic to one only needs the reply check; a ClusterIP is never
@@ -44,14 +47,13 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	cfg = node_config();
 	if (cfg && pkt.daddr == cfg->gateway_ip4 && gateway_is_echo_request(&pkt))
 		return gateway_echo_reply(skb, &pkt, src);
-	dst = lb4_in_service_cidr(cfg, pkt.daddr) ? NULL :
-						    lookup_ep4(pkt.daddr, SLUICE_EP4_COPY_DST);
+	to_pod = !lb4_in_service_cidr(cfg, pkt.daddr) && lookup_ep4_exists(pkt.daddr);
 	lb = LB4_NONE;
 	policy4_flow_of(&pkt, &sent);
-	if (dst && lb4_plain_to_endpoint(&pkt)) {
+	if (to_pod && lb4_plain_to_endpoint(&pkt)) {
 		/* no LB step */
 	} else if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
-		lb = dst ? lb4_rev_nat(skb, &pkt, &p) : lb4_from_pod(skb, &pkt, &p, cfg);
+		lb = to_pod ? lb4_rev_nat(skb, &pkt, &p) : lb4_from_pod(skb, &pkt, &p, cfg);
 		if (lb < 0)
 			return lb;
 		if (lb == LB4_REJECT)
@@ -71,14 +73,13 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		flow = sent;
 	else
 		policy4_flow_of(&pkt, &flow);
-	ret = policy4_check(src->endpoint_id, SLUICE_POLICY_EGRESS, &flow);
+	ret = policy4_check(src_id, SLUICE_POLICY_EGRESS, &flow);
 	if (ret < 0)
 		return ret;
 
 	/* DNAT changed the destination; reverse NAT only for a hairpinned flow, whose original
 	 * destination (the gateway) was no endpoint. */
-	if (lb == LB4_DNAT || (lb == LB4_REVNAT && !dst))
-		dst = lookup_ep4(pkt.daddr, SLUICE_EP4_COPY_DST);
+	dst = to_pod || lb == LB4_DNAT || lb == LB4_REVNAT ? lookup_ep4(pkt.daddr) : NULL;
 	if (dst)
 		return redirect_to_endpoint(skb, dst, &pkt, &flow);
 	peer = tunnel4_lookup(pkt.daddr);
@@ -108,16 +109,18 @@ static __always_inline int to_pod(struct __sk_buff *skb)
 	struct ct4_pkt p;
 	struct pkt4 pkt;
 	__be16 h_proto;
+	__u32 ep_id;
 	int ret;
 
 	/* ARP and what is not IPv4 pass: policy is about IPv4 flows. */
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return TC_ACT_OK;
-	ep = lookup_ep4(pkt.daddr, SLUICE_EP4_COPY_DST);
+	ep = lookup_ep4(pkt.daddr);
 	if (!ep || ep->ifindex != skb->ifindex)
 		return TC_ACT_OK;
+	ep_id = ep->endpoint_id;
 	policy4_flow_of(&pkt, &flow);
-	ret = policy4_check(ep->endpoint_id, SLUICE_POLICY_INGRESS, &flow);
+	ret = policy4_check(ep_id, SLUICE_POLICY_INGRESS, &flow);
 	if (ret < 0)
 		return ret;
 	/* A reply from a backend in the node's own stack (a hostNetwork pod here) to a pod that

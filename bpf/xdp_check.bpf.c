@@ -29,7 +29,7 @@ static __always_inline int xdp_check(struct xdp_md *ctx)
 		if (ret == LB4_REJECT)
 			return reject(ctx, &pkt, SLUICE_DROP_DIR_INGRESS);
 	}
-	dst = lookup_ep4(pkt.daddr, SLUICE_EP4_COPY_DST);
+	dst = lookup_ep4(pkt.daddr);
 	policy4_flow_of(&pkt, &flow);
 	if (dst)
 		return redirect_to_endpoint(ctx, dst, &pkt, &flow);

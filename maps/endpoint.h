@@ -49,15 +49,6 @@ SLUICE_ASSERT_OFFSET(struct sluice_endpoint, endpoint_id, 20);
 #define SLUICE_EP4_RECS (2 * SLUICE_EP4_SLOTS)
 #define SLUICE_EP4_REC_QUARANTINE_S 5
 
-/* Entries of sluice_ep4_copy (per-CPU array of struct sluice_endpoint): where the programs copy
- * the endpoints they look up (bpf/lib/maps.h lookup_ep4), one per endpoint a program holds at
- * once. The datapath's own scratch; nobody else reads or writes it. */
-enum sluice_ep4_copy_index {
-	SLUICE_EP4_COPY_SRC = 0, /* the sender (a pod sending) */
-	SLUICE_EP4_COPY_DST = 1, /* the receiver */
-	SLUICE_EP4_COPY_MAX = 2,
-};
-
 struct sluice_ep4_ref {
 	__be32 addr; /* the endpoint's address; 0: a free slot */
 	__u32 rec;   /* its record in sluice_ep4_rec */

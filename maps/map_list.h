@@ -35,9 +35,6 @@
 	  BPF_F_MMAPABLE)                                                                          \
 	/* ... and its records: copies of sluice_ep4 values (endpoint.h) */                        \
 	X(sluice_ep4_rec, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_endpoint, SLUICE_EP4_RECS, 0)   \
-	/* the endpoints a program looked up, copied per CPU (endpoint.h, bpf/lib/maps.h) */       \
-	X(sluice_ep4_copy, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_endpoint,               \
-	  SLUICE_EP4_COPY_MAX, 0)                                                                  \
 	/* this node's addressing, one entry (node.h) */                                           \
 	X(sluice_node, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_node_config, 1, 0)                 \
 	/* destinations never masqueraded (node.h) */                                              \

@@ -41,7 +41,7 @@ static __always_inline int pod_arp(struct sluice_ctx *ctx)
 	/* Gratuitous ARP and duplicate address detection: nothing to answer. */
 	if (tip == sip || sip == 0)
 		return CTX_ACT_OK;
-	ep = lookup_ep4(sip, SLUICE_EP4_COPY_SRC);
+	ep = lookup_ep4(sip);
 	if (!ep || ep->ifindex != ctx_ifindex(ctx))
 		return -SLUICE_DROP_SPOOFED_SOURCE;
 

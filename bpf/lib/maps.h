@@ -31,38 +31,39 @@ static __always_inline const struct sluice_node_config *node_config(void)
  * sluice_ep4 hash (maps/endpoint.h). The slot is read in one load, so its address and record
  * belong together, and the record is read through the slot's value (an address dependency: read
  * after it). Record 0 is never named, so a free slot (all zero) matches no address.
- * The answer is a copy in this CPU's sluice_ep4_copy[which] (SLUICE_EP4_COPY_*: endpoints a
- * program holds at once use different ones), valid until the next lookup into the same one. The
- * copy is for the verifier: a pointer into either map would make it follow every later
- * instruction once per map, and a copy on the stack makes it track every field (measured: twice
- * the instructions verified, either way); a copy in a map value is one pointer whichever map
- * answered, with fields it does not track. */
-static __always_inline const struct sluice_endpoint *lookup_ep4(__be32 addr, __u32 which)
+ * The answer points into one map or the other, and the verifier follows what comes after once
+ * for each: callers read the fields they need at once and let the pointer go (measured: kept
+ * across the load balancing, it doubled the instructions verified). lookup_ep4_exists is the
+ * question alone. */
+static __always_inline const struct sluice_endpoint *lookup_ep4(__be32 addr)
 {
 	__u32 index = bpf_ntohl(addr) & (SLUICE_EP4_SLOTS - 1);
 	struct sluice_ep4_key key = { .addr = addr };
-	const struct sluice_endpoint *ep = NULL;
-	struct sluice_endpoint *copy;
 	const __u64 *slot;
 	struct sluice_ep4_ref s;
 	__u64 bits;
 
-	copy = bpf_map_lookup_elem(&sluice_ep4_copy, &which);
-	if (!copy)
-		return NULL;
 	slot = bpf_map_lookup_elem(&sluice_ep4_slot, &index);
 	if (slot) {
 		bits = *(const volatile __u64 *)slot;
 		__builtin_memcpy(&s, &bits, sizeof(s));
-		if (s.addr == addr && s.rec)
-			ep = bpf_map_lookup_elem(&sluice_ep4_rec, &s.rec);
+		if (s.addr == addr && s.rec) {
+			const struct sluice_endpoint *ep = bpf_map_lookup_elem(&sluice_ep4_rec, &s.rec);
+
+			if (ep)
+				return ep;
+		}
 	}
-	if (!ep)
-		ep = bpf_map_lookup_elem(&sluice_ep4, &key);
-	if (!ep)
-		return NULL;
-	*copy = *ep;
-	return copy;
+	return bpf_map_lookup_elem(&sluice_ep4, &key);
+}
+
+/* Whether addr is a local pod's, as a plain number (no pointer for the verifier to follow). */
+static __always_inline int lookup_ep4_exists(__be32 addr)
+{
+	int found = lookup_ep4(addr) != NULL;
+
+	barrier_var(found);
+	return found;
 }
 
 #endif

@@ -89,7 +89,7 @@ static __always_inline int netdev_forward_to_backend(struct sluice_ctx *ctx, str
 	struct nat4_pkt np;
 	int verdict;
 
-	ep = lookup_ep4(pkt->daddr, SLUICE_EP4_COPY_DST);
+	ep = lookup_ep4(pkt->daddr);
 	if (ep) {
 		policy4_flow_of(pkt, &flow);
 		return redirect_to_endpoint(ctx, ep, pkt, &flow);
@@ -140,13 +140,14 @@ static __always_inline int netdev_to_service(struct sluice_ctx *ctx, struct pkt4
  * drop reason. */
 static __always_inline int netdev_to_pod(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
-	const struct sluice_endpoint *ep = lookup_ep4(pkt->daddr, SLUICE_EP4_COPY_DST);
+	const struct sluice_endpoint *ep;
 	struct policy4_flow flow;
 	struct lb4_target t;
 	struct ct4_pkt cp;
 	int ret;
 
-	if (!ep)
+	/* The endpoint is read after the reverse NAT, which keeps the destination (lookup_ep4). */
+	if (!lookup_ep4_exists(pkt->daddr))
 		return CTX_ACT_OK;
 	/* The pod's policy judges the packet as it arrived (a reply as its backend sent it). */
 	policy4_flow_of(pkt, &flow);
@@ -160,6 +161,9 @@ static __always_inline int netdev_to_pod(struct sluice_ctx *ctx, struct pkt4 *pk
 			lb4_forget_crossed_flow(&cp);
 		}
 	}
+	ep = lookup_ep4(pkt->daddr);
+	if (!ep)
+		return CTX_ACT_OK;
 	return redirect_to_endpoint(ctx, ep, pkt, &flow);
 }
 
@@ -189,7 +193,7 @@ static __always_inline int netdev_unmasquerade(struct sluice_ctx *ctx, struct pk
 			return ret;
 		return redirect_by_fib(ctx, pkt);
 	}
-	ep = lookup_ep4(pkt->daddr, SLUICE_EP4_COPY_DST);
+	ep = lookup_ep4(pkt->daddr);
 	if (ep) {
 		policy4_flow_of(pkt, &flow);
 		return redirect_to_endpoint(ctx, ep, pkt, &flow);

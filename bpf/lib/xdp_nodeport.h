@@ -77,7 +77,7 @@ static __always_inline int xdp_to_service(struct sluice_ctx *ctx, struct pkt4 *p
 	ret = lb4_choose(cp, key, svc, 0, &t);
 	if (ret != LB4_DNAT)
 		return XDP_PASS; /* a rejection or a drop: TC answers it, counted there */
-	if (!cfg || t.addr == cfg->node_ip4 || lookup_ep4(t.addr, SLUICE_EP4_COPY_DST))
+	if (!cfg || t.addr == cfg->node_ip4 || lookup_ep4_exists(t.addr))
 		return XDP_PASS; /* a backend on this node */
 	if (tunnel_mode(cfg) && tunnel4_lookup(t.addr))
 		return XDP_PASS; /* encapsulated by TC */
