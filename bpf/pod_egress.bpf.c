@@ -25,7 +25,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	struct ct4_pkt p;
 	struct pkt4 pkt;
 	__be16 h_proto;
-	int lb, ret, to_pod;
+	int lb, ret, local_dst; /* the destination is a pod on this node */
 	__u32 src_id;
 
 	ret = parse_eth_ip4(skb, &h_proto, &pkt);
@@ -47,13 +47,13 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	cfg = node_config();
 	if (cfg && pkt.daddr == cfg->gateway_ip4 && gateway_is_echo_request(&pkt))
 		return gateway_echo_reply(skb, &pkt, src);
-	to_pod = !lb4_in_service_cidr(cfg, pkt.daddr) && lookup_ep4_exists(pkt.daddr);
+	local_dst = !lb4_in_service_cidr(cfg, pkt.daddr) && lookup_ep4_exists(pkt.daddr);
 	lb = LB4_NONE;
 	policy4_flow_of(&pkt, &sent);
-	if (to_pod && lb4_plain_to_endpoint(&pkt)) {
+	if (local_dst && lb4_plain_to_endpoint(&pkt)) {
 		/* no LB step */
 	} else if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
-		lb = to_pod ? lb4_rev_nat(skb, &pkt, &p) : lb4_from_pod(skb, &pkt, &p, cfg);
+		lb = local_dst ? lb4_rev_nat(skb, &pkt, &p) : lb4_from_pod(skb, &pkt, &p, cfg);
 		if (lb < 0)
 			return lb;
 		if (lb == LB4_REJECT)
@@ -79,7 +79,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 
 	/* DNAT changed the destination; reverse NAT only for a hairpinned flow, whose original
 	 * destination (the gateway) was no endpoint. */
-	dst = to_pod || lb == LB4_DNAT || lb == LB4_REVNAT ? lookup_ep4(pkt.daddr) : NULL;
+	dst = local_dst || lb == LB4_DNAT || lb == LB4_REVNAT ? lookup_ep4(pkt.daddr) : NULL;
 	if (dst)
 		return redirect_to_endpoint(skb, dst, &pkt, &flow);
 	peer = tunnel4_lookup(pkt.daddr);
