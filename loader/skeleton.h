@@ -174,10 +174,22 @@ class Skeleton {
       struct bpf_map_info info = {};
       __u32 len = sizeof(info);
       int rc = bpf_obj_get_info_by_fd(fd, &info, &len);
-      if (rc != 0 || (info.type == bpf_map__type(map) && info.key_size == bpf_map__key_size(map) &&
-                      info.value_size == bpf_map__value_size(map) &&
-                      info.max_entries == bpf_map__max_entries(map) &&
-                      info.map_flags == bpf_map__map_flags(map))) {
+      const bool same_layout = rc == 0 && info.type == bpf_map__type(map) &&
+                               info.key_size == bpf_map__key_size(map) &&
+                               info.value_size == bpf_map__value_size(map) &&
+                               info.max_entries == bpf_map__max_entries(map);
+      if (same_layout && (info.map_flags ^ bpf_map__map_flags(map)) == BPF_F_NO_PREALLOC) {
+        // Only how the kernel allocates entries differs (sluice_ct4 was preallocated before
+        // its entries were taken as flows come): the pinned map, with every live flow in it,
+        // is kept as it is, so the upgrade is hitless; a map created afresh (a drained node,
+        // a resize) gets this build's flags.
+        spdlog::info(
+            "map {}: keeping the pinned map and its entries (map flags {:#x}; this "
+            "build creates it with {:#x})",
+            path, info.map_flags, bpf_map__map_flags(map));
+        bpf_map__set_map_flags(map, info.map_flags);
+      }
+      if (rc != 0 || (same_layout && info.map_flags == bpf_map__map_flags(map))) {
         close(fd);
         continue;
       }

@@ -8,6 +8,7 @@
 #include <sched.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -232,6 +233,74 @@ TEST(Datapath, PolicyEndpointsOfTheOldHashLayoutAreCarriedIntoTheSlotArray) {
     EXPECT_EQ(got->flags, id == 2 ? SLUICE_POLICY_EP_F_EGRESS : SLUICE_POLICY_EP_F_INGRESS);
   }
   EXPECT_EQ(eps.Lookup(3).status().code(), absl::StatusCode::kNotFound);
+}
+
+// The map flags of a pin. -1 when it cannot be read.
+int64_t PinnedMapFlags(const std::string& pin, uint32_t* id = nullptr) {
+  int fd = bpf_obj_get(pin.c_str());
+  if (fd < 0) return -1;
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  int rc = bpf_obj_get_info_by_fd(fd, &info, &len);
+  close(fd);
+  if (rc != 0) return -1;
+  if (id != nullptr) *id = info.id;
+  return info.map_flags;
+}
+
+// sluice_ct4 takes its entries' memory as flows come (BPF_F_NO_PREALLOC). An older agent's
+// preallocated map differs only in that flag: the upgrade keeps it, and every live flow in it,
+// and the new programs use it; only a node without the pin gets the new flags.
+TEST(Datapath, AnOlderAgentsPreallocatedConntrackIsKeptWithItsFlows) {
+  {
+    ScratchBpffs fresh;
+    auto dp = loader::Datapath::Load(fresh.path());
+    ASSERT_TRUE(dp.ok()) << dp.status();
+    EXPECT_EQ(PinnedMapFlags(maps::PinPath(fresh.path(), maps::name::sluice_ct4)),
+              BPF_F_NO_PREALLOC);
+  }
+  ScratchBpffs fs;
+  const std::string pin = maps::PinPath(fs.path(), maps::name::sluice_ct4);
+  sluice_ct4_key key{};
+  key.saddr = htonl(0x0af40002);
+  key.daddr = htonl(0xac1e0001);
+  key.sport = htons(40000);
+  key.dport = htons(80);
+  key.proto = IPPROTO_TCP;
+  sluice_ct4_entry flow{};
+  flow.backend_id = 7;
+  flow.backend_addr = htonl(0x0af40009);
+  flow.backend_port = htons(8080);
+  flow.flags = SLUICE_CT_F_ESTABLISHED;
+  uint32_t old_id = 0;
+  {
+    int old = bpf_map_create(BPF_MAP_TYPE_HASH, "sluice_ct4", sizeof(key), sizeof(flow),
+                             SLUICE_CT4_MAX_ENTRIES, nullptr);
+    ASSERT_GE(old, 0) << strerror(errno);
+    ASSERT_EQ(bpf_map_update_elem(old, &key, &flow, BPF_ANY), 0) << strerror(errno);
+    ASSERT_EQ(bpf_obj_pin(old, pin.c_str()), 0) << strerror(errno);
+    close(old);
+  }
+  ASSERT_EQ(PinnedMapFlags(pin, &old_id), 0);
+
+  auto dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  uint32_t id = 0;
+  EXPECT_EQ(PinnedMapFlags(pin, &id), 0) << "the pin was replaced";
+  EXPECT_EQ(id, old_id);
+  sluice_ct4_entry seen{};
+  ASSERT_EQ(bpf_map_lookup_elem((*dp)->ct4().fd(), &key, &seen), 0) << "the live flow was lost";
+  EXPECT_EQ(seen.backend_addr, flow.backend_addr);
+  // The loaded programs use the kept map.
+  bpf_prog_info prog{};
+  uint32_t len = sizeof(prog);
+  std::vector<uint32_t> map_ids(64);
+  prog.nr_map_ids = map_ids.size();
+  prog.map_ids = reinterpret_cast<uintptr_t>(map_ids.data());
+  ASSERT_EQ(bpf_obj_get_info_by_fd((*dp)->from_pod_fd(), &prog, &len), 0) << strerror(errno);
+  map_ids.resize(std::min<size_t>(prog.nr_map_ids, map_ids.size()));
+  EXPECT_NE(std::find(map_ids.begin(), map_ids.end(), old_id), map_ids.end())
+      << "sluice_from_pod does not use the kept sluice_ct4";
 }
 
 // sluice_lb4_be through its memory mapping, as the agent writes it, and through the syscalls, as
