@@ -5,6 +5,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/lab/json_path.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::lab {
@@ -17,17 +18,6 @@ constexpr char kManagedBy[] = "endpointslice.kubernetes.io/managed-by";
 constexpr char kControllerName[] = "endpointslice-controller.k8s.io";
 constexpr char kServiceNameLabel[] = "kubernetes.io/service-name";
 
-std::string Str(const json& obj, std::initializer_list<const char*> path) {
-  const json* cur = &obj;
-  for (const char* p : path) {
-    if (!cur->is_object()) return "";
-    auto it = cur->find(p);
-    if (it == cur->end()) return "";
-    cur = &*it;
-  }
-  return cur->is_string() ? cur->get<std::string>() : "";
-}
-
 const json& Field(const json& obj, const char* key) {
   static const json kNull;
   if (!obj.is_object()) return kNull;
@@ -36,7 +26,7 @@ const json& Field(const json& obj, const char* key) {
 }
 
 absl::Status Invalid(const json& svc, const std::string& field, const std::string& detail) {
-  return absl::InvalidArgumentError(absl::StrCat("Service \"", Str(svc, {"metadata", "name"}),
+  return absl::InvalidArgumentError(absl::StrCat("Service \"", JsonStr(svc, {"metadata", "name"}),
                                                  "\" is invalid: ", field, ": ", detail));
 }
 
@@ -44,7 +34,7 @@ bool PodReady(const json& pod) {
   for (const json& c : Field(Field(pod, "status"), "conditions").is_array()
                            ? Field(Field(pod, "status"), "conditions")
                            : json::array()) {
-    if (Str(c, {"type"}) == "Ready") return Str(c, {"status"}) == "True";
+    if (JsonStr(c, {"type"}) == "Ready") return JsonStr(c, {"status"}) == "True";
   }
   return false;
 }
@@ -183,7 +173,7 @@ absl::Status ServiceAdmission::AdmitService(json& svc, const json* old) {
   // ClusterIP.
   std::optional<uint32_t> allocate_ip;  // offset to mark used
   std::optional<uint32_t> release_ip;
-  std::string old_ip = old_spec != nullptr ? Str(*old_spec, {"clusterIP"}) : "";
+  std::string old_ip = old_spec != nullptr ? JsonStr(*old_spec, {"clusterIP"}) : "";
   std::string ip = spec.value("clusterIP", "");
   if (external_name) {
     spec.erase("clusterIP");
@@ -334,7 +324,7 @@ absl::Status ServiceAdmission::AdmitService(json& svc, const json* old) {
 void ServiceAdmission::Deleted(const ResourceType& type, const json& object) {
   if (type.plural != "services") return;
   const json& spec = Field(object, "spec");
-  std::string ip = Str(spec, {"clusterIP"});
+  std::string ip = JsonStr(spec, {"clusterIP"});
   if (auto v = ParseIpv4(ip); v.ok()) used_ips_.erase(*v - network_);
   if (Field(spec, "ports").is_array()) {
     for (const json& p : spec["ports"]) used_node_ports_.erase(p.value("nodePort", 0));
@@ -347,8 +337,8 @@ void ServiceAdmission::Deleted(const ResourceType& type, const json& object) {
 std::vector<json> DesiredEndpointSlices(const json& service, const std::vector<json>& pods) {
   const json& spec = Field(service, "spec");
   const json& md = Field(service, "metadata");
-  std::string name = Str(md, {"name"});
-  std::string ns = Str(md, {"namespace"});
+  std::string name = JsonStr(md, {"name"});
+  std::string ns = JsonStr(md, {"namespace"});
   bool publish_not_ready = spec.value("publishNotReadyAddresses", false);
   const json& svc_ports = Field(spec, "ports").is_array() ? spec["ports"] : json::array();
 
@@ -356,15 +346,15 @@ std::vector<json> DesiredEndpointSlices(const json& service, const std::vector<j
   std::vector<const json*> sorted;
   for (const json& pod : pods) sorted.push_back(&pod);
   std::sort(sorted.begin(), sorted.end(), [](const json* a, const json* b) {
-    return Str(*a, {"metadata", "name"}) < Str(*b, {"metadata", "name"});
+    return JsonStr(*a, {"metadata", "name"}) < JsonStr(*b, {"metadata", "name"});
   });
   for (const json* pod_ptr : sorted) {
     const json& pod = *pod_ptr;
     if (!SelectorMapMatches(Field(spec, "selector"), Field(Field(pod, "metadata"), "labels"))) {
       continue;
     }
-    std::string ip = Str(pod, {"status", "podIP"});
-    std::string phase = Str(pod, {"status", "phase"});
+    std::string ip = JsonStr(pod, {"status", "podIP"});
+    std::string phase = JsonStr(pod, {"status", "phase"});
     if (ip.empty() || phase == "Succeeded" || phase == "Failed") continue;
     json ports = json::array();
     for (const json& sp : svc_ports) {
@@ -379,11 +369,11 @@ std::vector<json> DesiredEndpointSlices(const json& service, const std::vector<j
         {"targetRef",
          {{"kind", "Pod"},
           {"namespace", ns},
-          {"name", Str(pod, {"metadata", "name"})},
-          {"uid", Str(pod, {"metadata", "uid"})}}},
+          {"name", JsonStr(pod, {"metadata", "name"})},
+          {"uid", JsonStr(pod, {"metadata", "uid"})}}},
     };
     if (publish_not_ready) endpoint["conditions"]["ready"] = true;
-    std::string node = Str(pod, {"spec", "nodeName"});
+    std::string node = JsonStr(pod, {"spec", "nodeName"});
     if (!node.empty()) endpoint["nodeName"] = node;
     auto& group = groups[ports.dump()];
     if (group.first.is_null()) {
@@ -409,7 +399,7 @@ std::vector<json> DesiredEndpointSlices(const json& service, const std::vector<j
   json labels = Field(md, "labels").is_object() ? md["labels"] : json::object();
   labels[kServiceNameLabel] = name;
   labels[kManagedBy] = kControllerName;
-  if (Str(spec, {"clusterIP"}) == "None") labels["service.kubernetes.io/headless"] = "";
+  if (JsonStr(spec, {"clusterIP"}) == "None") labels["service.kubernetes.io/headless"] = "";
   std::vector<json> slices;
   for (auto& [key, group] : groups) {
     slices.push_back({
@@ -422,7 +412,7 @@ std::vector<json> DesiredEndpointSlices(const json& service, const std::vector<j
           {"ownerReferences", json::array({{{"apiVersion", "v1"},
                                             {"kind", "Service"},
                                             {"name", name},
-                                            {"uid", Str(md, {"uid"})},
+                                            {"uid", JsonStr(md, {"uid"})},
                                             {"controller", true},
                                             {"blockOwnerDeletion", true}}})}}},
         {"addressType", "IPv4"},
@@ -493,8 +483,8 @@ void Controllers::OnEvent(const Event& e) {
       if (e.type != EventType::kDeleted) dirty_nodes_.insert(name);
     } else if (plural == "endpointslices") {
       const json& labels = Field(md, "labels");
-      if (Str(labels, {kManagedBy}) == kControllerName) {
-        dirty_services_.insert({ns, Str(labels, {kServiceNameLabel})});
+      if (JsonStr(labels, {kManagedBy}) == kControllerName) {
+        dirty_services_.insert({ns, JsonStr(labels, {kServiceNameLabel})});
       }
     } else {
       return;
@@ -529,11 +519,11 @@ void Controllers::Run() {
 
 void Controllers::SyncAll() {
   if (auto nodes = store_->List(Resource("nodes"), {}); nodes.ok()) {
-    for (const ObjectPtr& n : nodes->items) AllocatePodCidr(Str(*n, {"metadata", "name"}));
+    for (const ObjectPtr& n : nodes->items) AllocatePodCidr(JsonStr(*n, {"metadata", "name"}));
   }
   if (auto services = store_->List(Resource("services"), {}); services.ok()) {
     for (const ObjectPtr& s : services->items) {
-      SyncService(Str(*s, {"metadata", "namespace"}), Str(*s, {"metadata", "name"}));
+      SyncService(JsonStr(*s, {"metadata", "namespace"}), JsonStr(*s, {"metadata", "name"}));
     }
   }
   store_->RemoveExpiredTerminatingPods();
@@ -548,7 +538,7 @@ void Controllers::SyncNamespacePods(const std::string& ns, const std::vector<jso
     const json& selector = Field(Field(*s, "spec"), "selector");
     for (const json& labels : label_sets) {
       if (SelectorMapMatches(selector, labels)) {
-        SyncService(ns, Str(*s, {"metadata", "name"}));
+        SyncService(ns, JsonStr(*s, {"metadata", "name"}));
         break;
       }
     }
@@ -569,7 +559,7 @@ void Controllers::SyncService(const std::string& ns, const std::string& name) {
   std::vector<json> desired;
   auto svc = store_->Get(Resource("services"), ns, name);
   if (svc.ok() && Field(Field(*svc, "spec"), "selector").is_object() &&
-      !(*svc)["spec"]["selector"].empty() && Str(*svc, {"spec", "type"}) != "ExternalName") {
+      !(*svc)["spec"]["selector"].empty() && JsonStr(*svc, {"spec", "type"}) != "ExternalName") {
     ListOptions pod_opts;
     pod_opts.namespace_name = ns;
     auto pods = store_->List(Resource("pods"), pod_opts);
@@ -596,7 +586,7 @@ void Controllers::SyncService(const std::string& ns, const std::string& name) {
           Field(have["metadata"], "ownerReferences") == want["metadata"]["ownerReferences"]) {
         continue;
       }
-      auto s = store_->Update(slices_type, ns, Str(have, {"metadata", "name"}), [&](json& cur) {
+      auto s = store_->Update(slices_type, ns, JsonStr(have, {"metadata", "name"}), [&](json& cur) {
         cur["endpoints"] = want["endpoints"];
         cur["metadata"]["labels"] = want["metadata"]["labels"];
         cur["metadata"]["ownerReferences"] = want["metadata"]["ownerReferences"];
@@ -613,7 +603,8 @@ void Controllers::SyncService(const std::string& ns, const std::string& name) {
   }
   for (size_t i = 0; i < existing->items.size(); ++i) {
     if (used[i]) continue;
-    auto s = store_->Delete(slices_type, ns, Str(*existing->items[i], {"metadata", "name"}), {});
+    auto s =
+        store_->Delete(slices_type, ns, JsonStr(*existing->items[i], {"metadata", "name"}), {});
     if (!s.ok() && !absl::IsNotFound(s.status())) {
       spdlog::warn("lab endpointslices: delete for {}/{}: {}", ns, name, s.status().ToString());
     }
@@ -623,12 +614,12 @@ void Controllers::SyncService(const std::string& ns, const std::string& name) {
 void Controllers::AllocatePodCidr(const std::string& node) {
   if (!options_.allocate_node_cidrs) return;
   auto obj = store_->Get(Resource("nodes"), "", node);
-  if (!obj.ok() || !Str(*obj, {"spec", "podCIDR"}).empty()) return;
+  if (!obj.ok() || !JsonStr(*obj, {"spec", "podCIDR"}).empty()) return;
   auto nodes = store_->List(Resource("nodes"), {});
   if (!nodes.ok()) return;
   std::set<uint32_t> used;
   for (const ObjectPtr& n : nodes->items) {
-    if (auto c = ParseIpv4Cidr(Str(*n, {"spec", "podCIDR"})); c.ok()) used.insert(c->first);
+    if (auto c = ParseIpv4Cidr(JsonStr(*n, {"spec", "podCIDR"})); c.ok()) used.insert(c->first);
   }
   int bits = options_.node_cidr_mask - cluster_prefix_;
   if (bits < 0 || bits > 24) return;
@@ -639,7 +630,7 @@ void Controllers::AllocatePodCidr(const std::string& node) {
     if (used.contains(net)) continue;
     std::string cidr = absl::StrCat(FormatIpv4(net), "/", options_.node_cidr_mask);
     auto s = store_->Update(Resource("nodes"), "", node, [&](json& n) {
-      if (!Str(n, {"spec", "podCIDR"}).empty()) return absl::OkStatus();
+      if (!JsonStr(n, {"spec", "podCIDR"}).empty()) return absl::OkStatus();
       n["spec"]["podCIDR"] = cidr;
       n["spec"]["podCIDRs"] = json::array({cidr});
       return absl::OkStatus();

@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/base/errno.h"
+#include "agent/lab/json_path.h"
 #include "agent/lab/process.h"
 #include "agent/lab/workloads.h"
 #include "spdlog/spdlog.h"
@@ -31,23 +32,13 @@ namespace {
 
 using json = nlohmann::json;
 
-std::string Str(const json& j, std::initializer_list<const char*> path) {
-  const json* cur = &j;
-  for (const char* p : path) {
-    if (!cur->is_object()) return "";
-    auto it = cur->find(p);
-    if (it == cur->end()) return "";
-    cur = &*it;
-  }
-  return cur->is_string() ? cur->get<std::string>() : "";
-}
-
 std::string Key(const json& pod) {
-  return absl::StrCat(Str(pod, {"metadata", "namespace"}), "/", Str(pod, {"metadata", "name"}));
+  return absl::StrCat(JsonStr(pod, {"metadata", "namespace"}), "/",
+                      JsonStr(pod, {"metadata", "name"}));
 }
 
 bool WantsReady(const json& pod) {
-  return Str(pod, {"metadata", "annotations", kReadyAnnotation}) != "false";
+  return JsonStr(pod, {"metadata", "annotations", kReadyAnnotation}) != "false";
 }
 
 bool HostNetwork(const json& pod) {
@@ -55,7 +46,9 @@ bool HostNetwork(const json& pod) {
   return spec != nullptr && spec->is_object() && spec->value("hostNetwork", false);
 }
 
-bool Terminating(const json& pod) { return !Str(pod, {"metadata", "deletionTimestamp"}).empty(); }
+bool Terminating(const json& pod) {
+  return !JsonStr(pod, {"metadata", "deletionTimestamp"}).empty();
+}
 
 std::string Now() { return ObjectStore::FormatTimestamp(absl::Now()); }
 
@@ -337,7 +330,8 @@ void Kubelet::Resync() {
   auto list = store_->List(Resource("pods"), ListOptions());
   if (!list.ok()) return;
   std::set<std::string> present;
-  for (const auto& p : list->items) present.insert(Key(*p) + "|" + Str(*p, {"metadata", "uid"}));
+  for (const auto& p : list->items)
+    present.insert(Key(*p) + "|" + JsonStr(*p, {"metadata", "uid"}));
   std::vector<RunningPod> gone;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -360,8 +354,8 @@ void Kubelet::RetryFailed() {
   std::map<std::string, json> failed;
   failed.swap(failed_);
   for (const auto& [key, pod] : failed) {
-    auto current = store_->Get(Resource("pods"), Str(pod, {"metadata", "namespace"}),
-                               Str(pod, {"metadata", "name"}));
+    auto current = store_->Get(Resource("pods"), JsonStr(pod, {"metadata", "namespace"}),
+                               JsonStr(pod, {"metadata", "name"}));
     if (current.ok()) Handle(EventType::kModified, *current);
   }
 }
@@ -370,7 +364,7 @@ void Kubelet::Handle(EventType type, const json& pod) {
   // Pods of the Sluice image (the chart's DaemonSet and operator) are the workload runtime's.
   if (RunsSluiceImage(pod)) return;
   std::string key = Key(pod);
-  std::string uid = Str(pod, {"metadata", "uid"});
+  std::string uid = JsonStr(pod, {"metadata", "uid"});
   if (type == EventType::kDeleted) {
     failed_.erase(key);
     std::optional<RunningPod> running;
@@ -388,8 +382,8 @@ void Kubelet::Handle(EventType type, const json& pod) {
     }
     return;
   }
-  std::string node_name = Str(pod, {"spec", "nodeName"});
-  std::string phase = Str(pod, {"status", "phase"});
+  std::string node_name = JsonStr(pod, {"spec", "nodeName"});
+  std::string phase = JsonStr(pod, {"status", "phase"});
   if (node_name.empty()) {
     if (!Terminating(pod) && phase != "Succeeded" && phase != "Failed") Schedule(pod);
     return;
@@ -421,7 +415,7 @@ void Kubelet::Handle(EventType type, const json& pod) {
         if (c.value("type", "") == "Ready") reported = c.value("status", "") == "True";
       }
     }
-    if (ready != reported || Str(pod, {"status", "podIP"}) != running->ip) {
+    if (ready != reported || JsonStr(pod, {"status", "podIP"}) != running->ip) {
       running->ready = ready;
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -457,7 +451,7 @@ void Kubelet::Schedule(const json& pod) {
   for (const auto& n : topology_.nodes) load[n.name] = 0;
   if (auto list = store_->List(Resource("pods"), ListOptions()); list.ok()) {
     for (const auto& p : list->items) {
-      std::string n = Str(*p, {"spec", "nodeName"});
+      std::string n = JsonStr(*p, {"spec", "nodeName"});
       if (load.contains(n)) ++load[n];
     }
   }
@@ -468,9 +462,9 @@ void Kubelet::Schedule(const json& pod) {
       if (best.empty() || load[n.name] < load[best]) best = n.name;
     }
   }
-  auto st = store_->Update(Resource("pods"), Str(pod, {"metadata", "namespace"}),
-                           Str(pod, {"metadata", "name"}), [&](json& p) {
-                             if (!Str(p, {"spec", "nodeName"}).empty()) return absl::OkStatus();
+  auto st = store_->Update(Resource("pods"), JsonStr(pod, {"metadata", "namespace"}),
+                           JsonStr(pod, {"metadata", "name"}), [&](json& p) {
+                             if (!JsonStr(p, {"spec", "nodeName"}).empty()) return absl::OkStatus();
                              p["spec"]["nodeName"] = best;
                              return absl::OkStatus();
                            });
@@ -478,7 +472,7 @@ void Kubelet::Schedule(const json& pod) {
     spdlog::warn("schedule pod {}: {}", Key(pod), st.status().ToString());
   } else {
     spdlog::info("scheduled pod {} on {}", Key(pod), best);
-    if (Str(pod, {"spec", "nodeName"}).empty()) {
+    if (JsonStr(pod, {"spec", "nodeName"}).empty()) {
       (void)events_.Record(*st, "Normal", "Scheduled",
                            absl::StrCat("Successfully assigned ", Key(pod), " to ", best),
                            {.component = "default-scheduler"});
@@ -541,9 +535,9 @@ std::string CniErrorText(const std::string& out, const std::string& err) {
 
 absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
   RunningPod pod;
-  pod.namespace_name = Str(spec_pod, {"metadata", "namespace"});
-  pod.name = Str(spec_pod, {"metadata", "name"});
-  pod.uid = Str(spec_pod, {"metadata", "uid"});
+  pod.namespace_name = JsonStr(spec_pod, {"metadata", "namespace"});
+  pod.name = JsonStr(spec_pod, {"metadata", "name"});
+  pod.uid = JsonStr(spec_pod, {"metadata", "uid"});
   pod.node = node.name;
   pod.host_network = HostNetwork(spec_pod);
   pod.netns = pod.host_network ? node.netns : topology_.PodNetns(pod.namespace_name, pod.name);
@@ -659,7 +653,7 @@ absl::Status Kubelet::WriteStatus(const RunningPod& pod, const json& spec_pod) {
   auto result = store_->Update(
       Resource("pods"), pod.namespace_name, pod.name,
       [&](json& p) {
-        if (Str(p, {"metadata", "uid"}) != pod.uid) return absl::NotFoundError("pod replaced");
+        if (JsonStr(p, {"metadata", "uid"}) != pod.uid) return absl::NotFoundError("pod replaced");
         json& s = p["status"];
         std::string now = Now();
         std::string started = s.value("startTime", now);
@@ -685,13 +679,13 @@ absl::Status Kubelet::WriteStatus(const RunningPod& pod, const json& spec_pod) {
 }
 
 void Kubelet::WritePendingStatus(const json& spec_pod) {
-  const std::string uid = Str(spec_pod, {"metadata", "uid"});
-  const LabNode* node = topology_.FindNode(Str(spec_pod, {"spec", "nodeName"}));
+  const std::string uid = JsonStr(spec_pod, {"metadata", "uid"});
+  const LabNode* node = topology_.FindNode(JsonStr(spec_pod, {"spec", "nodeName"}));
   auto result = store_->Update(
-      Resource("pods"), Str(spec_pod, {"metadata", "namespace"}),
-      Str(spec_pod, {"metadata", "name"}),
+      Resource("pods"), JsonStr(spec_pod, {"metadata", "namespace"}),
+      JsonStr(spec_pod, {"metadata", "name"}),
       [&](json& p) {
-        if (Str(p, {"metadata", "uid"}) != uid) return absl::NotFoundError("pod replaced");
+        if (JsonStr(p, {"metadata", "uid"}) != uid) return absl::NotFoundError("pod replaced");
         json& s = p["status"];
         if (s.value("phase", "") == "Running") return absl::OkStatus();  // started meanwhile
         s["phase"] = "Pending";

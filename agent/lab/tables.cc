@@ -8,6 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "agent/lab/json_path.h"
 
 namespace sluice::lab {
 
@@ -28,12 +29,6 @@ const json* Path(const json& obj, std::initializer_list<const char*> path) {
   return cur;
 }
 
-std::string Str(const json& obj, std::initializer_list<const char*> path,
-                const std::string& def = "") {
-  const json* v = Path(obj, path);
-  return v != nullptr && v->is_string() ? v->get<std::string>() : def;
-}
-
 const json& Array(const json& obj, std::initializer_list<const char*> path) {
   static const json kEmpty = json::array();
   const json* v = Path(obj, path);
@@ -41,7 +36,7 @@ const json& Array(const json& obj, std::initializer_list<const char*> path) {
 }
 
 std::string Age(const json& obj, std::initializer_list<const char*> path, absl::Time now) {
-  std::string ts = Str(obj, path);
+  std::string ts = JsonStr(obj, path);
   absl::Time t;
   std::string err;
   if (ts.empty() || !absl::ParseTime(absl::RFC3339_full, ts, &t, &err)) return "<unknown>";
@@ -90,8 +85,8 @@ std::string LabelSelectorText(const json& sel) {
     }
   }
   for (const auto& e : Array(sel, {"matchExpressions"})) {
-    std::string key = Str(e, {"key"});
-    std::string op = Str(e, {"operator"});
+    std::string key = JsonStr(e, {"key"});
+    std::string op = JsonStr(e, {"operator"});
     std::vector<std::string> values;
     for (const auto& v : Array(e, {"values"})) {
       if (v.is_string()) values.push_back(v.get<std::string>());
@@ -140,39 +135,39 @@ json PodCells(const json& pod, absl::Time now) {
   int total = static_cast<int>(containers.size());
   int ready = 0;
   int64_t restarts = 0;
-  std::string reason = Str(pod, {"status", "phase"}, "Pending");
-  if (std::string r = Str(pod, {"status", "reason"}); !r.empty()) reason = r;
+  std::string reason = JsonStr(pod, {"status", "phase"}, "Pending");
+  if (std::string r = JsonStr(pod, {"status", "reason"}); !r.empty()) reason = r;
   for (const auto& cs : statuses) {
     if (cs.value("ready", false) && Path(cs, {"state", "running"}) != nullptr) ++ready;
     if (cs.contains("restartCount") && cs["restartCount"].is_number_integer()) {
       restarts += cs["restartCount"].get<int64_t>();
     }
-    if (std::string w = Str(cs, {"state", "waiting", "reason"}); !w.empty()) {
+    if (std::string w = JsonStr(cs, {"state", "waiting", "reason"}); !w.empty()) {
       reason = w;
-    } else if (std::string t = Str(cs, {"state", "terminated", "reason"}); !t.empty()) {
+    } else if (std::string t = JsonStr(cs, {"state", "terminated", "reason"}); !t.empty()) {
       reason = t;
     }
   }
   if (Path(pod, {"metadata", "deletionTimestamp"}) != nullptr &&
-      !Str(pod, {"metadata", "deletionTimestamp"}).empty()) {
+      !JsonStr(pod, {"metadata", "deletionTimestamp"}).empty()) {
     reason = "Terminating";
   }
-  std::string ip = Str(pod, {"status", "podIP"});
-  std::string node = Str(pod, {"spec", "nodeName"});
-  std::string nominated = Str(pod, {"status", "nominatedNodeName"});
+  std::string ip = JsonStr(pod, {"status", "podIP"});
+  std::string node = JsonStr(pod, {"spec", "nodeName"});
+  std::string nominated = JsonStr(pod, {"status", "nominatedNodeName"});
   const json& gates = Array(pod, {"spec", "readinessGates"});
   std::string gates_text = kNone;
   if (!gates.empty()) {
     int met = 0;
     for (const auto& g : gates) {
-      std::string type = Str(g, {"conditionType"});
+      std::string type = JsonStr(g, {"conditionType"});
       for (const auto& c : Array(pod, {"status", "conditions"})) {
-        if (Str(c, {"type"}) == type && Str(c, {"status"}) == "True") ++met;
+        if (JsonStr(c, {"type"}) == type && JsonStr(c, {"status"}) == "True") ++met;
       }
     }
     gates_text = absl::StrCat(met, "/", gates.size());
   }
-  return json::array({Str(pod, {"metadata", "name"}), absl::StrCat(ready, "/", total), reason,
+  return json::array({JsonStr(pod, {"metadata", "name"}), absl::StrCat(ready, "/", total), reason,
                       std::to_string(restarts), Age(pod, {"metadata", "creationTimestamp"}, now),
                       ip.empty() ? kNone : ip, node.empty() ? kNone : node,
                       nominated.empty() ? kNone : nominated, gates_text});
@@ -195,8 +190,8 @@ json ServiceColumns() {
 }
 
 json ServiceCells(const json& svc, absl::Time now) {
-  std::string type = Str(svc, {"spec", "type"}, "ClusterIP");
-  std::string cluster_ip = Str(svc, {"spec", "clusterIP"});
+  std::string type = JsonStr(svc, {"spec", "type"}, "ClusterIP");
+  std::string cluster_ip = JsonStr(svc, {"spec", "clusterIP"});
   if (cluster_ip.empty()) cluster_ip = kNone;
   std::vector<std::string> external;
   for (const auto& ip : Array(svc, {"spec", "externalIPs"})) {
@@ -205,13 +200,13 @@ json ServiceCells(const json& svc, absl::Time now) {
   std::string external_text;
   if (type == "LoadBalancer") {
     for (const auto& ing : Array(svc, {"status", "loadBalancer", "ingress"})) {
-      std::string a = Str(ing, {"ip"});
-      if (a.empty()) a = Str(ing, {"hostname"});
+      std::string a = JsonStr(ing, {"ip"});
+      if (a.empty()) a = JsonStr(ing, {"hostname"});
       if (!a.empty()) external.push_back(a);
     }
     external_text = external.empty() ? "<pending>" : absl::StrJoin(external, ",");
   } else if (type == "ExternalName") {
-    external_text = Str(svc, {"spec", "externalName"});
+    external_text = JsonStr(svc, {"spec", "externalName"});
   } else {
     external_text = external.empty() ? kNone : absl::StrJoin(external, ",");
   }
@@ -225,7 +220,7 @@ json ServiceCells(const json& svc, absl::Time now) {
     ports.push_back(absl::StrCat(port, "/", p.value("protocol", "TCP")));
   }
   const json* selector = Path(svc, {"spec", "selector"});
-  return json::array({Str(svc, {"metadata", "name"}), type, cluster_ip, external_text,
+  return json::array({JsonStr(svc, {"metadata", "name"}), type, cluster_ip, external_text,
                       ports.empty() ? kNone : absl::StrJoin(ports, ","),
                       Age(svc, {"metadata", "creationTimestamp"}, now),
                       selector ? MapSelector(*selector) : kNone});
@@ -257,7 +252,8 @@ json NodeColumns() {
 json NodeCells(const json& node, absl::Time now) {
   std::string status = "Unknown";
   for (const auto& c : Array(node, {"status", "conditions"})) {
-    if (Str(c, {"type"}) == "Ready") status = Str(c, {"status"}) == "True" ? "Ready" : "NotReady";
+    if (JsonStr(c, {"type"}) == "Ready")
+      status = JsonStr(c, {"status"}) == "True" ? "Ready" : "NotReady";
   }
   const json* unschedulable = Path(node, {"spec", "unschedulable"});
   if (unschedulable != nullptr && unschedulable->is_boolean() && unschedulable->get<bool>()) {
@@ -277,20 +273,20 @@ json NodeCells(const json& node, absl::Time now) {
   std::sort(roles.begin(), roles.end());
   auto address = [&](const char* type) {
     for (const auto& a : Array(node, {"status", "addresses"})) {
-      if (Str(a, {"type"}) == type) return Str(a, {"address"});
+      if (JsonStr(a, {"type"}) == type) return JsonStr(a, {"address"});
     }
     return std::string(kNone);
   };
   auto info = [&](const char* field) {
-    std::string v = Str(node, {"status", "nodeInfo", field});
+    std::string v = JsonStr(node, {"status", "nodeInfo", field});
     return v.empty() ? std::string("<unknown>") : v;
   };
-  return json::array({Str(node, {"metadata", "name"}), status,
+  return json::array({JsonStr(node, {"metadata", "name"}), status,
                       roles.empty() ? kNone : absl::StrJoin(roles, ","),
                       Age(node, {"metadata", "creationTimestamp"}, now),
-                      Str(node, {"status", "nodeInfo", "kubeletVersion"}), address("InternalIP"),
-                      address("ExternalIP"), info("osImage"), info("kernelVersion"),
-                      info("containerRuntimeVersion")});
+                      JsonStr(node, {"status", "nodeInfo", "kubeletVersion"}),
+                      address("InternalIP"), address("ExternalIP"), info("osImage"),
+                      info("kernelVersion"), info("containerRuntimeVersion")});
 }
 
 // ---- the rest ----
@@ -300,7 +296,7 @@ json NamespaceColumns() {
 }
 
 json NamespaceCells(const json& ns, absl::Time now) {
-  return json::array({Str(ns, {"metadata", "name"}), Str(ns, {"status", "phase"}, "Active"),
+  return json::array({JsonStr(ns, {"metadata", "name"}), JsonStr(ns, {"status", "phase"}, "Active"),
                       Age(ns, {"metadata", "creationTimestamp"}, now)});
 }
 
@@ -330,7 +326,7 @@ json EndpointSliceCells(const json& slice, absl::Time now) {
       if (a.is_string()) addresses.push_back(a.get<std::string>());
     }
   }
-  return json::array({Str(slice, {"metadata", "name"}), Str(slice, {"addressType"}),
+  return json::array({JsonStr(slice, {"metadata", "name"}), JsonStr(slice, {"addressType"}),
                       Abbreviated(ports), Abbreviated(addresses),
                       Age(slice, {"metadata", "creationTimestamp"}, now)});
 }
@@ -345,7 +341,7 @@ json NetworkPolicyColumns() {
 
 json NetworkPolicyCells(const json& np, absl::Time now) {
   const json* sel = Path(np, {"spec", "podSelector"});
-  return json::array({Str(np, {"metadata", "name"}), sel ? LabelSelectorText(*sel) : kNone,
+  return json::array({JsonStr(np, {"metadata", "name"}), sel ? LabelSelectorText(*sel) : kNone,
                       Age(np, {"metadata", "creationTimestamp"}, now)});
 }
 
@@ -356,7 +352,8 @@ json LeaseColumns() {
 }
 
 json LeaseCells(const json& lease, absl::Time now) {
-  return json::array({Str(lease, {"metadata", "name"}), Str(lease, {"spec", "holderIdentity"}),
+  return json::array({JsonStr(lease, {"metadata", "name"}),
+                      JsonStr(lease, {"spec", "holderIdentity"}),
                       Age(lease, {"metadata", "creationTimestamp"}, now)});
 }
 
@@ -381,28 +378,28 @@ json EventColumns() {
 }
 
 json EventCells(const json& ev, absl::Time now) {
-  std::string last = Str(ev, {"lastTimestamp"}).empty() ? "eventTime" : "lastTimestamp";
-  std::string first = Str(ev, {"firstTimestamp"}).empty() ? "eventTime" : "firstTimestamp";
-  std::string source = Str(ev, {"source", "component"});
-  if (source.empty()) source = Str(ev, {"reportingComponent"});
-  if (std::string host = Str(ev, {"source", "host"}); !host.empty()) {
+  std::string last = JsonStr(ev, {"lastTimestamp"}).empty() ? "eventTime" : "lastTimestamp";
+  std::string first = JsonStr(ev, {"firstTimestamp"}).empty() ? "eventTime" : "firstTimestamp";
+  std::string source = JsonStr(ev, {"source", "component"});
+  if (source.empty()) source = JsonStr(ev, {"reportingComponent"});
+  if (std::string host = JsonStr(ev, {"source", "host"}); !host.empty()) {
     absl::StrAppend(&source, ", ", host);
   }
   int64_t count = 1;
   if (const json* c = Path(ev, {"count"}); c && c->is_number_integer()) count = c->get<int64_t>();
-  std::string object = absl::StrCat(absl::AsciiStrToLower(Str(ev, {"involvedObject", "kind"})), "/",
-                                    Str(ev, {"involvedObject", "name"}));
-  return json::array({Age(ev, {last.c_str()}, now), Str(ev, {"type"}), Str(ev, {"reason"}), object,
-                      Str(ev, {"involvedObject", "fieldPath"}), source, Str(ev, {"message"}),
-                      Age(ev, {first.c_str()}, now), std::to_string(count),
-                      Str(ev, {"metadata", "name"})});
+  std::string object = absl::StrCat(absl::AsciiStrToLower(JsonStr(ev, {"involvedObject", "kind"})),
+                                    "/", JsonStr(ev, {"involvedObject", "name"}));
+  return json::array({Age(ev, {last.c_str()}, now), JsonStr(ev, {"type"}), JsonStr(ev, {"reason"}),
+                      object, JsonStr(ev, {"involvedObject", "fieldPath"}), source,
+                      JsonStr(ev, {"message"}), Age(ev, {first.c_str()}, now),
+                      std::to_string(count), JsonStr(ev, {"metadata", "name"})});
 }
 
 json DefaultColumns() { return json::array({NameColumn(), AgeColumn()}); }
 
 json DefaultCells(const json& obj, absl::Time now) {
   return json::array(
-      {Str(obj, {"metadata", "name"}), Age(obj, {"metadata", "creationTimestamp"}, now)});
+      {JsonStr(obj, {"metadata", "name"}), Age(obj, {"metadata", "creationTimestamp"}, now)});
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/lab/json_path.h"
 #include "agent/lab/probe.h"
 #include "agent/lab/process.h"
 #include "agent/lab/supervisor.h"
@@ -43,31 +44,27 @@ namespace {
 constexpr char kImagePath[] = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 constexpr char kServiceAccountDir[] = "/var/run/secrets/kubernetes.io/serviceaccount";
 
-const json& At(const json& j, std::initializer_list<const char*> path) {
-  static const json kNull;
-  const json* cur = &j;
-  for (const char* p : path) {
-    if (!cur->is_object()) return kNull;
-    auto it = cur->find(p);
-    if (it == cur->end()) return kNull;
-    cur = &*it;
-  }
-  return *cur;
-}
-
-std::string Str(const json& j, std::initializer_list<const char*> path) {
-  const json& v = At(j, path);
-  return v.is_string() ? v.get<std::string>() : "";
+// The status of an init container that ran to completion, or that the lab skipped (message).
+json CompletedInitStatus(const std::string& name, const json& container,
+                         const std::string& message = "") {
+  json terminated = {{"exitCode", 0}, {"reason", "Completed"}};
+  if (!message.empty()) terminated["message"] = message;
+  return {{"name", name},      {"ready", true},
+          {"restartCount", 0}, {"image", container.value("image", "")},
+          {"imageID", ""},     {"state", {{"terminated", terminated}}}};
 }
 
 std::string PodKey(const json& pod) {
-  return absl::StrCat(Str(pod, {"metadata", "namespace"}), "/", Str(pod, {"metadata", "name"}));
+  return absl::StrCat(JsonStr(pod, {"metadata", "namespace"}), "/",
+                      JsonStr(pod, {"metadata", "name"}));
 }
 
-bool Terminating(const json& pod) { return !Str(pod, {"metadata", "deletionTimestamp"}).empty(); }
+bool Terminating(const json& pod) {
+  return !JsonStr(pod, {"metadata", "deletionTimestamp"}).empty();
+}
 
 bool PodReady(const json& pod) {
-  const json& conds = At(pod, {"status", "conditions"});
+  const json& conds = JsonAt(pod, {"status", "conditions"});
   if (!conds.is_array()) return false;
   for (const auto& c : conds) {
     if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
@@ -139,10 +136,11 @@ int ScaledValue(const json& v, int total, int def) {
 }
 
 bool NodeSelected(const json& node, const json& pod_spec) {
-  const json& sel = At(pod_spec, {"nodeSelector"});
+  const json& sel = JsonAt(pod_spec, {"nodeSelector"});
   if (!sel.is_object()) return true;
   for (const auto& [k, v] : sel.items()) {
-    if (!v.is_string() || Str(node, {"metadata", "labels", k.c_str()}) != v.get<std::string>()) {
+    if (!v.is_string() ||
+        JsonStr(node, {"metadata", "labels", k.c_str()}) != v.get<std::string>()) {
       return false;
     }
   }
@@ -150,7 +148,7 @@ bool NodeSelected(const json& node, const json& pod_spec) {
 }
 
 bool OwnedBy(const json& pod, const std::string& uid) {
-  const json& refs = At(pod, {"metadata", "ownerReferences"});
+  const json& refs = JsonAt(pod, {"metadata", "ownerReferences"});
   if (!refs.is_array()) return false;
   for (const auto& r : refs) {
     if (r.value("uid", "") == uid) return true;
@@ -368,7 +366,7 @@ bool IsSluiceImage(const std::string& image) {
 
 bool RunsSluiceImage(const json& pod) {
   for (const char* list : {"containers", "initContainers"}) {
-    const json& cs = At(pod, {"spec", list});
+    const json& cs = JsonAt(pod, {"spec", list});
     if (!cs.is_array()) continue;
     for (const auto& c : cs) {
       if (IsSluiceImage(c.value("image", ""))) return true;
@@ -645,8 +643,8 @@ void Workloads::Reconcile() {
     auto list = store_->List(Resource(kind), {});
     if (!list.ok()) continue;
     for (const auto& o : list->items) {
-      owners.insert(Str(*o, {"metadata", "uid"}));
-      if (!RunsSluiceImage(At(*o, {"spec", "template"}))) continue;
+      owners.insert(JsonStr(*o, {"metadata", "uid"}));
+      if (!RunsSluiceImage(JsonAt(*o, {"spec", "template"}))) continue;
       if (std::string(kind) == "daemonsets") {
         ReconcileDaemonSet(*o, pod_list, node_list);
       } else {
@@ -656,7 +654,7 @@ void Workloads::Reconcile() {
   }
   // The garbage collector's part: pods of a DaemonSet or Deployment that is gone.
   for (const json& p : pod_list) {
-    const json& refs = At(p, {"metadata", "ownerReferences"});
+    const json& refs = JsonAt(p, {"metadata", "ownerReferences"});
     if (!refs.is_array() || Terminating(p)) continue;
     for (const auto& r : refs) {
       std::string kind = r.value("kind", "");
@@ -672,20 +670,20 @@ void Workloads::Reconcile() {
 
 void Workloads::CreatePod(const json& owner, const std::string& hash_label, const std::string& hash,
                           const std::string& node) {
-  const json& tmpl = At(owner, {"spec", "template"});
-  std::string name = Str(owner, {"metadata", "name"});
+  const json& tmpl = JsonAt(owner, {"spec", "template"});
+  std::string name = JsonStr(owner, {"metadata", "name"});
   std::string kind = owner.value("kind", "");
   json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
   json md = tmpl.value("metadata", json::object());
   md["name"] = kind == "Deployment" ? absl::StrCat(name, "-", hash, "-", RandomSuffix())
                                     : absl::StrCat(name, "-", RandomSuffix());
   md["generateName"] = kind == "Deployment" ? absl::StrCat(name, "-", hash, "-") : name + "-";
-  md["namespace"] = Str(owner, {"metadata", "namespace"});
+  md["namespace"] = JsonStr(owner, {"metadata", "namespace"});
   md["labels"][hash_label] = hash;
   md["ownerReferences"] = json::array({{{"apiVersion", "apps/v1"},
                                         {"kind", kind},
                                         {"name", name},
-                                        {"uid", Str(owner, {"metadata", "uid"})},
+                                        {"uid", JsonStr(owner, {"metadata", "uid"})},
                                         {"controller", true},
                                         {"blockOwnerDeletion", true}}});
   pod["metadata"] = md;
@@ -696,13 +694,13 @@ void Workloads::CreatePod(const json& owner, const std::string& hash_label, cons
     spdlog::warn("workloads: create pod of {} {}: {}", kind, name, created.status().ToString());
   } else {
     spdlog::info("workloads: {} {} created pod {} on {}", kind, name,
-                 Str(*created, {"metadata", "name"}), node.empty() ? "(no node)" : node);
+                 JsonStr(*created, {"metadata", "name"}), node.empty() ? "(no node)" : node);
   }
 }
 
 void Workloads::DeletePod(const json& pod) {
-  auto st = store_->Delete(Resource("pods"), Str(pod, {"metadata", "namespace"}),
-                           Str(pod, {"metadata", "name"}), {});
+  auto st = store_->Delete(Resource("pods"), JsonStr(pod, {"metadata", "namespace"}),
+                           JsonStr(pod, {"metadata", "name"}), {});
   if (!st.ok() && !absl::IsNotFound(st.status())) {
     spdlog::warn("workloads: delete pod {}: {}", PodKey(pod), st.status().ToString());
   }
@@ -710,22 +708,23 @@ void Workloads::DeletePod(const json& pod) {
 
 void Workloads::ReconcileDaemonSet(const json& ds, const std::vector<json>& pods,
                                    const std::vector<json>& nodes) {
-  std::string uid = Str(ds, {"metadata", "uid"});
-  const json& tmpl = At(ds, {"spec", "template"});
+  std::string uid = JsonStr(ds, {"metadata", "uid"});
+  const json& tmpl = JsonAt(ds, {"spec", "template"});
   std::string hash = TemplateHash(tmpl);
   std::map<std::string, std::vector<const json*>> by_node;
   for (const json& p : pods) {
-    if (OwnedBy(p, uid)) by_node[Str(p, {"spec", "nodeName"})].push_back(&p);
+    if (OwnedBy(p, uid)) by_node[JsonStr(p, {"spec", "nodeName"})].push_back(&p);
   }
   std::vector<std::string> eligible;
   for (const json& n : nodes) {
-    if (NodeSelected(n, At(tmpl, {"spec"}))) eligible.push_back(Str(n, {"metadata", "name"}));
+    if (NodeSelected(n, JsonAt(tmpl, {"spec"})))
+      eligible.push_back(JsonStr(n, {"metadata", "name"}));
   }
   int desired = static_cast<int>(eligible.size());
-  int max_unavailable =
-      std::max(1, ScaledValue(At(ds, {"spec", "updateStrategy", "rollingUpdate", "maxUnavailable"}),
-                              desired, 1));
-  bool on_delete = Str(ds, {"spec", "updateStrategy", "type"}) == "OnDelete";
+  int max_unavailable = std::max(
+      1, ScaledValue(JsonAt(ds, {"spec", "updateStrategy", "rollingUpdate", "maxUnavailable"}),
+                     desired, 1));
+  bool on_delete = JsonStr(ds, {"spec", "updateStrategy", "type"}) == "OnDelete";
   int unavailable = 0, ready = 0, updated = 0, scheduled = 0;
   std::vector<const json*> old_pods;
   for (const std::string& n : eligible) {
@@ -743,7 +742,7 @@ void Workloads::ReconcileDaemonSet(const json& ds, const std::vector<json>& pods
     if (alive == nullptr || !PodReady(*alive)) ++unavailable;
     if (alive != nullptr && PodReady(*alive)) ++ready;
     if (alive != nullptr) {
-      if (Str(*alive, {"metadata", "labels", "controller-revision-hash"}) == hash) {
+      if (JsonStr(*alive, {"metadata", "labels", "controller-revision-hash"}) == hash) {
         ++updated;
       } else {
         old_pods.push_back(alive);
@@ -759,8 +758,8 @@ void Workloads::ReconcileDaemonSet(const json& ds, const std::vector<json>& pods
     bool was_ready = PodReady(*p);
     if (was_ready && unavailable >= max_unavailable) break;
     spdlog::info("workloads: DaemonSet {} rolls {} on {} ({} of {} unavailable)",
-                 Str(ds, {"metadata", "name"}), Str(*p, {"metadata", "name"}),
-                 Str(*p, {"spec", "nodeName"}), unavailable, max_unavailable);
+                 JsonStr(ds, {"metadata", "name"}), JsonStr(*p, {"metadata", "name"}),
+                 JsonStr(*p, {"spec", "nodeName"}), unavailable, max_unavailable);
     DeletePod(*p);
     if (was_ready) ++unavailable;
   }
@@ -771,11 +770,12 @@ void Workloads::ReconcileDaemonSet(const json& ds, const std::vector<json>& pods
                  {"numberAvailable", ready},
                  {"numberUnavailable", desired - ready},
                  {"updatedNumberScheduled", updated},
-                 {"observedGeneration", At(ds, {"metadata", "generation"}).is_number()
-                                            ? At(ds, {"metadata", "generation"})
+                 {"observedGeneration", JsonAt(ds, {"metadata", "generation"}).is_number()
+                                            ? JsonAt(ds, {"metadata", "generation"})
                                             : json(1)}};
   (void)store_->Update(
-      Resource("daemonsets"), Str(ds, {"metadata", "namespace"}), Str(ds, {"metadata", "name"}),
+      Resource("daemonsets"), JsonStr(ds, {"metadata", "namespace"}),
+      JsonStr(ds, {"metadata", "name"}),
       [&](json& o) {
         o["status"] = status;
         return absl::OkStatus();
@@ -785,18 +785,18 @@ void Workloads::ReconcileDaemonSet(const json& ds, const std::vector<json>& pods
 
 void Workloads::ReconcileDeployment(const json& deploy, const std::vector<json>& pods,
                                     const std::vector<json>& nodes) {
-  std::string uid = Str(deploy, {"metadata", "uid"});
-  const json& tmpl = At(deploy, {"spec", "template"});
+  std::string uid = JsonStr(deploy, {"metadata", "uid"});
+  const json& tmpl = JsonAt(deploy, {"spec", "template"});
   std::string hash = TemplateHash(tmpl);
-  int replicas = At(deploy, {"spec", "replicas"}).is_number_integer()
-                     ? At(deploy, {"spec", "replicas"}).get<int>()
+  int replicas = JsonAt(deploy, {"spec", "replicas"}).is_number_integer()
+                     ? JsonAt(deploy, {"spec", "replicas"}).get<int>()
                      : 1;
-  int max_unavailable =
-      ScaledValue(At(deploy, {"spec", "strategy", "rollingUpdate", "maxUnavailable"}), replicas, 1);
+  int max_unavailable = ScaledValue(
+      JsonAt(deploy, {"spec", "strategy", "rollingUpdate", "maxUnavailable"}), replicas, 1);
   int max_surge =
-      ScaledValue(At(deploy, {"spec", "strategy", "rollingUpdate", "maxSurge"}), replicas, 0);
-  bool anti_affinity = At(tmpl, {"spec", "affinity", "podAntiAffinity",
-                                 "requiredDuringSchedulingIgnoredDuringExecution"})
+      ScaledValue(JsonAt(deploy, {"spec", "strategy", "rollingUpdate", "maxSurge"}), replicas, 0);
+  bool anti_affinity = JsonAt(tmpl, {"spec", "affinity", "podAntiAffinity",
+                                     "requiredDuringSchedulingIgnoredDuringExecution"})
                            .is_array();
   std::vector<const json*> current, old;
   std::set<std::string> used_nodes;
@@ -804,10 +804,10 @@ void Workloads::ReconcileDeployment(const json& deploy, const std::vector<json>&
   for (const json& p : pods) {
     if (!OwnedBy(p, uid)) continue;
     ++total;
-    used_nodes.insert(Str(p, {"spec", "nodeName"}));
+    used_nodes.insert(JsonStr(p, {"spec", "nodeName"}));
     if (Terminating(p)) continue;
     if (PodReady(p)) ++ready;
-    (Str(p, {"metadata", "labels", "pod-template-hash"}) == hash ? current : old).push_back(&p);
+    (JsonStr(p, {"metadata", "labels", "pod-template-hash"}) == hash ? current : old).push_back(&p);
   }
   int alive = static_cast<int>(current.size() + old.size());
   // Scale up (within maxSurge), each new pod on a node of its own when anti-affinity asks.
@@ -815,8 +815,8 @@ void Workloads::ReconcileDeployment(const json& deploy, const std::vector<json>&
        i < replicas && total < replicas + max_surge && alive < replicas + max_surge; ++i) {
     std::string chosen;
     for (const json& n : nodes) {
-      std::string name = Str(n, {"metadata", "name"});
-      if (!NodeSelected(n, At(tmpl, {"spec"}))) continue;
+      std::string name = JsonStr(n, {"metadata", "name"});
+      if (!NodeSelected(n, JsonAt(tmpl, {"spec"}))) continue;
       if (anti_affinity && used_nodes.contains(name)) continue;
       chosen = name;
       break;
@@ -840,12 +840,12 @@ void Workloads::ReconcileDeployment(const json& deploy, const std::vector<json>&
                  {"readyReplicas", ready},
                  {"availableReplicas", ready},
                  {"updatedReplicas", static_cast<int>(current.size())},
-                 {"observedGeneration", At(deploy, {"metadata", "generation"}).is_number()
-                                            ? At(deploy, {"metadata", "generation"})
+                 {"observedGeneration", JsonAt(deploy, {"metadata", "generation"}).is_number()
+                                            ? JsonAt(deploy, {"metadata", "generation"})
                                             : json(1)}};
   (void)store_->Update(
-      Resource("deployments"), Str(deploy, {"metadata", "namespace"}),
-      Str(deploy, {"metadata", "name"}),
+      Resource("deployments"), JsonStr(deploy, {"metadata", "namespace"}),
+      JsonStr(deploy, {"metadata", "name"}),
       [&](json& o) {
         o["status"] = status;
         return absl::OkStatus();
@@ -861,16 +861,16 @@ void Workloads::SyncPods() {
   std::set<std::string> seen;
   for (const auto& ptr : pods->items) {
     const json& pod = *ptr;
-    const LabNode* node = topology_.FindNode(Str(pod, {"spec", "nodeName"}));
+    const LabNode* node = topology_.FindNode(JsonStr(pod, {"spec", "nodeName"}));
     if (node == nullptr || !RunsSluiceImage(pod)) continue;
-    std::string uid = Str(pod, {"metadata", "uid"});
+    std::string uid = JsonStr(pod, {"metadata", "uid"});
     seen.insert(uid);
     auto it = runs_.find(uid);
     if (it == runs_.end()) {
       if (Terminating(pod)) {
         // Never started here: nothing to stop.
-        (void)store_->Delete(Resource("pods"), Str(pod, {"metadata", "namespace"}),
-                             Str(pod, {"metadata", "name"}), {.grace_period_seconds = 0});
+        (void)store_->Delete(Resource("pods"), JsonStr(pod, {"metadata", "namespace"}),
+                             JsonStr(pod, {"metadata", "name"}), {.grace_period_seconds = 0});
         continue;
       }
       if (failed_.contains(uid)) continue;  // reported; a new pod object is a new attempt
@@ -879,8 +879,8 @@ void Workloads::SyncPods() {
       run->key = PodKey(pod);
       run->uid = uid;
       run->node = node;
-      run->dir = absl::StrCat(node->dir, "/pods/", Str(pod, {"metadata", "namespace"}), "_",
-                              Str(pod, {"metadata", "name"}), "_", uid);
+      run->dir = absl::StrCat(node->dir, "/pods/", JsonStr(pod, {"metadata", "namespace"}), "_",
+                              JsonStr(pod, {"metadata", "name"}), "_", uid);
       if (auto st = StartPod(*run); !st.ok()) {
         spdlog::error("workloads: pod {}: {}", run->key, st.ToString());
         failed_[uid] = std::string(st.message());
@@ -918,8 +918,8 @@ void Workloads::SyncPods() {
       if (c.running) StopProcess(c.pid, absl::Seconds(1));
       c.running = false;
       if (!gone) {
-        (void)store_->Delete(Resource("pods"), Str(run.pod, {"metadata", "namespace"}),
-                             Str(run.pod, {"metadata", "name"}), {.grace_period_seconds = 0});
+        (void)store_->Delete(Resource("pods"), JsonStr(run.pod, {"metadata", "namespace"}),
+                             JsonStr(run.pod, {"metadata", "name"}), {.grace_period_seconds = 0});
       }
       spdlog::info("workloads: pod {} stopped", run.key);
       std::error_code ec;
@@ -963,10 +963,10 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
   }
   // Volumes, as the container mounts them.
   std::map<std::string, const json*> volumes;
-  if (const json& vs = At(pod, {"spec", "volumes"}); vs.is_array()) {
+  if (const json& vs = JsonAt(pod, {"spec", "volumes"}); vs.is_array()) {
     for (const auto& v : vs) volumes[v.value("name", "")] = &v;
   }
-  const json& mounts = At(c, {"volumeMounts"});
+  const json& mounts = JsonAt(c, {"volumeMounts"});
   if (mounts.is_array()) {
     for (const auto& m : mounts) {
       std::string vname = m.value("name", ""), target = m.value("mountPath", "");
@@ -978,12 +978,12 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
       }
       const json& vol = *v->second;
       if (vol.contains("hostPath")) {
-        auto e = MapHostPath(node, Str(vol, {"hostPath", "path"}));
+        auto e = MapHostPath(node, JsonStr(vol, {"hostPath", "path"}));
         if (!e.ok())
           return absl::Status(e.status().code(),
                               absl::StrCat("volume ", vname, ": ", e.status().message()));
         if (e->kind == "bind") {
-          std::string type = Str(vol, {"hostPath", "type"});
+          std::string type = JsonStr(vol, {"hostPath", "type"});
           if (!fs::exists(e->lab_path)) {
             if (type != "DirectoryOrCreate") {
               return absl::NotFoundError(absl::StrCat("volume ", vname, ": hostPath ", e->host_path,
@@ -994,8 +994,9 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
         }
         spec.mounts.push_back({e->lab_path, target, e->kind, ro});
       } else if (vol.contains("configMap")) {
-        std::string cm_name = Str(vol, {"configMap", "name"});
-        auto cm = store_->Get(Resource("configmaps"), Str(pod, {"metadata", "namespace"}), cm_name);
+        std::string cm_name = JsonStr(vol, {"configMap", "name"});
+        auto cm =
+            store_->Get(Resource("configmaps"), JsonStr(pod, {"metadata", "namespace"}), cm_name);
         if (!cm.ok()) {
           return absl::NotFoundError(
               absl::StrCat("volume ", vname, ": configmap \"", cm_name, "\" not found"));
@@ -1004,7 +1005,7 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
         std::error_code ec;
         fs::remove_all(dir, ec);
         if (auto s = MkdirP(dir); !s.ok()) return s;
-        if (const json& data = At(*cm, {"data"}); data.is_object()) {
+        if (const json& data = JsonAt(*cm, {"data"}); data.is_object()) {
           for (const auto& [k, val] : data.items()) {
             if (auto s = WriteFile(dir + "/" + k, val.is_string() ? val.get<std::string>() : "");
                 !s.ok()) {
@@ -1024,12 +1025,12 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
     }
   }
   // The service account's credentials, as the kubelet projects them.
-  if (At(pod, {"spec", "automountServiceAccountToken"}) != json(false)) {
+  if (JsonAt(pod, {"spec", "automountServiceAccountToken"}) != json(false)) {
     std::string dir = run.dir + "/volumes/kube-api-access";
     for (const auto& [file, content] : std::vector<std::pair<std::string, std::string>>{
              {"token", options_.token},
              {"ca.crt", options_.ca_pem},
-             {"namespace", Str(pod, {"metadata", "namespace"})}}) {
+             {"namespace", JsonStr(pod, {"metadata", "namespace"})}}) {
       if (auto s = WriteFile(dir + "/" + file, content); !s.ok()) return s;
     }
     spec.mounts.push_back({dir, kServiceAccountDir, "bind", true});
@@ -1037,15 +1038,15 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
   // Environment: the image's PATH, the kubelet's service variables, the container's env.
   spec.env = {kImagePath, absl::StrCat("HOSTNAME=", node.name)};
   if (auto k = store_->Get(Resource("services"), "default", "kubernetes"); k.ok()) {
-    std::string ip = Str(*k, {"spec", "clusterIP"});
+    std::string ip = JsonStr(*k, {"spec", "clusterIP"});
     int port = 443;
-    if (const json& ports = At(*k, {"spec", "ports"}); ports.is_array() && !ports.empty()) {
+    if (const json& ports = JsonAt(*k, {"spec", "ports"}); ports.is_array() && !ports.empty()) {
       port = ports[0].value("port", 443);
     }
     spec.env.push_back("KUBERNETES_SERVICE_HOST=" + ip);
     spec.env.push_back(absl::StrCat("KUBERNETES_SERVICE_PORT=", port));
   }
-  if (const json& env = At(c, {"env"}); env.is_array()) {
+  if (const json& env = JsonAt(c, {"env"}); env.is_array()) {
     for (const auto& e : env) {
       std::string name = e.value("name", "");
       if (e.contains("value")) {
@@ -1054,23 +1055,23 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
             (e["value"].is_string() ? e["value"].get<std::string>() : e["value"].dump()));
         continue;
       }
-      std::string field = Str(e, {"valueFrom", "fieldRef", "fieldPath"});
+      std::string field = JsonStr(e, {"valueFrom", "fieldRef", "fieldPath"});
       std::string value;
       if (field == "spec.nodeName") {
         value = node.name;
       } else if (field == "metadata.name") {
-        value = Str(pod, {"metadata", "name"});
+        value = JsonStr(pod, {"metadata", "name"});
       } else if (field == "metadata.namespace") {
-        value = Str(pod, {"metadata", "namespace"});
+        value = JsonStr(pod, {"metadata", "namespace"});
       } else if (field == "metadata.uid") {
-        value = Str(pod, {"metadata", "uid"});
+        value = JsonStr(pod, {"metadata", "uid"});
       } else if (field == "spec.serviceAccountName") {
-        value = Str(pod, {"spec", "serviceAccountName"});
+        value = JsonStr(pod, {"spec", "serviceAccountName"});
       } else if (field == "status.podIP" || field == "status.hostIP") {
         value = node.ip;  // hostNetwork: the node's address
       } else {
         return absl::UnimplementedError(
-            absl::StrCat("env ", name, ": valueFrom ", At(e, {"valueFrom"}).dump(),
+            absl::StrCat("env ", name, ": valueFrom ", JsonAt(e, {"valueFrom"}).dump(),
                          " (the lab resolves fieldRef of spec.nodeName, metadata.name, "
                          "metadata.namespace, metadata.uid, spec.serviceAccountName, "
                          "status.podIP, status.hostIP)"));
@@ -1080,31 +1081,31 @@ absl::StatusOr<ContainerSpec> Workloads::BuildContainer(const PodRun& run, const
   }
   // Entrypoint and arguments, as a runtime combines them with the image's.
   std::vector<std::string> command = {"/usr/local/bin/sluice-agent"};  // the image's ENTRYPOINT
-  if (const json& cmd = At(c, {"command"}); cmd.is_array()) {
+  if (const json& cmd = JsonAt(c, {"command"}); cmd.is_array()) {
     command = cmd.get<std::vector<std::string>>();
   }
   spec.argv = command;
-  if (const json& args = At(c, {"args"}); args.is_array()) {
+  if (const json& args = JsonAt(c, {"args"}); args.is_array()) {
     for (const auto& a : args) spec.argv.push_back(a.get<std::string>());
   }
   // Capabilities: the runtime's default set, plus add, less drop (ALL drops everything).
-  const json& sc = At(c, {"securityContext"});
-  if (At(sc, {"privileged"}) != json(true)) {
+  const json& sc = JsonAt(c, {"securityContext"});
+  if (JsonAt(sc, {"privileged"}) != json(true)) {
     std::set<std::string> caps(DefaultCaps().begin(), DefaultCaps().end());
-    if (const json& drop = At(sc, {"capabilities", "drop"}); drop.is_array()) {
+    if (const json& drop = JsonAt(sc, {"capabilities", "drop"}); drop.is_array()) {
       for (const auto& d : drop) {
         if (Cap(d.get<std::string>()) == "ALL") caps.clear();
         caps.erase(Cap(d.get<std::string>()));
       }
     }
-    if (const json& add = At(sc, {"capabilities", "add"}); add.is_array()) {
+    if (const json& add = JsonAt(sc, {"capabilities", "add"}); add.is_array()) {
       for (const auto& a : add) caps.insert(Cap(a.get<std::string>()));
     }
     spec.restrict_caps = true;
     spec.caps.assign(caps.begin(), caps.end());
   }
-  if (const json& u = At(sc, {"runAsUser"}); u.is_number_integer()) spec.uid = u.get<int>();
-  if (const json& g = At(sc, {"runAsGroup"}); g.is_number_integer()) {
+  if (const json& u = JsonAt(sc, {"runAsUser"}); u.is_number_integer()) spec.uid = u.get<int>();
+  if (const json& g = JsonAt(sc, {"runAsGroup"}); g.is_number_integer()) {
     spec.gid = g.get<int>();
   } else {
     spec.gid = spec.uid;
@@ -1119,25 +1120,26 @@ absl::StatusOr<pid_t> Workloads::StartContainer(const PodRun& run, const std::st
   return StartProcess(
       {.argv = {options_.self_exe, "container", "--spec", spec_path},
        .netns_path = run.node->netns_path(),
-       .log_path = absl::StrCat(run.node->log_dir(), "/", Str(run.pod, {"metadata", "name"}), "_",
-                                name, ".log")});
+       .log_path = absl::StrCat(run.node->log_dir(), "/", JsonStr(run.pod, {"metadata", "name"}),
+                                "_", name, ".log")});
 }
 
 absl::Status Workloads::StartPod(PodRun& run) {
   const json& pod = run.pod;
-  if (At(pod, {"spec", "hostNetwork"}) != json(true)) {
+  if (JsonAt(pod, {"spec", "hostNetwork"}) != json(true)) {
     return absl::UnimplementedError(
         "the lab runs pods of the Sluice image with hostNetwork: true only");
   }
   if (auto s = MkdirP(run.dir); !s.ok()) return s;
   if (auto s = MkdirP(run.node->log_dir()); !s.ok()) return s;
   run.start_time = ObjectStore::FormatTimestamp(absl::Now());
-  std::string log = absl::StrCat(run.node->log_dir(), "/", Str(pod, {"metadata", "name"}), ".log");
+  std::string log =
+      absl::StrCat(run.node->log_dir(), "/", JsonStr(pod, {"metadata", "name"}), ".log");
   // Init containers, in order, each to completion.
-  if (const json& inits = At(pod, {"spec", "initContainers"}); inits.is_array()) {
+  if (const json& inits = JsonAt(pod, {"spec", "initContainers"}); inits.is_array()) {
     for (const auto& c : inits) {
       std::string name = c.value("name", "");
-      const json& cmd = At(c, {"command"});
+      const json& cmd = JsonAt(c, {"command"});
       bool host_mount = false;
       if (cmd.is_array() && !cmd.empty() && cmd[0] == "nsenter") {
         for (const auto& a : cmd) {
@@ -1154,16 +1156,7 @@ absl::Status Workloads::StartPod(PodRun& run) {
             "cgroup2 mounts itself",
             run.key, name);
         run.init_statuses.push_back(
-            {{"name", name},
-             {"ready", true},
-             {"restartCount", 0},
-             {"image", c.value("image", "")},
-             {"imageID", ""},
-             {"state",
-              {{"terminated",
-                {{"exitCode", 0},
-                 {"reason", "Completed"},
-                 {"message", "skipped by the lab: host mount namespace"}}}}}});
+            CompletedInitStatus(name, c, "skipped by the lab: host mount namespace"));
         continue;
       }
       auto spec = BuildContainer(run, c);
@@ -1182,16 +1175,10 @@ absl::Status Workloads::StartPod(PodRun& run) {
                                                           r->exit_code, ": ", r->out, r->err));
       }
       spdlog::info("workloads: pod {}: init container {} done", run.key, name);
-      run.init_statuses.push_back(
-          {{"name", name},
-           {"ready", true},
-           {"restartCount", 0},
-           {"image", c.value("image", "")},
-           {"imageID", ""},
-           {"state", {{"terminated", {{"exitCode", 0}, {"reason", "Completed"}}}}}});
+      run.init_statuses.push_back(CompletedInitStatus(name, c));
     }
   }
-  const json& containers = At(pod, {"spec", "containers"});
+  const json& containers = JsonAt(pod, {"spec", "containers"});
   if (!containers.is_array() || containers.size() != 1) {
     return absl::UnimplementedError("the lab runs pods of the Sluice image with one container");
   }
@@ -1201,7 +1188,7 @@ absl::Status Workloads::StartPod(PodRun& run) {
   run.main = std::make_unique<Container>();
   run.main->name = c.value("name", "");
   run.main->spec = *spec;
-  run.probe = At(c, {"readinessProbe"});
+  run.probe = JsonAt(c, {"readinessProbe"});
   auto pid = StartContainer(run, run.main->name, *spec);
   if (!pid.ok()) return pid.status();
   run.main->pid = *pid;
@@ -1217,16 +1204,16 @@ absl::Status Workloads::StartPod(PodRun& run) {
 void Workloads::BeginTermination(PodRun& run) {
   run.terminating = true;
   int64_t grace = 30;
-  if (const json& g = At(run.pod, {"metadata", "deletionGracePeriodSeconds"});
+  if (const json& g = JsonAt(run.pod, {"metadata", "deletionGracePeriodSeconds"});
       g.is_number_integer()) {
     grace = g.get<int64_t>();
   }
   absl::Time deadline = absl::Now() + absl::Seconds(grace);
   const json* c = nullptr;
-  if (const json& cs = At(run.pod, {"spec", "containers"}); cs.is_array() && !cs.empty()) {
+  if (const json& cs = JsonAt(run.pod, {"spec", "containers"}); cs.is_array() && !cs.empty()) {
     c = &cs[0];
   }
-  const json& pre = c ? At(*c, {"lifecycle", "preStop", "exec", "command"}) : json();
+  const json& pre = c ? JsonAt(*c, {"lifecycle", "preStop", "exec", "command"}) : json();
   if (run.main->running && pre.is_array() && !pre.empty()) {
     // preStop runs in the container (its mounts, env and capabilities), then SIGTERM.
     ContainerSpec spec = run.main->spec;
@@ -1237,8 +1224,9 @@ void Workloads::BeginTermination(PodRun& run) {
       auto r = RunProcess({.argv = {options_.self_exe, "container", "--spec", spec_path},
                            .netns_path = run.node->netns_path()},
                           std::max(absl::Seconds(1), deadline - absl::Now()));
-      std::string log = absl::StrCat(run.node->log_dir(), "/", Str(run.pod, {"metadata", "name"}),
-                                     "_", run.main->name, ".log");
+      std::string log =
+          absl::StrCat(run.node->log_dir(), "/", JsonStr(run.pod, {"metadata", "name"}), "_",
+                       run.main->name, ".log");
       if (r.ok()) {
         std::ofstream(log, std::ios::app) << r->out << r->err;
         spdlog::info("workloads: pod {}: preStop exited with {}", run.key, r->exit_code);
@@ -1313,7 +1301,7 @@ void Workloads::WriteStatus(PodRun& run) {
              {"ready", run.ready},
              {"started", c.running},
              {"restartCount", c.backoff.restarts()},
-             {"image", At(run.pod, {"spec", "containers"})[0].value("image", "")},
+             {"image", JsonAt(run.pod, {"spec", "containers"})[0].value("image", "")},
              {"imageID", ""},
              {"containerID", absl::StrCat("lab://", c.pid)},
              {"state", state}};
@@ -1338,11 +1326,12 @@ void Workloads::WriteStatus(PodRun& run) {
     cond["lastProbeTime"] = nullptr;
   }
   auto st = store_->Update(
-      Resource("pods"), Str(run.pod, {"metadata", "namespace"}), Str(run.pod, {"metadata", "name"}),
+      Resource("pods"), JsonStr(run.pod, {"metadata", "namespace"}),
+      JsonStr(run.pod, {"metadata", "name"}),
       [&](json& p) {
-        if (Str(p, {"metadata", "uid"}) != run.uid) return absl::NotFoundError("replaced");
+        if (JsonStr(p, {"metadata", "uid"}) != run.uid) return absl::NotFoundError("replaced");
         // Keep transition times of conditions whose status did not change.
-        if (const json& old = At(p, {"status", "conditions"}); old.is_array()) {
+        if (const json& old = JsonAt(p, {"status", "conditions"}); old.is_array()) {
           for (auto& cond : status["conditions"]) {
             for (const auto& o : old) {
               if (o.value("type", "") == cond["type"] && o.value("status", "") == cond["status"]) {
@@ -1361,7 +1350,7 @@ void Workloads::WriteStatus(PodRun& run) {
 
 void Workloads::WriteFailedStatus(const json& pod, const std::string& message) {
   (void)store_->Update(
-      Resource("pods"), Str(pod, {"metadata", "namespace"}), Str(pod, {"metadata", "name"}),
+      Resource("pods"), JsonStr(pod, {"metadata", "namespace"}), JsonStr(pod, {"metadata", "name"}),
       [&](json& p) {
         p["status"] = {{"phase", "Pending"},
                        {"hostIP", ""},
