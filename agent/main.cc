@@ -565,10 +565,10 @@ int Run() {
   std::unique_ptr<HealthCheckServers> health_checks;
   std::unique_ptr<ServiceSync> service_sync;
   if (k8s && absl::GetFlag(FLAGS_kube_proxy_replacement)) {
-    lb_maps = std::make_unique<BpfLbMaps>((*dp)->lb4_services(), (*dp)->lb4_backends(),
-                                          (*dp)->lb4_revnat(), (*dp)->lb4_source_ranges(),
-                                          (*dp)->ct4_any(), &(*dp)->lb4_affinity(), &(*dp)->ct4(),
-                                          &(*dp)->lb4_non_backend_ports());
+    lb_maps = std::make_unique<BpfLbMaps>(
+        (*dp)->lb4_services(), (*dp)->lb4_backends(), (*dp)->lb4_revnat(),
+        (*dp)->lb4_source_ranges(), (*dp)->ct4_any(), &(*dp)->lb4_affinity(), &(*dp)->ct4(),
+        &(*dp)->lb4_non_backend_ports(), &(*dp)->lb4_slot_records());
     auto reconciler = ServiceReconciler::Create(*lb_maps);
     if (!reconciler.ok()) return Fail(reconciler.status(), "restore service maps");
     lb_reconciler = std::move(*reconciler);

@@ -74,6 +74,18 @@ inline sluice_lb4_key SvcKey(uint32_t addr, uint16_t port, uint16_t slot) {
   sluice_lb4_service master{};
   master.count = static_cast<uint16_t>(backends.size());
   master.rev_nat_id = rev_nat_id;
+  // The agent gives a frontend of up to SLUICE_LB4_RECORD_SLOTS backends a slot record while
+  // sluice_lb4_rec has one free (agent/service/slot_records.h), written before the master that
+  // names it; here record rev_nat_id, so frontends beyond the array read their slots from
+  // sluice_lb4_svc, as theirs do.
+  if (!backends.empty() && backends.size() <= SLUICE_LB4_RECORD_SLOTS &&
+      rev_nat_id < SLUICE_LB4_REC_MAX_ENTRIES) {
+    sluice_lb4_slot_record rec{};
+    for (size_t s = 0; s < backends.size(); ++s) rec.backend_id[s] = backends[s].id;
+    if (auto st = dp.lb4_slot_records().Update(rev_nat_id, rec); !st.ok())
+      return absl::Status(st.code(), absl::StrCat("slot record: ", st.message()));
+    master.backend_id = rev_nat_id;
+  }
   return dp.lb4_services().Update(SvcKey(addr, port, 0), master);
 }
 

@@ -541,7 +541,8 @@ void RunOnce(const Server& srv, bool churn, double seconds, double rate, bool sy
   ko.node_name = "node-0";
   StampingLbMaps lb_maps((*dp)->lb4_services(), (*dp)->lb4_backends(), (*dp)->lb4_revnat(),
                          (*dp)->lb4_source_ranges(), (*dp)->ct4_any(), &(*dp)->lb4_affinity(),
-                         &(*dp)->ct4(), &(*dp)->lb4_non_backend_ports());
+                         &(*dp)->ct4(), &(*dp)->lb4_non_backend_ports(),
+                         &(*dp)->lb4_slot_records());
 
   r->baseline_rss_mib = StatusKiB("VmRSS:") / 1024.0;
   if (!ResetPeakRss()) return Fail(r, "cannot reset VmHWM through /proc/self/clear_refs");

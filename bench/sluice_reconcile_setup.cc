@@ -5,11 +5,11 @@
 // the diff against the (empty) maps and the hitless-ordered map writes.
 //
 // With --floor, the same process then loads a second Datapath (on DIR-floor) and writes the
-// entries the reconciler wrote (backends, reverse NAT, slots, masters, wildcard masters), built
-// before the clock starts, straight through the maps' UpdateBatch: stores into sluice_lb4_be's
-// mapped slots, one BPF_MAP_UPDATE_BATCH per hash map and per kMaxPending entries, as BpfLbMaps
-// issues them. That is the physical limit of the reconciler's writes on this kernel; the ratio
-// reconciler / floor is printed. It also writes the backends into a hash map made as
+// entries the reconciler wrote (backends, reverse NAT, slot records, slots, masters, wildcard
+// masters), built before the clock starts, straight through the maps' UpdateBatch: stores into
+// sluice_lb4_be's mapped slots, one BPF_MAP_UPDATE_BATCH per map and per kMaxPending entries, as
+// BpfLbMaps issues them. That is the physical limit of the reconciler's writes on this kernel; the
+// ratio reconciler / floor is printed. It also writes the backends into a hash map made as
 // sluice_lb4_be was before it became a slot array (BPF_F_NO_PREALLOC): old_layout_floor_ms is
 // the limit the earlier layout put on the same programming, measured in the same run.
 //
@@ -85,6 +85,16 @@ Floor FloorMs(const std::string& dir, sluice::loader::Datapath& from) {
   Collect(from.lb4_backends(), &be_ids, &be_values);
   Collect(from.lb4_revnat(), &rnat_ids, &rnat_values);
   Collect(from.lb4_services(), &svc_keys, &svc_values);
+  // The slot records the masters name (agent/service/slot_records.h), written before them.
+  std::vector<uint32_t> rec_ids;
+  std::vector<sluice_lb4_slot_record> rec_values;
+  for (size_t i = 0; i < svc_keys.size(); ++i) {
+    if (svc_keys[i].backend_slot != 0 || svc_values[i].backend_id == 0) continue;
+    auto rec = from.lb4_slot_records().Lookup(svc_values[i].backend_id);
+    if (!rec.ok()) Die(absl::StrCat("floor: slot record: ", rec.status().ToString()));
+    rec_ids.push_back(svc_values[i].backend_id);
+    rec_values.push_back(*rec);
+  }
   auto dp = sluice::loader::Datapath::Load(dir);
   if (!dp.ok()) Die(absl::StrCat("Datapath::Load (floor): ", dp.status().ToString()));
   LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_NO_PREALLOC);
@@ -98,6 +108,7 @@ Floor FloorMs(const std::string& dir, sluice::loader::Datapath& from) {
   WriteBatches((*dp)->lb4_backends(), be_ids, be_values);
   auto t1 = Clock::now();
   WriteBatches((*dp)->lb4_revnat(), rnat_ids, rnat_values);
+  WriteBatches((*dp)->lb4_slot_records(), rec_ids, rec_values);
   WriteBatches((*dp)->lb4_services(), svc_keys, svc_values);
   auto t2 = Clock::now();
   WriteBatches(old_be, be_ids, be_values);
@@ -131,7 +142,8 @@ int main(int argc, char** argv) {
   if (!dp.ok()) Die(absl::StrCat("Datapath::Load: ", dp.status().ToString()));
   auto& d = **dp;
   agent::BpfLbMaps maps(d.lb4_services(), d.lb4_backends(), d.lb4_revnat(), d.lb4_source_ranges(),
-                        d.ct4_any(), &d.lb4_affinity(), &d.ct4(), &d.lb4_non_backend_ports());
+                        d.ct4_any(), &d.lb4_affinity(), &d.ct4(), &d.lb4_non_backend_ports(),
+                        &d.lb4_slot_records());
 
   std::vector<std::pair<std::string, std::optional<agent::ServiceTranslation>>> changes;
   changes.reserve(services);

@@ -99,35 +99,23 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
 
   // All objects share every map through its pin; take the handles from the first one.
   auto* m = &(*dp->pod_egress_)->maps;
-  for (auto st : {Adopt(dp->endpoints_, m->sluice_ep4),
-                  Adopt(dp->ep4_slot_, m->sluice_ep4_slot),
-                  Adopt(dp->ep4_rec_, m->sluice_ep4_rec),
-                  Adopt(dp->node_, m->sluice_node),
-                  Adopt(dp->nomasq_, m->sluice_nomasq4),
-                  Adopt(dp->snat_, m->sluice_snat4),
-                  Adopt(dp->rnat_, m->sluice_rnat4),
-                  Adopt(dp->drops_, m->sluice_drops),
-                  Adopt(dp->forward_, m->sluice_forward),
-                  Adopt(dp->lb4_svc_, m->sluice_lb4_svc),
-                  Adopt(dp->lb4_be_, m->sluice_lb4_be),
-                  Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat),
-                  Adopt(dp->ct4_, m->sluice_ct4),
-                  Adopt(dp->ct4_any_, m->sluice_ct4_any),
-                  Adopt(dp->ct_stats_, m->sluice_ct_stats),
-                  Adopt(dp->frag4_, m->sluice_frag4),
-                  Adopt(dp->lb4_srcr_, m->sluice_lb4_srcr),
-                  Adopt(dp->lb4_aff_, m->sluice_lb4_aff),
-                  Adopt(dp->lb4_nbport_, m->sluice_lb4_nbport),
-                  Adopt(dp->sock_cfg_, m->sluice_sock_cfg),
-                  Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat),
-                  Adopt(dp->ipcache4_, m->sluice_ipcache4),
-                  Adopt(dp->policy4_, m->sluice_policy4),
-                  Adopt(dp->policy_ep_, m->sluice_policy_ep),
-                  Adopt(dp->pol_drops_, m->sluice_pol_drops),
-                  Adopt(dp->tunnel4_, m->sluice_tunnel4),
+  for (auto st :
+       {Adopt(dp->endpoints_, m->sluice_ep4),       Adopt(dp->ep4_slot_, m->sluice_ep4_slot),
+        Adopt(dp->ep4_rec_, m->sluice_ep4_rec),     Adopt(dp->node_, m->sluice_node),
+        Adopt(dp->nomasq_, m->sluice_nomasq4),      Adopt(dp->snat_, m->sluice_snat4),
+        Adopt(dp->rnat_, m->sluice_rnat4),          Adopt(dp->drops_, m->sluice_drops),
+        Adopt(dp->forward_, m->sluice_forward),     Adopt(dp->lb4_svc_, m->sluice_lb4_svc),
+        Adopt(dp->lb4_be_, m->sluice_lb4_be),       Adopt(dp->lb4_rec_, m->sluice_lb4_rec),
+        Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat),   Adopt(dp->ct4_, m->sluice_ct4),
+        Adopt(dp->ct4_any_, m->sluice_ct4_any),     Adopt(dp->ct_stats_, m->sluice_ct_stats),
+        Adopt(dp->frag4_, m->sluice_frag4),         Adopt(dp->lb4_srcr_, m->sluice_lb4_srcr),
+        Adopt(dp->lb4_aff_, m->sluice_lb4_aff),     Adopt(dp->lb4_nbport_, m->sluice_lb4_nbport),
+        Adopt(dp->sock_cfg_, m->sluice_sock_cfg),   Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat),
+        Adopt(dp->ipcache4_, m->sluice_ipcache4),   Adopt(dp->policy4_, m->sluice_policy4),
+        Adopt(dp->policy_ep_, m->sluice_policy_ep), Adopt(dp->pol_drops_, m->sluice_pol_drops),
+        Adopt(dp->tunnel4_, m->sluice_tunnel4),
 
-                  Adopt(dp->monitor_, m->sluice_monitor),
-                  Adopt(dp->mon_cpu_, m->sluice_mon_cpu)}) {
+        Adopt(dp->monitor_, m->sluice_monitor),     Adopt(dp->mon_cpu_, m->sluice_mon_cpu)}) {
     if (!st.ok()) return st;
   }
   // The endpoints' index as the last run left it (or empty, from programs without it).

@@ -128,6 +128,8 @@ class Datapath {
   // Service load balancing: services (master + slots), backends, reverse NAT, conntrack.
   maps::Lb4ServiceMap& lb4_services() { return lb4_svc_; }
   maps::Lb4BackendMap& lb4_backends() { return lb4_be_; }
+  // Slot records of frontends (maps/lb.h), written with their masters (agent/service/).
+  maps::Lb4SlotRecordMap& lb4_slot_records() { return lb4_rec_; }
   maps::Lb4RevNatMap& lb4_revnat() { return lb4_rnat_; }
   // Conntrack: TCP in ct4() (never evicted), every other protocol in ct4_any() (LRU);
   // ct4_of(proto) is the one a tuple's entries live in. Datapath counters in ct_stats().
@@ -181,6 +183,7 @@ class Datapath {
   maps::ForwardMap forward_;
   maps::Lb4ServiceMap lb4_svc_;
   maps::Lb4BackendMap lb4_be_;
+  maps::Lb4SlotRecordMap lb4_rec_;
   maps::Lb4RevNatMap lb4_rnat_;
   maps::Ct4Map ct4_;
   maps::Ct4Map ct4_any_;

@@ -84,9 +84,9 @@ SLUICE_ASSERT_SIZE(struct sluice_ct_clock, 16);
 struct sluice_ct4_entry {
 	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
 	__u32 rev_nat_id;     /* key of sluice_lb4_rnat for its replies */
-	__u64 created_ns;     /* CLOCK_MONOTONIC ns at creation (LB entries: the coarse clock) */
-	__u64 last_seen_ns;   /* CLOCK_MONOTONIC ns of the last packet in this direction (LB
-				 entries: the coarse clock, bpf_ktime_get_coarse_ns) */
+	__u64 created_ns;     /* CLOCK_MONOTONIC_COARSE ns at creation (sluice_ct_now) */
+	__u64 last_seen_ns;   /* CLOCK_MONOTONIC_COARSE ns of the last packet in this direction
+				 (a tick behind CLOCK_MONOTONIC at most) */
 	__be32 backend_addr;  /* the backend itself: a flow keeps it even after the backend is */
 	__be16 backend_port;  /* removed from the service (terminating endpoints, TCP); in a reply
 				 entry with SLUICE_CT_F_FRONTEND, the frontend its replies come

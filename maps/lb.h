@@ -57,10 +57,11 @@ enum sluice_svc_flags {
 	SLUICE_SVC_F_REJECT = 1 << 7,          /* no usable endpoint: reject (RST / ICMP unreach) */
 };
 
-/* Value of sluice_lb4_svc. In the master entry: count, flags, rev_nat_id, affinity_timeout.
- * In a slot entry: backend_id. */
+/* Value of sluice_lb4_svc. In the master entry: count, flags, rev_nat_id, affinity_timeout and
+ * the slot record. In a slot entry: backend_id. */
 struct sluice_lb4_service {
-	__u32 backend_id;        /* slot entries */
+	__u32 backend_id;        /* slot entries: the backend; master: its slot record in
+				    sluice_lb4_rec (0: none, the slots are read from this map) */
 	__u16 count;             /* master: number of backend slots */
 	__u16 flags;             /* master: enum sluice_svc_flags */
 	__u32 rev_nat_id;        /* master: key of sluice_lb4_rnat for replies */
@@ -87,6 +88,23 @@ struct sluice_lb4_backend {
 	__u8 flags; /* enum sluice_backend_flags */
 };
 SLUICE_ASSERT_SIZE(struct sluice_lb4_backend, 8);
+
+/* sluice_lb4_rec (BPF_MAP_TYPE_ARRAY): slot records. A record holds a frontend's backend ids,
+ * slot 1 in backend_id[0], as they were when the agent wrote the master entry that names it
+ * (master backend_id): a new flow then reads its backend with one array lookup, which the
+ * verifier inlines, instead of a second sluice_lb4_svc lookup. Only frontends with 1 to
+ * SLUICE_LB4_RECORD_SLOTS backends get one; the slot entries in sluice_lb4_svc stay the record
+ * every tool reads. A record is written before the master that names it and never changed
+ * while named; one no master names any more is written again only after
+ * SLUICE_LB4_REC_QUARANTINE_S, so a program that read the old master reads it unchanged.
+ * Record 0 is never used. */
+#define SLUICE_LB4_REC_MAX_ENTRIES 65536
+#define SLUICE_LB4_RECORD_SLOTS 16
+#define SLUICE_LB4_REC_QUARANTINE_S 5
+struct sluice_lb4_slot_record {
+	__u32 backend_id[SLUICE_LB4_RECORD_SLOTS];
+};
+SLUICE_ASSERT_SIZE(struct sluice_lb4_slot_record, 64);
 
 /* sluice_lb4_rnat (BPF_MAP_TYPE_HASH): rev_nat_id -> the frontend a reply must appear from. */
 struct sluice_lb4_revnat {

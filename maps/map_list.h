@@ -52,6 +52,9 @@
 	/* service backends: backend id -> address, a slot array (lb.h, maps/slot_array.h) */      \
 	X(sluice_lb4_be, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_lb4_backend,                     \
 	  SLUICE_LB4_BACKENDS_MAX_ENTRIES, BPF_F_MMAPABLE)                                         \
+	/* service slot records: a frontend's backend ids as its master names them (lb.h) */       \
+	X(sluice_lb4_rec, BPF_MAP_TYPE_ARRAY, __u32, struct sluice_lb4_slot_record,                \
+	  SLUICE_LB4_REC_MAX_ENTRIES, 0)                                                           \
 	/* service reverse NAT: rev_nat_id -> the frontend replies come from (lb.h) */             \
 	X(sluice_lb4_rnat, BPF_MAP_TYPE_HASH, __u32, struct sluice_lb4_revnat,                     \
 	  SLUICE_LB4_REVNAT_MAX_ENTRIES, BPF_F_NO_PREALLOC)                                        \

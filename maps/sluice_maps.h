@@ -62,6 +62,7 @@ using DropMap = MapOf<spec::sluice_drops>;
 using ForwardMap = MapOf<spec::sluice_forward>;
 using Lb4ServiceMap = MapOf<spec::sluice_lb4_svc>;
 using Lb4BackendMap = MapOf<spec::sluice_lb4_be>;
+using Lb4SlotRecordMap = MapOf<spec::sluice_lb4_rec>;
 using Lb4RevNatMap = MapOf<spec::sluice_lb4_rnat>;
 using Ct4Map = MapOf<spec::sluice_ct4>;  // sluice_ct4 (TCP) and sluice_ct4_any
 using CtStatsMap = MapOf<spec::sluice_ct_stats>;

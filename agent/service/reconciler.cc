@@ -71,11 +71,13 @@ namespace {
 // Writes the held-back updates of one map in one batch (in the order they were made) and
 // clears them, also on error.
 template <typename M, typename K, typename V>
-absl::Status FlushPending(M& map, std::vector<K>& keys, std::vector<V>& values,
-                          const char* what) {
+absl::Status FlushPending(M& map, std::vector<K>& keys, std::vector<V>& values, const char* what,
+                          size_t* written = nullptr) {
+  if (written != nullptr) *written = 0;
   if (keys.empty()) return absl::OkStatus();
   size_t done = 0;
   absl::Status st = map.UpdateBatch(keys.data(), values.data(), keys.size(), &done);
+  if (written != nullptr) *written = st.ok() ? keys.size() : done;
   if (!st.ok()) {
     st = absl::Status(st.code(), absl::StrCat("batched ", what, " update (", done, " of ",
                                               keys.size(), " written): ", st.message()));
@@ -96,7 +98,17 @@ absl::Status BpfLbMaps::Flush() {
     svc_values_.clear();
     return st;
   }
-  return FlushPending(svc_, svc_keys_, svc_values_, "sluice_lb4_svc");
+  if (!records_) return FlushPending(svc_, svc_keys_, svc_values_, "sluice_lb4_svc");
+  // The held masters go last, each after its slots, naming a record written before it.
+  const size_t slots = svc_keys_.size();
+  for (auto& [key, value] : records_->TakeMasters()) {
+    svc_keys_.push_back(key);
+    svc_values_.push_back(value);
+  }
+  size_t written = 0;
+  st = FlushPending(svc_, svc_keys_, svc_values_, "sluice_lb4_svc", &written);
+  records_->MastersWritten(written > slots ? written - slots : 0);
+  return st;
 }
 
 namespace {
@@ -119,13 +131,21 @@ LbCapacity BpfLbMaps::Capacity() const {
 }
 
 absl::Status BpfLbMaps::UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) {
-  svc_keys_.push_back(key);
-  svc_values_.push_back(v);
+  if (records_ && key.backend_slot == 0) {
+    records_->MasterWritten(key, v);
+  } else {
+    if (records_) records_->SlotWritten(key, v.backend_id);
+    svc_keys_.push_back(key);
+    svc_values_.push_back(v);
+  }
   return svc_keys_.size() >= kMaxPending ? Flush() : absl::OkStatus();
 }
 absl::Status BpfLbMaps::DeleteService(const sluice_lb4_key& key) {
   RETURN_IF_ERROR(Flush());
-  return svc_.Delete(key);
+  RETURN_IF_ERROR(svc_.Delete(key));
+  if (records_ && key.backend_slot == 0) records_->MasterDeleted(key);
+  if (records_ && key.backend_slot != 0) records_->SlotDeleted(key);
+  return absl::OkStatus();
 }
 absl::Status BpfLbMaps::UpdateBackend(uint32_t id, const sluice_lb4_backend& v) {
   // Before any slot can name it: a reply from its port must get its reverse NAT lookup.
@@ -194,7 +214,14 @@ absl::Status BpfLbMaps::FlushAffinity(
 absl::Status BpfLbMaps::ForEachService(
     const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) {
   RETURN_IF_ERROR(Flush());
-  return svc_.ForEach(fn);
+  if (!records_) return svc_.ForEach(fn);
+  // The reconciler sees its own entries: masters without the records this adds.
+  records_->BeginRestore();
+  RETURN_IF_ERROR(svc_.ForEach([&](const sluice_lb4_key& k, const sluice_lb4_service& v) {
+    fn(k, records_->Restored(k, v));
+  }));
+  records_->EndRestore();
+  return absl::OkStatus();
 }
 absl::Status BpfLbMaps::ForEachBackend(
     const std::function<void(uint32_t, const sluice_lb4_backend&)>& fn) {

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/service/slot_records.h"
 #include "agent/service/translator.h"
 #include "loader/backend_ports.h"
 #include "maps/sluice_maps.h"
@@ -97,12 +98,22 @@ class BpfLbMaps : public LbMaps {
   static constexpr size_t kMaxPending = 16384;
 
   // ct is sluice_ct4_any (UDP flows); with nbport, ct_tcp (sluice_ct4) and nbport keep the ports
-  // no backend is on.
+  // no backend is on. With records (sluice_lb4_rec), masters name a record of their slots
+  // (SlotRecords): they are then held back until the flush and written after every slot queued
+  // before it.
   BpfLbMaps(maps::Lb4ServiceMap& svc, maps::Lb4BackendMap& be, maps::Lb4RevNatMap& rnat,
             maps::Lb4SourceRangeMap& srcr, maps::Ct4Map& ct, maps::Lb4AffinityMap* aff,
-            maps::Ct4Map* ct_tcp = nullptr, maps::Lb4NonBackendPortMap* nbport = nullptr)
+            maps::Ct4Map* ct_tcp = nullptr, maps::Lb4NonBackendPortMap* nbport = nullptr,
+            maps::Lb4SlotRecordMap* records = nullptr,
+            SlotRecords::Clock now = std::chrono::steady_clock::now)
       : svc_(svc), be_(be), rnat_(rnat), srcr_(srcr), ct_(ct), aff_(aff), ct_tcp_(ct_tcp) {
     if (nbport != nullptr) nbport_.emplace(*nbport);
+    if (records != nullptr) records_ = std::make_unique<SlotRecords>(*records, std::move(now));
+  }
+
+  // The slot records' state; none without records.
+  SlotRecords::Stats slot_record_stats() const {
+    return records_ ? records_->stats() : SlotRecords::Stats{};
   }
 
   absl::Status UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) override;
@@ -140,6 +151,7 @@ class BpfLbMaps : public LbMaps {
   maps::Lb4AffinityMap* aff_;
   maps::Ct4Map* ct_tcp_;
   std::optional<loader::NonBackendPorts> nbport_;
+  std::unique_ptr<SlotRecords> records_;
   std::vector<uint32_t> rnat_ids_;
   std::vector<sluice_lb4_revnat> rnat_values_;
   std::vector<sluice_lb4_key> svc_keys_;

@@ -291,6 +291,32 @@ static __always_inline int lb4_source_allowed(const struct sluice_lb4_service *s
 	return bpf_map_lookup_elem(&sluice_lb4_srcr, &key) != NULL;
 }
 
+/* The backend id in slot key->backend_slot (1..count) of the frontend whose master is svc: from
+ * the slot record the master names (sluice_lb4_rec, maps/lb.h: an array lookup the verifier
+ * inlines), else from the slot's own entry in sluice_lb4_svc. Returns 0, or -1 when the slot has
+ * no backend. */
+static __always_inline int lb4_slot_backend(const struct sluice_lb4_key *key,
+					    const struct sluice_lb4_service *svc, __u32 *backend_id)
+{
+	const struct sluice_lb4_slot_record *rec;
+	const struct sluice_lb4_service *entry;
+	__u32 rec_id = svc->backend_id;
+	__u32 i = key->backend_slot - 1;
+
+	if (rec_id && i < SLUICE_LB4_RECORD_SLOTS) {
+		rec = bpf_map_lookup_elem(&sluice_lb4_rec, &rec_id);
+		if (!rec)
+			return -1;
+		*backend_id = rec->backend_id[i];
+		return 0;
+	}
+	entry = bpf_map_lookup_elem(&sluice_lb4_svc, key);
+	if (!entry)
+		return -1;
+	*backend_id = entry->backend_id;
+	return 0;
+}
+
 /* Picks the backend of a new flow from `client` to the frontend whose master is svc: the
  * client's affinity when it has a live one, else a random slot. Returns 0 or minus a drop
  * reason. */
@@ -301,7 +327,6 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 	struct sluice_lb4_affinity_key akey = { .client_addr = client, .rev_nat_id = svc->rev_nat_id };
 	struct sluice_lb4_affinity aff = {};
 	struct sluice_lb4_key key = *master_key;
-	const struct sluice_lb4_service *slot;
 	struct sluice_lb4_affinity *found;
 	__u16 count = svc->count;
 	__u64 now = 0;
@@ -321,10 +346,8 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 		}
 	}
 	key.backend_slot = 1 + bpf_get_prandom_u32() % count;
-	slot = bpf_map_lookup_elem(&sluice_lb4_svc, &key);
-	if (!slot)
+	if (lb4_slot_backend(&key, svc, backend_id) < 0)
 		return -SLUICE_DROP_SERVICE_NO_BACKEND;
-	*backend_id = slot->backend_id;
 	*be = lb4_backend(*backend_id);
 	if (!*be)
 		return -SLUICE_DROP_SERVICE_NO_BACKEND;

@@ -135,7 +135,7 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 		return 0;
 	event_policy(endpoint_id, dir, f->saddr, f->daddr, f->sport, f->dport, f->proto,
 		     f->tot_len, 0, pep->flags & flag);
-	e.created_ns = bpf_ktime_get_ns();
+	e.created_ns = sluice_ct_now();
 	e.last_seen_ns = e.created_ns;
 	return ct4_create_one(&key, &e);
 }

@@ -1433,5 +1433,47 @@ TEST_F(LbTest, ManyFlowsSpreadOverAllBackends) {
   for (uint32_t id : {1u, 2u, 3u}) EXPECT_GT(hits[id], 30) << "backend " << id;
 }
 
+// A master that names a slot record (sluice_lb4_rec, maps/lb.h) takes new flows' backends from
+// the record, not from its slot entries; with record 0 the slot entries decide again. (The agent
+// keeps both alike: tests/agent/service/reconciler_priv_test.cc.)
+TEST_F(LbTest, NewFlowsTakeTheirBackendFromTheSlotRecordTheMasterNames) {
+  sluice_lb4_slot_record rec{};
+  for (uint32_t& id : rec.backend_id) id = 2;  // every slot: backend 2, whatever the entries say
+  ASSERT_TRUE(dp_->lb4_slot_records().Update(7, rec).ok());
+  auto master = dp_->lb4_services().Lookup(SvcKey(kClusterIp, 80, IPPROTO_TCP, 0));
+  ASSERT_TRUE(master.ok()) << master.status();
+  ASSERT_EQ(master->count, 3);
+  master->backend_id = 7;
+  ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(kClusterIp, 80, IPPROTO_TCP, 0), *master).ok());
+
+  std::map<uint32_t, int> hits;
+  for (int i = 0; i < 60; ++i) {
+    auto r = FromPod(TcpToService(21000 + i));
+    ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+    auto d = Decode(r.out);
+    ASSERT_TRUE(d);
+    ASSERT_TRUE(d->l4_csum_ok);
+    hits[TcpBackendOf(*d)]++;
+  }
+  EXPECT_EQ(hits, (std::map<uint32_t, int>{{2u, 60}}));
+
+  // A record without a backend in the chosen slot: no backend, as a missing slot entry.
+  rec = {};
+  ASSERT_TRUE(dp_->lb4_slot_records().Update(7, rec).ok());
+  EXPECT_EQ(FromPod(TcpToService(21100)).verdict, kTcShot);
+
+  master->backend_id = 0;
+  ASSERT_TRUE(dp_->lb4_services().Update(SvcKey(kClusterIp, 80, IPPROTO_TCP, 0), *master).ok());
+  hits.clear();
+  for (int i = 0; i < 60; ++i) {
+    auto r = FromPod(TcpToService(21200 + i));
+    ASSERT_EQ(r.verdict, kTcRedirect) << Describe(r.out);
+    auto d = Decode(r.out);
+    ASSERT_TRUE(d);
+    hits[TcpBackendOf(*d)]++;
+  }
+  EXPECT_EQ(hits.size(), 3u) << "the slot entries decide again";
+}
+
 }  // namespace
 }  // namespace sluice::testing

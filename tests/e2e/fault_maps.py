@@ -1,8 +1,8 @@
 """Prints a node's programmed maps (pinned under BPFFS), normalised: one "map key => value" line per
 entry, sorted, so two dumps are equal exactly when the maps hold the same entries. Only the maps
-the agent writes from Kubernetes and CNI state (endpoints and their index, node, LB, ipcache,
-policy, tunnel); conntrack, NAT, affinity and counters are the datapath's own and change with
-traffic.
+the agent writes from Kubernetes and CNI state (endpoints and their index, node, LB with the slot
+records its masters name, ipcache, policy, tunnel); conntrack, NAT, affinity and counters are
+the datapath's own and change with traffic.
 
   fault_maps.py BPFFS [MAP...]
 """
@@ -39,6 +39,15 @@ def used_slots(path):
     return [(i // 8, data[i:i + 8]) for i in range(0, len(data), 8) if data[i:i + 8] != bytes(8)]
 
 
+def slot_record(root, record):
+    """The backend ids of slot record `record` of sluice_lb4_rec."""
+    key = [str(b) for b in struct.pack("<I", record)]
+    out = subprocess.run(["bpftool", "-j", "map", "lookup", "pinned", f"{root}/sluice_lb4_rec",
+                          "key"] + key, capture_output=True, text=True, check=True).stdout
+    e = json.loads(out)
+    return e["formatted"]["value"]["backend_id"]
+
+
 root, maps = sys.argv[1], sys.argv[2:] or MAPS
 lines = []
 for m in maps:
@@ -50,5 +59,9 @@ for m in maps:
     for e in json.loads(out or "[]"):
         f = e.get("formatted")
         key, value = (f["key"], f["value"]) if f else (e.get("key"), e.get("value"))
+        if m == "sluice_lb4_svc" and f and key["backend_slot"] == 0 and value["backend_id"]:
+            # A master names a slot record (sluice_lb4_rec) by a number that changes whenever its
+            # slots do: what counts is what the record holds, its slots 1..count.
+            value = dict(value, backend_id=slot_record(root, value["backend_id"])[:value["count"]])
         lines.append(f"{m} {json.dumps(key, sort_keys=True)} => {json.dumps(value, sort_keys=True)}")
 print("\n".join(sorted(lines)))

@@ -62,25 +62,39 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
     DatapathTest::SetUp();
     lb_ = MakeMaps();
   }
+  // With slot records, as the agent runs it; their clock is the test's (now_).
   std::unique_ptr<BpfLbMaps> MakeMaps() {
     return std::make_unique<BpfLbMaps>(dp_->lb4_services(), dp_->lb4_backends(), dp_->lb4_revnat(),
                                        dp_->lb4_source_ranges(), dp_->ct4_any(),
-                                       &dp_->lb4_affinity());
+                                       &dp_->lb4_affinity(), nullptr, nullptr,
+                                       &dp_->lb4_slot_records(), [this] { return now_; });
   }
   std::unique_ptr<ServiceReconciler> NewReconciler() {
     auto r = ServiceReconciler::Create(*lb_);
     EXPECT_TRUE(r.ok()) << r.status();
     return std::move(*r);
   }
-  // Backend addresses of the service's slots 1..count, as the datapath would resolve them.
+  // Backend addresses of the service's slots 1..count, as the datapath would resolve them. A
+  // master that names a slot record (sluice_lb4_rec) must find the same ids there as in its
+  // slot entries: "<record differs>" where it does not.
   std::vector<std::string> Backends(const std::string& addr, uint16_t port, uint8_t proto) {
     std::vector<std::string> out;
     auto master = dp_->lb4_services().Lookup(Key(addr, port, proto, 0));
     if (!master.ok()) return {"<no master>"};
+    std::optional<sluice_lb4_slot_record> rec;
+    if (master->backend_id != 0) {
+      auto r = dp_->lb4_slot_records().Lookup(master->backend_id);
+      if (!r.ok() || master->count > SLUICE_LB4_RECORD_SLOTS) return {"<bad record>"};
+      rec = *r;
+    }
     for (uint16_t s = 1; s <= master->count; ++s) {
       auto slot = dp_->lb4_services().Lookup(Key(addr, port, proto, s));
       if (!slot.ok()) {
         out.push_back("<no slot>");
+        continue;
+      }
+      if (rec && rec->backend_id[s - 1] != slot->backend_id) {
+        out.push_back("<record differs>");
         continue;
       }
       auto be = dp_->lb4_backends().Lookup(slot->backend_id);
@@ -124,6 +138,13 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
     return dp_->ct4_of(proto).Lookup(k).ok();
   }
 
+  // The master's slot record (0: none).
+  uint32_t RecordOf(const std::string& addr, uint16_t port, uint8_t proto = IPPROTO_TCP) {
+    auto master = dp_->lb4_services().Lookup(Key(addr, port, proto, 0));
+    return master.ok() ? master->backend_id : UINT32_MAX;
+  }
+
+  std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::now();
   std::unique_ptr<BpfLbMaps> lb_;
 };
 
@@ -184,6 +205,67 @@ TEST_F(ServiceReconcilerPrivTest, RestartedReconcilerKeepsIdsAndWritesNothing) {
   EXPECT_EQ(r->stats().map_deletes, 0u);
   EXPECT_THAT(Backends("10.96.0.20", 53, IPPROTO_UDP),
               ElementsAre("10.244.1.4:8080", "10.244.2.5:8080"));
+}
+
+// Masters name a slot record of their slots (sluice_lb4_rec): a new one when the slots change,
+// the old one left as it was; a restart keeps them and writes nothing; a master without one (an
+// agent without records wrote it) gets one at the next flush. Backends() checks every record
+// against the slot entries.
+TEST_F(ServiceReconcilerPrivTest, MastersNameARecordOfTheirSlotsThroughChangesAndRestarts) {
+  auto web = T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.5", "10.244.3.6"})});
+  uint32_t first = 0;
+  {
+    auto r = NewReconciler();
+    ASSERT_TRUE(r->Apply("default/web", web).ok());
+    first = RecordOf("10.96.0.10", 80);
+    ASSERT_NE(first, 0u);
+    EXPECT_THAT(Backends("10.96.0.10", 80, IPPROTO_TCP),
+                ElementsAre("10.244.1.4:8080", "10.244.2.5:8080", "10.244.3.6:8080"));
+    auto old = dp_->lb4_slot_records().Lookup(first);
+    ASSERT_TRUE(old.ok());
+
+    web = T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.7", "10.244.3.6"})});
+    ASSERT_TRUE(r->Apply("default/web", web).ok());
+    EXPECT_NE(RecordOf("10.96.0.10", 80), first);
+    EXPECT_NE(RecordOf("10.96.0.10", 80), 0u);
+    EXPECT_THAT(Backends("10.96.0.10", 80, IPPROTO_TCP),
+                ElementsAre("10.244.1.4:8080", "10.244.2.7:8080", "10.244.3.6:8080"));
+    auto kept = dp_->lb4_slot_records().Lookup(first);
+    ASSERT_TRUE(kept.ok());
+    EXPECT_EQ(std::memcmp(&*kept, &*old, sizeof(*old)), 0) << "a retired record was changed";
+    EXPECT_EQ(lb_->slot_record_stats().retired, 1u);
+  }
+  const uint32_t second = RecordOf("10.96.0.10", 80);
+
+  // A restart: the record stays, nothing is written.
+  lb_ = MakeMaps();
+  {
+    auto r = NewReconciler();
+    ASSERT_TRUE(r->Apply("default/web", web).ok());
+    ASSERT_TRUE(r->PruneStale().ok());
+    EXPECT_EQ(r->stats().map_updates, 0u);
+    EXPECT_EQ(RecordOf("10.96.0.10", 80), second);
+  }
+
+  // The master as an agent without records wrote it: the next flush gives it a record.
+  auto master = dp_->lb4_services().Lookup(Key("10.96.0.10", 80, IPPROTO_TCP, 0));
+  ASSERT_TRUE(master.ok());
+  master->backend_id = 0;
+  ASSERT_TRUE(dp_->lb4_services().Update(Key("10.96.0.10", 80, IPPROTO_TCP, 0), *master).ok());
+  lb_ = MakeMaps();
+  auto r = NewReconciler();
+  ASSERT_TRUE(r->Apply("default/web", web).ok());
+  EXPECT_EQ(r->stats().map_updates, 0u) << "the reconciler sees its own entries";
+  EXPECT_NE(RecordOf("10.96.0.10", 80), 0u);
+  EXPECT_THAT(Backends("10.96.0.10", 80, IPPROTO_TCP),
+              ElementsAre("10.244.1.4:8080", "10.244.2.7:8080", "10.244.3.6:8080"));
+
+  // Deleted: its record waits out the quarantine.
+  const size_t retired = lb_->slot_record_stats().retired;
+  ASSERT_TRUE(r->Apply("default/web", std::nullopt).ok());
+  EXPECT_EQ(RecordOf("10.96.0.10", 80), UINT32_MAX) << "the master is gone";
+  EXPECT_EQ(lb_->slot_record_stats().retired, retired + 1);
+  EXPECT_EQ(lb_->slot_record_stats().named, 0u);
 }
 
 TEST_F(ServiceReconcilerPrivTest, PruneStaleRemovesOnlyWhatNoServiceClaimed) {
