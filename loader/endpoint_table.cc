@@ -28,12 +28,10 @@ EndpointTable::EndpointTable(maps::EndpointMap& ep4, maps::Ep4SlotMap& slots,
     : ep4_(ep4),
       slots_(slots),
       records_(records),
-      now_(std::move(now)),
       slot_addr_(SLUICE_EP4_SLOTS, 0),
       slot_rec_(SLUICE_EP4_SLOTS, kNoRecord),
-      rec_value_(SLUICE_EP4_RECS) {
-  for (uint32_t r = SLUICE_EP4_RECS; r-- > 1;) free_recs_.push_back(r);
-}
+      rec_value_(SLUICE_EP4_RECS),
+      pool_(SLUICE_EP4_RECS, std::chrono::seconds(SLUICE_EP4_REC_QUARANTINE_S), std::move(now)) {}
 
 uint32_t EndpointTable::SlotOf(uint32_t addr) { return ntohl(addr) & (SLUICE_EP4_SLOTS - 1); }
 
@@ -55,9 +53,9 @@ absl::Status EndpointTable::Rebuild() {
 
   std::fill(slot_addr_.begin(), slot_addr_.end(), 0);
   std::fill(slot_rec_.begin(), slot_rec_.end(), kNoRecord);
-  retired_.clear();
   unindexed_.clear();
   std::vector<bool> taken(SLUICE_EP4_RECS, false);
+  std::vector<uint32_t> stale;
   size_t kept = 0, freed = 0;
   for (const auto& [i, s] : named) {
     auto it = endpoints.find(s.addr);
@@ -80,13 +78,11 @@ absl::Status EndpointTable::Rebuild() {
     if (auto st = slots_.Delete(i); !st.ok()) return st;
     if (s.rec != 0 && s.rec < SLUICE_EP4_RECS && !taken[s.rec]) {
       taken[s.rec] = true;
-      retired_.emplace_back(now_(), s.rec);
+      stale.push_back(s.rec);
     }
     ++freed;
   }
-  free_recs_.clear();
-  for (uint32_t r = SLUICE_EP4_RECS; r-- > 1;)
-    if (!taken[r]) free_recs_.push_back(r);
+  pool_.Reset(taken, stale);
   for (const auto& [addr, value] : endpoints) {
     if (slot_addr_[SlotOf(addr)] == addr) continue;
     if (auto st = IndexLocked(addr, value); !st.ok()) return st;
@@ -140,7 +136,7 @@ absl::Status EndpointTable::IndexLocked(uint32_t addr, const sluice_endpoint& va
     return absl::OkStatus();
   }
   if (auto st = records_.Update(rec, value); !st.ok()) {
-    free_recs_.push_back(rec);
+    pool_.Release(rec);
     // sluice_ep4 has the new value: the slot must not keep naming the old one.
     if (owner) (void)FreeSlotLocked(slot);
     return st;
@@ -167,19 +163,12 @@ absl::Status EndpointTable::FreeSlotLocked(uint32_t slot) {
 }
 
 uint32_t EndpointTable::TakeRecordLocked() {
-  if (free_recs_.empty() && !retired_.empty() &&
-      now_() - retired_.front().first >= std::chrono::seconds(SLUICE_EP4_REC_QUARANTINE_S)) {
-    free_recs_.push_back(retired_.front().second);
-    retired_.pop_front();
-  }
-  if (free_recs_.empty()) return kNoRecord;
-  uint32_t rec = free_recs_.back();
-  free_recs_.pop_back();
-  return rec;
+  const uint32_t rec = pool_.Take();
+  return rec == 0 ? kNoRecord : rec;
 }
 
 void EndpointTable::RetireRecordLocked(uint32_t rec) {
-  if (rec != kNoRecord) retired_.emplace_back(now_(), rec);
+  if (rec != kNoRecord) pool_.Retire(rec);
 }
 
 EndpointTable::Stats EndpointTable::stats() const {

@@ -15,7 +15,6 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <utility>
 #include <vector>
@@ -24,13 +23,14 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "loader/quarantined_records.h"
 #include "maps/sluice_maps.h"
 
 namespace sluice::loader {
 
 class EndpointTable {
  public:
-  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  using Clock = QuarantinedRecords::Clock;
 
   struct Stats {
     size_t indexed = 0;    // endpoints the index names
@@ -67,7 +67,6 @@ class EndpointTable {
   maps::EndpointMap& ep4_;
   maps::Ep4SlotMap& slots_;
   maps::Ep4RecordMap& records_;
-  const Clock now_;
 
   mutable absl::Mutex mu_;
   // Per slot: the address it names (0: free) and its record.
@@ -75,10 +74,8 @@ class EndpointTable {
   std::vector<uint32_t> slot_rec_ ABSL_GUARDED_BY(mu_);
   // Per record: what it holds while a slot names it.
   std::vector<sluice_endpoint> rec_value_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint32_t> free_recs_ ABSL_GUARDED_BY(mu_);
-  // Records no slot names any more, oldest first, with the time they were let go.
-  std::deque<std::pair<std::chrono::steady_clock::time_point, uint32_t>> retired_
-      ABSL_GUARDED_BY(mu_);
+  // Records free, and those no slot names any more waiting out their quarantine.
+  QuarantinedRecords pool_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> unindexed_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -21,9 +21,9 @@ uint32_t MaxEntries(int fd) {
 }  // namespace
 
 SlotRecords::SlotRecords(maps::Lb4SlotRecordMap& map, Clock now)
-    : map_(map), now_(std::move(now)), size_(MaxEntries(map.fd())) {
-  for (uint32_t r = size_; r-- > 1;) free_.push_back(r);
-}
+    : map_(map),
+      pool_(MaxEntries(map.fd()), std::chrono::seconds(SLUICE_LB4_REC_QUARANTINE_S),
+            std::move(now)) {}
 
 SlotRecords::FrontendKey SlotRecords::KeyOf(const sluice_lb4_key& key) {
   return {key.addr, key.dport, key.proto, key.scope};
@@ -66,7 +66,7 @@ void SlotRecords::MasterWritten(const sluice_lb4_key& key, const sluice_lb4_serv
 void SlotRecords::MasterDeleted(const sluice_lb4_key& key) {
   auto it = frontends_.find(KeyOf(key));
   if (it == frontends_.end()) return;
-  Retire(it->second.record);
+  pool_.Retire(it->second.record);
   if (it->second.held) {
     held_.erase(std::find(held_.begin(), held_.end(), it->first));
   }
@@ -80,7 +80,7 @@ uint32_t SlotRecords::RecordFor(Frontend& fe, std::vector<uint32_t>* ids, bool* 
   ids->assign(fe.slots.begin(), fe.slots.begin() + count);
   if (std::find(ids->begin(), ids->end(), 0u) != ids->end()) return 0;
   if (fe.record != 0 && fe.record_ids == *ids) return fe.record;
-  const uint32_t rec = TakeRecord();
+  const uint32_t rec = pool_.Take();
   *fresh = rec != 0;
   return rec;
 }
@@ -125,7 +125,7 @@ std::vector<std::pair<sluice_lb4_key, sluice_lb4_service>> SlotRecords::TakeMast
   }
   for (size_t i = done; i < rec_keys.size(); ++i) {
     const size_t m = rec_masters[i];
-    free_.push_back(rec_keys[i]);
+    pool_.Release(rec_keys[i]);
     out[m].second.backend_id = 0;
     taken_[m].record = 0;
     taken_[m].ids.clear();
@@ -139,18 +139,18 @@ void SlotRecords::MastersWritten(size_t written) {
     auto it = frontends_.find(t.key);
     if (it == frontends_.end()) {
       // Deleted since (MasterDeleted retired what the map named).
-      if (i < written) Retire(t.record);
+      if (i < written) pool_.Retire(t.record);
       continue;
     }
     Frontend& fe = it->second;
     if (i < written) {
-      if (fe.record != t.record) Retire(fe.record);
+      if (fe.record != t.record) pool_.Retire(fe.record);
       fe.record = t.record;
       fe.record_ids = std::move(t.ids);
       continue;
     }
     // Not written: the map's master still names fe.record; the fresh record was never named.
-    if (t.record != 0 && t.record != fe.record) free_.push_back(t.record);
+    if (t.record != fe.record) pool_.Release(t.record);
     Hold(t.key, fe);
   }
   taken_.clear();
@@ -160,8 +160,6 @@ void SlotRecords::BeginRestore() {
   frontends_.clear();
   held_.clear();
   taken_.clear();
-  free_.clear();
-  retired_.clear();
 }
 
 sluice_lb4_service SlotRecords::Restored(const sluice_lb4_key& key, const sluice_lb4_service& v) {
@@ -180,7 +178,8 @@ sluice_lb4_service SlotRecords::Restored(const sluice_lb4_key& key, const sluice
 }
 
 void SlotRecords::EndRestore() {
-  std::vector<bool> named(size_, false);
+  const uint32_t size = pool_.size();
+  std::vector<bool> named(size, false);
   size_t kept = 0, held = 0;
   for (auto& [fk, fe] : frontends_) {
     if (!fe.has_master) continue;
@@ -191,7 +190,7 @@ void SlotRecords::EndRestore() {
       ids.assign(fe.slots.begin(), fe.slots.begin() + count);
       wants = std::find(ids.begin(), ids.end(), 0u) == ids.end();
     }
-    if (fe.record >= size_ || (fe.record != 0 && named[fe.record])) {
+    if (fe.record >= size || (fe.record != 0 && named[fe.record])) {
       // Beyond the array, or another master's: the programs read nothing sensible through it.
       fe.record = 0;
     }
@@ -213,33 +212,15 @@ void SlotRecords::EndRestore() {
   }
   // A record no master names was retired by the last agent, long enough ago (the restart took
   // longer than a program runs): free, like the index of endpoints (loader/endpoint_table.h).
-  for (uint32_t r = size_; r-- > 1;) {
-    if (!named[r]) free_.push_back(r);
-  }
+  pool_.Reset(named, {});
   spdlog::info("services: slot records: {} kept, {} masters to write with a new one", kept, held);
-}
-
-uint32_t SlotRecords::TakeRecord() {
-  while (free_.empty() && !retired_.empty() &&
-         now_() - retired_.front().first >= std::chrono::seconds(SLUICE_LB4_REC_QUARANTINE_S)) {
-    free_.push_back(retired_.front().second);
-    retired_.pop_front();
-  }
-  if (free_.empty()) return 0;
-  const uint32_t rec = free_.back();
-  free_.pop_back();
-  return rec;
-}
-
-void SlotRecords::Retire(uint32_t record) {
-  if (record != 0) retired_.emplace_back(now_(), record);
 }
 
 SlotRecords::Stats SlotRecords::stats() const {
   Stats s;
   for (const auto& [fk, fe] : frontends_) s.named += fe.record != 0;
-  s.retired = retired_.size();
-  s.free = free_.size();
+  s.retired = pool_.retired();
+  s.free = pool_.free();
   return s;
 }
 

@@ -13,20 +13,20 @@
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "loader/quarantined_records.h"
 #include "maps/sluice_maps.h"
 
 namespace sluice::agent {
 
 class SlotRecords {
  public:
-  using Clock = std::function<std::chrono::steady_clock::time_point()>;
+  using Clock = loader::QuarantinedRecords::Clock;
 
   struct Stats {
     size_t named = 0;    // records a master names
@@ -87,17 +87,14 @@ class SlotRecords {
   // The record for fe's slots (ids): its current one when it holds them, else a fresh one to
   // write (*fresh); 0 when it gets none.
   uint32_t RecordFor(Frontend& fe, std::vector<uint32_t>* ids, bool* fresh);
-  uint32_t TakeRecord();
-  void Retire(uint32_t record);
 
   maps::Lb4SlotRecordMap& map_;
-  const Clock now_;
-  const uint32_t size_;  // records in sluice_lb4_rec, record 0 included
+  // sluice_lb4_rec's records: free, and those no master names any more waiting out their
+  // quarantine.
+  loader::QuarantinedRecords pool_;
   absl::flat_hash_map<FrontendKey, Frontend> frontends_;
   std::vector<FrontendKey> held_;
   std::vector<Taken> taken_;
-  std::vector<uint32_t> free_;
-  std::deque<std::pair<std::chrono::steady_clock::time_point, uint32_t>> retired_;
 };
 
 }  // namespace sluice::agent
