@@ -32,7 +32,7 @@ static __always_inline int xdp_check(struct xdp_md *ctx)
 	dst = lookup_ep4(pkt.daddr);
 	policy4_flow_of(&pkt, &flow);
 	if (dst)
-		return redirect_to_endpoint(ctx, dst, &pkt, &flow);
+		return redirect_to_endpoint(ctx, dst, &pkt, &flow, POLICY4_CT_UNKNOWN);
 	if (cfg && nat4_tuple(&pkt, 0, &np) == 0) {
 		ret = nat4_unmasquerade(ctx, &pkt, &np);
 		if (ret < 0)

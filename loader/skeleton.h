@@ -11,6 +11,8 @@
 #include <cstring>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,17 @@
 #include "spdlog/spdlog.h"
 
 namespace sluice::loader {
+
+namespace skeleton_internal {
+// Whether this process has not said `what` yet (and now has): every BPF object checks the shared
+// pins, so a fact about one pin would otherwise be logged once per object.
+inline bool FirstTimeSaid(const std::string& what) {
+  static std::mutex mu;
+  static std::set<std::string> said;
+  std::lock_guard<std::mutex> lock(mu);
+  return said.insert(what).second;
+}
+}  // namespace skeleton_internal
 
 // Specialised per skeleton (see SLUICE_SKELETON_OPS) to reach the generated functions.
 template <typename Skel>
@@ -183,10 +196,11 @@ class Skeleton {
         // its entries were taken as flows come): the pinned map, with every live flow in it,
         // is kept as it is, so the upgrade is hitless; a map created afresh (a drained node,
         // a resize) gets this build's flags.
-        spdlog::info(
-            "map {}: keeping the pinned map and its entries (map flags {:#x}; this "
-            "build creates it with {:#x})",
-            path, info.map_flags, bpf_map__map_flags(map));
+        if (skeleton_internal::FirstTimeSaid(absl::StrCat("keep ", path)))
+          spdlog::info(
+              "map {}: keeping the pinned map and its entries (map flags {:#x}; this "
+              "build creates it with {:#x})",
+              path, info.map_flags, bpf_map__map_flags(map));
         bpf_map__set_map_flags(map, info.map_flags);
       }
       if (rc != 0 || (same_layout && info.map_flags == bpf_map__map_flags(map))) {

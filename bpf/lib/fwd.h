@@ -10,16 +10,17 @@
 #include "lib/policy.h"
 #include "lib/tunnel.h"
 
-/* flow is what ep's ingress policy judges (policy4_flow). Returns a TC verdict or minus a drop
- * reason. */
+/* flow is what ep's ingress policy judges (policy4_flow); known, what the sender's policy point
+ * in this program found of it in conntrack (enum policy4_ct_known, policy4_check). Returns a TC
+ * verdict or minus a drop reason. */
 static __always_inline int redirect_to_endpoint(struct sluice_ctx *ctx,
 						const struct sluice_endpoint *ep, struct pkt4 *pkt,
-						const struct policy4_flow *flow)
+						const struct policy4_flow *flow, int known)
 {
 	__u8 macs[12];
 	int ret;
 
-	ret = policy4_check(ep->endpoint_id, SLUICE_POLICY_INGRESS, flow);
+	ret = policy4_check(ep->endpoint_id, SLUICE_POLICY_INGRESS, flow, known);
 	if (ret < 0)
 		return ret;
 	ret = ip4_dec_ttl(ctx, pkt);

@@ -92,7 +92,7 @@ static __always_inline int netdev_forward_to_backend(struct sluice_ctx *ctx, str
 	ep = lookup_ep4(pkt->daddr);
 	if (ep) {
 		policy4_flow_of(pkt, &flow);
-		return redirect_to_endpoint(ctx, ep, pkt, &flow);
+		return redirect_to_endpoint(ctx, ep, pkt, &flow, POLICY4_CT_UNKNOWN);
 	}
 	if (!cfg)
 		return -SLUICE_DROP_NO_NODE_CONFIG;
@@ -164,7 +164,7 @@ static __always_inline int netdev_to_pod(struct sluice_ctx *ctx, struct pkt4 *pk
 	ep = lookup_ep4(pkt->daddr);
 	if (!ep)
 		return CTX_ACT_OK;
-	return redirect_to_endpoint(ctx, ep, pkt, &flow);
+	return redirect_to_endpoint(ctx, ep, pkt, &flow, POLICY4_CT_UNKNOWN);
 }
 
 /* A packet to the node's address: a reply to a masqueraded flow goes back to the pod (or, for a
@@ -196,7 +196,7 @@ static __always_inline int netdev_unmasquerade(struct sluice_ctx *ctx, struct pk
 	ep = lookup_ep4(pkt->daddr);
 	if (ep) {
 		policy4_flow_of(pkt, &flow);
-		return redirect_to_endpoint(ctx, ep, pkt, &flow);
+		return redirect_to_endpoint(ctx, ep, pkt, &flow, POLICY4_CT_UNKNOWN);
 	}
 	return CTX_ACT_OK;
 }

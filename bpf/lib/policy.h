@@ -20,6 +20,16 @@ struct policy4_flow {
 	__u8 tracked; /* TCP/UDP/SCTP with ports: conntrack lets its replies pass */
 };
 
+/* What a policy point learned of the flow's conntrack entries (policy4_check's answer), handed to
+ * the next point judging the same flow in the same program (a pod's egress, then the ingress of
+ * the pod on this node it sends to), which need not look them up again: both points track a flow
+ * under the same keys. */
+enum policy4_ct_known {
+	POLICY4_CT_UNKNOWN = 0, /* not looked up (passed without: no policy entry, untracked) */
+	POLICY4_CT_REPLY = 1,   /* the reply of a tracked flow */
+	POLICY4_CT_TRACKED = 2, /* no reply; tracked as a flow of its own (found or written) */
+};
+
 static __always_inline void policy4_flow_of(const struct pkt4 *pkt, struct policy4_flow *f)
 {
 	f->saddr = pkt->saddr;
@@ -85,9 +95,12 @@ static __always_inline void policy4_count_denied(__u32 endpoint_id, __u8 dir, __
  * manages, open or not, before the pod's first packet). A reply of a tracked flow passes; other
  * packets need an allow when the direction is enforced, and are then tracked so that their
  * replies pass both policy points on the way back. Every packet of the initiating direction is
- * judged, not only the first: removing an allow stops established flows too.
- * Returns 0 (pass) or minus a drop reason. */
-static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const struct policy4_flow *f)
+ * judged, not only the first: removing an allow stops established flows too. known: what an
+ * earlier point of the same program found in conntrack for f (policy4_check's answer there), or
+ * POLICY4_CT_UNKNOWN. Returns minus a drop reason, or (pass) what this point knows of f's
+ * conntrack entries (enum policy4_ct_known). */
+static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const struct policy4_flow *f,
+					 int known)
 {
 	const struct sluice_policy_ep_entry *pep =
 		bpf_map_lookup_elem(&sluice_policy_ep, &endpoint_id);
@@ -97,23 +110,26 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 	struct sluice_ct4_entry e = {};
 	struct sluice_ct4_entry *ct;
 	__u32 identity;
+	int ret;
 
 	/* A free slot (all zero): the endpoint has no entry. */
 	if (!pep || (!pep->identity && !pep->flags))
-		return 0;
-	if (f->tracked) {
+		return known;
+	if (known == POLICY4_CT_REPLY)
+		return known;
+	key.proto = f->proto;
+	key.dir = SLUICE_CT_DIR_POLICY;
+	if (f->tracked && known == POLICY4_CT_UNKNOWN) {
 		key.saddr = f->daddr;
 		key.daddr = f->saddr;
 		key.sport = f->dport;
 		key.dport = f->sport;
-		key.proto = f->proto;
-		key.dir = SLUICE_CT_DIR_POLICY;
 		ct = ct4_lookup(&key);
 		if (ct) {
 			/* The reply of a tracked TCP flow: established from now on (GC timeouts). */
 			if (!(ct->flags & SLUICE_CT_F_ESTABLISHED) && f->proto == IPPROTO_TCP)
 				ct->flags |= SLUICE_CT_F_ESTABLISHED;
-			return 0;
+			return POLICY4_CT_REPLY;
 		}
 	}
 	if (pep->flags & flag) {
@@ -125,19 +141,20 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 			return -SLUICE_DROP_POLICY_DENIED;
 		}
 	}
-	if (!f->tracked)
-		return 0;
+	if (!f->tracked || known == POLICY4_CT_TRACKED)
+		return known;
 	key.saddr = f->saddr;
 	key.daddr = f->daddr;
 	key.sport = f->sport;
 	key.dport = f->dport;
 	if (ct4_lookup(&key))
-		return 0;
+		return POLICY4_CT_TRACKED;
 	event_policy(endpoint_id, dir, f->saddr, f->daddr, f->sport, f->dport, f->proto,
 		     f->tot_len, 0, pep->flags & flag);
 	e.created_ns = sluice_ct_now();
 	e.last_seen_ns = e.created_ns;
-	return ct4_create_one(&key, &e);
+	ret = ct4_create_one(&key, &e);
+	return ret < 0 ? ret : POLICY4_CT_TRACKED;
 }
 
 #endif

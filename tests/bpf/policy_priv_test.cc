@@ -57,6 +57,18 @@ uint64_t PolicyDrops(loader::Datapath& dp, uint32_t ep, uint8_t dir) {
   return n;
 }
 
+// The conntrack key of a policy-tracked TCP flow as `from` sent it.
+sluice_ct4_key PolicyKey(const char* from, uint16_t sport, const char* to, uint16_t dport) {
+  sluice_ct4_key k{};
+  k.saddr = Ip4(from);
+  k.daddr = Ip4(to);
+  k.sport = htons(sport);
+  k.dport = htons(dport);
+  k.proto = IPPROTO_TCP;
+  k.dir = SLUICE_CT_DIR_POLICY;
+  return k;
+}
+
 class PolicyTest : public DatapathTest {
  protected:
   void SetUp() override {
@@ -224,14 +236,8 @@ std::vector<PacketCase> PolicyCases() {
              },
          .effects =
              [](loader::Datapath& dp, const Trail&) {
-               sluice_ct4_key k{};
-               k.saddr = Ip4(kA);
-               k.daddr = Ip4(kRemotePod);
-               k.sport = htons(40000);
-               k.dport = htons(80);
-               k.proto = IPPROTO_TCP;
-               k.dir = SLUICE_CT_DIR_POLICY;
-               EXPECT_TRUE(dp.ct4().Lookup(k).ok()) << "the allowed flow is tracked";
+               EXPECT_TRUE(dp.ct4().Lookup(PolicyKey(kA, 40000, kRemotePod, 80)).ok())
+                   << "the allowed flow is tracked";
              }},
         {.prog = Prog::kToPod,
          .in = ToA().IPv4(kRemotePod, kA).TCP(80, 40000, kTcpSyn | kTcpAck),
@@ -259,6 +265,58 @@ std::vector<PacketCase> PolicyCases() {
          .in = ToA().IPv4(kOutside, kB).TCP(33000, 8080),
          .verdict = kTcOk,
          .unchanged = true}}},
+      // Pod A sends to pod B on this node: one program judges A's egress, then B's ingress, and
+      // the second point takes what the first found in conntrack from the flow. B's ingress still
+      // judges the flow A's point tracked, and still lets a reply of B's own flow pass.
+      {"BothPointsOnOneNodeJudgeAFlowTheFirstTracked",
+       {{.in = FromA().IPv4(kA, kB).TCP(40000, 8080),
+         .verdict = kTcRedirect,
+         .out = {ARedirectedToB().TCP(40000, 8080)},
+         .setup =
+             [](loader::Datapath& dp) {
+               Enforce(dp, kEpA, kIdA, 0);
+               Enforce(dp, kEpB, kIdB, SLUICE_POLICY_EP_F_INGRESS);
+               Allow(dp, kEpB, kIdA, kIngress, IPPROTO_TCP, 8080, 24);
+             },
+         .effects =
+             [](loader::Datapath& dp, const Trail&) {
+               int tracked = 0;
+               ASSERT_TRUE(dp.ct4()
+                               .ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) {
+                                 tracked += k.dir == SLUICE_CT_DIR_POLICY;
+                               })
+                               .ok());
+               EXPECT_EQ(tracked, 1) << "one entry for the flow, written at A's egress";
+             }},
+        {.in = FromA().IPv4(kA, kB).TCP(40000, 8080, kTcpAck),
+         .verdict = kTcRedirect,
+         .out = {ARedirectedToB().TCP(40000, 8080, kTcpAck)}},
+        // Tracked at A's egress (open), then denied at B's ingress: no allow for 8081.
+        {.in = FromA().IPv4(kA, kB).TCP(40001, 8081),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_POLICY_DENIED},
+        {.in = FromA().IPv4(kA, kB).TCP(40001, 8081, kTcpAck),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_POLICY_DENIED,
+         .effects = [](loader::Datapath& dp,
+                       const Trail&) { EXPECT_EQ(PolicyDrops(dp, kEpB, kIngress), 2u); }},
+        // B opened a flow to A (tracked as B sent it): A's answer passes B's enforced ingress,
+        // which admits nothing on B's port 9000.
+        {.in = FromA().IPv4(kA, kB).TCP(40002, 9000, kTcpSyn | kTcpAck),
+         .verdict = kTcRedirect,
+         .out = {ARedirectedToB().TCP(40002, 9000, kTcpSyn | kTcpAck)},
+         .setup =
+             [](loader::Datapath& dp) {
+               ASSERT_TRUE(
+                   dp.ct4().Update(PolicyKey(kB, 9000, kA, 40002), sluice_ct4_entry{}).ok());
+             },
+         .effects =
+             [](loader::Datapath& dp, const Trail&) {
+               auto v = dp.ct4().Lookup(PolicyKey(kB, 9000, kA, 40002));
+               ASSERT_TRUE(v.ok());
+               EXPECT_TRUE(v->flags & SLUICE_CT_F_ESTABLISHED) << "the reply marked it";
+               EXPECT_EQ(PolicyDrops(dp, kEpB, kIngress), 2u);
+             }}}},
       // Egress is judged on the backend the service picked, not on the ClusterIP.
       {"EgressIsJudgedAfterServiceTranslation",
        {{.in = FromA().IPv4(kA, "10.96.0.10").TCP(40000, 80),
