@@ -28,6 +28,7 @@ enum policy4_ct_known {
 	POLICY4_CT_UNKNOWN = 0, /* not looked up (passed without: no policy entry, untracked) */
 	POLICY4_CT_REPLY = 1,   /* the reply of a tracked flow */
 	POLICY4_CT_TRACKED = 2, /* no reply; tracked as a flow of its own (found or written) */
+	POLICY4_CT_OWN = 3,     /* tracked as a flow of its own (found); the reply not looked up */
 };
 
 static __always_inline void policy4_flow_of(const struct pkt4 *pkt, struct policy4_flow *f)
@@ -110,16 +111,32 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 	struct sluice_ct4_entry e = {};
 	struct sluice_ct4_entry *ct;
 	__u32 identity;
+	int own_missing = 0; /* the flow's own entry was looked up and is not there */
 	int ret;
 
 	/* A free slot (all zero): the endpoint has no entry. */
 	if (!pep || (!pep->identity && !pep->flags))
 		return known;
-	if (known == POLICY4_CT_REPLY)
+	if (known == POLICY4_CT_REPLY || (known == POLICY4_CT_OWN && !(pep->flags & flag)))
 		return known;
 	key.proto = f->proto;
 	key.dir = SLUICE_CT_DIR_POLICY;
-	if (f->tracked && known == POLICY4_CT_UNKNOWN) {
+	/* At a point that judges nothing, a packet from a higher port to a lower one (a client's
+	 * ephemeral port to a service's) most likely goes the way its flow opened: its own entry,
+	 * looked up first, ends the check in one lookup where the reply's would miss. Where that
+	 * entry is missing, the reply check follows as below; the outcome is the same either way
+	 * (a later point that judges looks the reply up before judging: POLICY4_CT_OWN). */
+	if (f->tracked && known == POLICY4_CT_UNKNOWN && !(pep->flags & flag) &&
+	    bpf_ntohs(f->sport) > bpf_ntohs(f->dport)) {
+		key.saddr = f->saddr;
+		key.daddr = f->daddr;
+		key.sport = f->sport;
+		key.dport = f->dport;
+		if (ct4_lookup(&key))
+			return POLICY4_CT_OWN;
+		own_missing = 1;
+	}
+	if (f->tracked && known != POLICY4_CT_TRACKED) {
 		key.saddr = f->daddr;
 		key.daddr = f->saddr;
 		key.sport = f->dport;
@@ -143,11 +160,13 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 	}
 	if (!f->tracked || known == POLICY4_CT_TRACKED)
 		return known;
+	if (known == POLICY4_CT_OWN)
+		return POLICY4_CT_TRACKED;
 	key.saddr = f->saddr;
 	key.daddr = f->daddr;
 	key.sport = f->sport;
 	key.dport = f->dport;
-	if (ct4_lookup(&key))
+	if (!own_missing && ct4_lookup(&key))
 		return POLICY4_CT_TRACKED;
 	event_policy(endpoint_id, dir, f->saddr, f->daddr, f->sport, f->dport, f->proto,
 		     f->tot_len, 0, pep->flags & flag);

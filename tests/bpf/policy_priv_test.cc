@@ -265,6 +265,38 @@ std::vector<PacketCase> PolicyCases() {
          .in = ToA().IPv4(kOutside, kB).TCP(33000, 8080),
          .verdict = kTcOk,
          .unchanged = true}}},
+      // A point that judges nothing (A's egress) looks a packet's own entry up first when its
+      // ports suggest it opened the flow (higher to lower), else the reply's: either way both of
+      // A's flows are tracked and their replies pass A's enforced ingress.
+      {"AnOpenPointTracksFlowsWhicheverWayTheirPortsGo",
+       {{.in = FromA().IPv4(kA, kRemotePod).TCP(40000, 80),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .setup =
+             [](loader::Datapath& dp) { Enforce(dp, kEpA, kIdA, SLUICE_POLICY_EP_F_INGRESS); }},
+        {.in = FromA().IPv4(kA, kRemotePod).TCP(80, 40001),
+         .verdict = kTcOk,
+         .unchanged = true,
+         .effects =
+             [](loader::Datapath& dp, const Trail&) {
+               EXPECT_TRUE(dp.ct4().Lookup(PolicyKey(kA, 40000, kRemotePod, 80)).ok());
+               EXPECT_TRUE(dp.ct4().Lookup(PolicyKey(kA, 80, kRemotePod, 40001)).ok());
+             }},
+        {.in = FromA().IPv4(kA, kRemotePod).TCP(40000, 80, kTcpAck),
+         .verdict = kTcOk,
+         .unchanged = true},
+        {.prog = Prog::kToPod,
+         .in = ToA().IPv4(kRemotePod, kA).TCP(80, 40000, kTcpSyn | kTcpAck),
+         .verdict = kTcOk,
+         .unchanged = true},
+        {.prog = Prog::kToPod,
+         .in = ToA().IPv4(kRemotePod, kA).TCP(40001, 80, kTcpAck),
+         .verdict = kTcOk,
+         .unchanged = true},
+        {.prog = Prog::kToPod,
+         .in = ToA().IPv4(kRemotePod, kA).TCP(80, 40005, kTcpSyn),
+         .verdict = kTcShot,
+         .drop = SLUICE_DROP_POLICY_DENIED}}},
       // Pod A sends to pod B on this node: one program judges A's egress, then B's ingress, and
       // the second point takes what the first found in conntrack from the flow. B's ingress still
       // judges the flow A's point tracked, and still lets a reply of B's own flow pass.
@@ -316,7 +348,22 @@ std::vector<PacketCase> PolicyCases() {
                ASSERT_TRUE(v.ok());
                EXPECT_TRUE(v->flags & SLUICE_CT_F_ESTABLISHED) << "the reply marked it";
                EXPECT_EQ(PolicyDrops(dp, kEpB, kIngress), 2u);
-             }}}},
+             }},
+        // Tracked both ways (each side's packets once taken for an opening): A's egress, which
+        // judges nothing, finds A's own entry first; B's ingress still finds the reply entry
+        // before it judges, so the packet passes as the reply it also is.
+        {.in = FromA().IPv4(kA, kB).TCP(40003, 9000, kTcpAck),
+         .verdict = kTcRedirect,
+         .out = {ARedirectedToB().TCP(40003, 9000, kTcpAck)},
+         .setup =
+             [](loader::Datapath& dp) {
+               ASSERT_TRUE(
+                   dp.ct4().Update(PolicyKey(kA, 40003, kB, 9000), sluice_ct4_entry{}).ok());
+               ASSERT_TRUE(
+                   dp.ct4().Update(PolicyKey(kB, 9000, kA, 40003), sluice_ct4_entry{}).ok());
+             },
+         .effects = [](loader::Datapath& dp,
+                       const Trail&) { EXPECT_EQ(PolicyDrops(dp, kEpB, kIngress), 2u); }}}},
       // Egress is judged on the backend the service picked, not on the ClusterIP.
       {"EgressIsJudgedAfterServiceTranslation",
        {{.in = FromA().IPv4(kA, "10.96.0.10").TCP(40000, 80),
