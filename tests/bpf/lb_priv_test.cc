@@ -61,14 +61,7 @@ void SetService(loader::Datapath& dp, const std::string& addr, uint16_t port, ui
 std::optional<sluice_ct4_entry> Ct(loader::Datapath& dp, const std::string& saddr,
                                    const std::string& daddr, uint16_t sport, uint16_t dport,
                                    uint8_t proto, uint8_t dir) {
-  sluice_ct4_key k{};
-  k.saddr = Ip4(saddr);
-  k.daddr = Ip4(daddr);
-  k.sport = htons(sport);
-  k.dport = htons(dport);
-  k.proto = proto;
-  k.dir = dir;
-  auto e = dp.ct4_of(proto).Lookup(k);
+  auto e = dp.ct4_of(proto).Lookup(CtKey(saddr, daddr, sport, dport, proto, dir));
   if (!e.ok()) return std::nullopt;
   return *e;
 }

@@ -59,14 +59,7 @@ uint64_t PolicyDrops(loader::Datapath& dp, uint32_t ep, uint8_t dir) {
 
 // The conntrack key of a policy-tracked TCP flow as `from` sent it.
 sluice_ct4_key PolicyKey(const char* from, uint16_t sport, const char* to, uint16_t dport) {
-  sluice_ct4_key k{};
-  k.saddr = Ip4(from);
-  k.daddr = Ip4(to);
-  k.sport = htons(sport);
-  k.dport = htons(dport);
-  k.proto = IPPROTO_TCP;
-  k.dir = SLUICE_CT_DIR_POLICY;
-  return k;
+  return CtKey(from, to, sport, dport, IPPROTO_TCP, SLUICE_CT_DIR_POLICY);
 }
 
 class PolicyTest : public DatapathTest {

@@ -26,6 +26,18 @@ sluice_lb4_key LbKey(const std::string& addr, uint16_t port, uint8_t proto, uint
   return k;
 }
 
+sluice_ct4_key CtKey(const std::string& saddr, const std::string& daddr, uint16_t sport,
+                     uint16_t dport, uint8_t proto, uint8_t dir) {
+  sluice_ct4_key k{};
+  k.saddr = Ip4(saddr);
+  k.daddr = Ip4(daddr);
+  k.sport = htons(sport);
+  k.dport = htons(dport);
+  k.proto = proto;
+  k.dir = dir;
+  return k;
+}
+
 absl::Status ProgramService(loader::Datapath& dp, const std::string& addr, uint16_t port,
                             uint8_t proto, uint32_t rev_nat_id,
                             const std::vector<LbBackendSpec>& backends, uint16_t flags,

@@ -147,6 +147,10 @@ struct LbBackendSpec {
 // The sluice_lb4_svc key of a frontend's slot (0: the master entry).
 sluice_lb4_key LbKey(const std::string& addr, uint16_t port, uint8_t proto, uint16_t slot);
 
+// A conntrack key (sluice_ct4 / sluice_ct4_any): ports in host order, dir an enum sluice_ct_dir.
+sluice_ct4_key CtKey(const std::string& saddr, const std::string& daddr, uint16_t sport,
+                     uint16_t dport, uint8_t proto, uint8_t dir);
+
 // Writes a service through the production maps/ API in the agent's hitless order: backends, the
 // reverse-NAT entry, slots 1..n, then the master. Slots beyond n are left to the caller.
 // scope: enum sluice_lb_scope of the frontend's keys.
