@@ -312,6 +312,9 @@ Reflector::Next Reflector::Watch() {
                        ev.type_name, o.decode_error.ToString());
           return absl::OkStatus();
         }
+        // The resourceVersion moves before any counter does: whoever sees an event counted sees
+        // the version past it too.
+        if (!rv.empty()) SetLastRv(std::move(rv));
         if (o.by_identity && ev.type == EventType::kDeleted) {
           ++c_.undecodable_deletes;
           spdlog::info("k8s {} {}: DELETED event does not decode ({}); deleted by name", kind_name,
@@ -324,7 +327,6 @@ Reflector::Next Reflector::Watch() {
           }
         }
         ++c_.events;
-        if (!rv.empty()) SetLastRv(std::move(rv));
         return absl::OkStatus();
       }
       case EventType::kBookmark: {
@@ -335,8 +337,8 @@ Reflector::Next Reflector::Watch() {
           ++c_.decode_errors;
           return absl::OkStatus();
         }
-        ++c_.bookmarks;
         if (!rv.empty()) SetLastRv(std::move(rv));
+        ++c_.bookmarks;
         return absl::OkStatus();
       }
       case EventType::kError: {

@@ -276,7 +276,9 @@ TEST_F(ReflectorTest, WatchEventsAreAppliedInOrder) {
   Upsert("a", 3);
   Remove("b");
   Upsert("c", 4);
-  ASSERT_TRUE(Eventually([&] { return Changes().size() == 4; }));
+  // The sink sees an event before the reflector counts it: wait for the count, which follows
+  // the resourceVersion.
+  ASSERT_TRUE(Eventually([&] { return reflector_->counters().events == 4; }));
   EXPECT_THAT(Changes(), ElementsAre("add b 2", "update a 3", "delete b 2", "add c 4"));
   EXPECT_EQ(StoreContents(), Snapshot());
   EXPECT_EQ(reflector_->last_resource_version(), ResourceVersion());
@@ -289,8 +291,8 @@ TEST_F(ReflectorTest, BookmarkAdvancesResourceVersion) {
   StartReflector();
   ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
   const std::string rv = Bookmark();
-  ASSERT_TRUE(Eventually([&] { return reflector_->last_resource_version() == rv; }));
-  EXPECT_EQ(reflector_->counters().bookmarks, 1u);
+  ASSERT_TRUE(Eventually([&] { return reflector_->counters().bookmarks == 1; }));
+  EXPECT_EQ(reflector_->last_resource_version(), rv);
   // A later re-watch starts from the bookmark's RV.
   server_->CutWatches();
   ASSERT_TRUE(Eventually([&] {
