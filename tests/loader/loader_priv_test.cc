@@ -261,12 +261,8 @@ TEST(Datapath, AnOlderAgentsPreallocatedConntrackIsKeptWithItsFlows) {
   }
   ScratchBpffs fs;
   const std::string pin = maps::PinPath(fs.path(), maps::name::sluice_ct4);
-  sluice_ct4_key key{};
-  key.saddr = htonl(0x0af40002);
-  key.daddr = htonl(0xac1e0001);
-  key.sport = htons(40000);
-  key.dport = htons(80);
-  key.proto = IPPROTO_TCP;
+  const sluice_ct4_key key =
+      CtKey("10.244.0.2", "172.30.0.1", 40000, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
   sluice_ct4_entry flow{};
   flow.backend_id = 7;
   flow.backend_addr = htonl(0x0af40009);

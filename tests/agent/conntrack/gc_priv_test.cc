@@ -76,21 +76,8 @@ class ConntrackGcPrivTest : public DatapathTest {
   }
 
   sluice_ct4_key VictimKey(uint16_t sport, uint8_t dir) {
-    sluice_ct4_key k{};
-    k.proto = IPPROTO_TCP;
-    k.dir = dir;
-    if (dir == SLUICE_CT_DIR_FORWARD) {
-      k.saddr = Ip4(kVictim);
-      k.daddr = Ip4(ClusterIp(0));
-      k.sport = htons(sport);
-      k.dport = htons(80);
-    } else {
-      k.saddr = Ip4(kBackend);
-      k.daddr = Ip4(kVictim);
-      k.sport = htons(8080);
-      k.dport = htons(sport);
-    }
-    return k;
+    return dir == SLUICE_CT_DIR_FORWARD ? CtKey(kVictim, ClusterIp(0), sport, 80, IPPROTO_TCP, dir)
+                                        : CtKey(kBackend, kVictim, 8080, sport, IPPROTO_TCP, dir);
   }
 
   // How many of the victim's connections have both entries, established.

@@ -24,6 +24,7 @@
 namespace sluice::agent {
 namespace {
 
+using ::sluice::testing::CtKey;
 using ::testing::ElementsAre;
 using ::testing::IsEmpty;
 
@@ -114,13 +115,7 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
   size_t CtEntries() { return Entries(dp_->ct4()) + Entries(dp_->ct4_any()); }
   void AddFlow(uint16_t sport, uint8_t proto, uint32_t rev_nat_id, uint32_t backend_id) {
     for (uint8_t dir : {SLUICE_CT_DIR_FORWARD, SLUICE_CT_DIR_REPLY}) {
-      sluice_ct4_key k{};
-      k.saddr = Be32("10.244.0.9");
-      k.daddr = Be32("10.96.0.10");
-      k.sport = htons(sport);
-      k.dport = htons(53);
-      k.proto = proto;
-      k.dir = dir;
+      const sluice_ct4_key k = CtKey("10.244.0.9", "10.96.0.10", sport, 53, proto, dir);
       sluice_ct4_entry e{};
       e.backend_id = backend_id;
       e.rev_nat_id = rev_nat_id;
@@ -128,14 +123,7 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
     }
   }
   bool HasFlow(uint16_t sport, uint8_t proto, uint8_t dir = SLUICE_CT_DIR_FORWARD) {
-    sluice_ct4_key k{};
-    k.dir = dir;
-    k.saddr = Be32("10.244.0.9");
-    k.daddr = Be32("10.96.0.10");
-    k.sport = htons(sport);
-    k.dport = htons(53);
-    k.proto = proto;
-    return dp_->ct4_of(proto).Lookup(k).ok();
+    return dp_->ct4_of(proto).Lookup(CtKey("10.244.0.9", "10.96.0.10", sport, 53, proto, dir)).ok();
   }
 
   // The master's slot record (0: none).
