@@ -391,6 +391,7 @@ int Run() {
     return Fail(absl::InvalidArgumentError("want a positive duration"), "--ct_gc_interval");
   }
   conntrack::ConntrackGc ct_gc((*dp)->ct4(), (*dp)->ct4_any(), &(*dp)->ct_stats(), gc_opts);
+  ct_gc.TrackPairs(&(*dp)->ct_pairs());
   ct_gc.EstimateNatEvictions(&(*dp)->snat());
   ct_gc.Start();
   metrics::ScopedCollector ct_gc_metrics(

@@ -113,7 +113,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
         Adopt(dp->sock_cfg_, m->sluice_sock_cfg),   Adopt(dp->sock4_rnat_, m->sluice_sock4_rnat),
         Adopt(dp->ipcache4_, m->sluice_ipcache4),   Adopt(dp->policy4_, m->sluice_policy4),
         Adopt(dp->policy_ep_, m->sluice_policy_ep), Adopt(dp->pol_drops_, m->sluice_pol_drops),
-        Adopt(dp->tunnel4_, m->sluice_tunnel4),
+        Adopt(dp->tunnel4_, m->sluice_tunnel4),     Adopt(dp->ct_pairs_, m->sluice_ct_pairs),
 
         Adopt(dp->monitor_, m->sluice_monitor),     Adopt(dp->mon_cpu_, m->sluice_mon_cpu)}) {
     if (!st.ok()) return st;

@@ -137,6 +137,8 @@ class Datapath {
   maps::Ct4Map& ct4_any() { return ct4_any_; }
   maps::Ct4Map& ct4_of(uint8_t proto) { return proto == IPPROTO_TCP ? ct4_ : ct4_any_; }
   maps::CtStatsMap& ct_stats() { return ct_stats_; }
+  // Whether flows with a forward and a reply entry may exist (maps/conntrack.h).
+  maps::CtPairsMap& ct_pairs() { return ct_pairs_; }
   // Later IPv4 fragments: a datagram's first fragment's L4 fields (maps/frag.h).
   maps::Frag4Map& frag4() { return frag4_; }
   maps::Lb4SourceRangeMap& lb4_source_ranges() { return lb4_srcr_; }
@@ -189,6 +191,7 @@ class Datapath {
   maps::Ct4Map ct4_any_;
   maps::Frag4Map frag4_;
   maps::CtStatsMap ct_stats_;
+  maps::CtPairsMap ct_pairs_;
   maps::Lb4SourceRangeMap lb4_srcr_;
   maps::Lb4AffinityMap lb4_aff_;
   maps::Lb4NonBackendPortMap lb4_nbport_;

@@ -1,7 +1,11 @@
-/* Connection tracking of load-balanced flows: each service flow has a forward entry (client ->
- * frontend) naming the backend it was given, and a reply entry (backend -> client) naming the
- * frontend the replies must appear from. Written by the datapath; the agent reads, expires
- * (agent/conntrack/gc) and flushes.
+/* Connection tracking of load-balanced flows. A service flow whose replies go to the client
+ * itself (every flow but a hairpinned one) has one flow entry, keyed by the client's address and
+ * port, naming both the frontend the client sent to and the backend it was given; both
+ * directions find it (SLUICE_CT_DIR_FLOW). A flow that cannot have one (hairpinned, or its client
+ * address and port already in another flow's entry) has a forward entry (client -> frontend)
+ * naming the backend, and a reply entry (backend -> client) naming the frontend the replies must
+ * appear from; so had every flow of the programs before flow entries. Written by the datapath;
+ * the agent reads, expires (agent/conntrack/gc) and flushes.
  * Two maps, by protocol: TCP in sluice_ct4, a hash that never evicts (a flood of new flows fails
  * its inserts, counted, instead of pushing out established connections; the GC keeps headroom),
  * every other protocol in sluice_ct4_any, an LRU hash (eviction is the last resort, counted).
@@ -12,7 +16,8 @@
 
 #include "types.h"
 
-#define SLUICE_CT4_MAX_ENTRIES 262144     /* TCP: two entries per flow (default; --ct_tcp_max) */
+#define SLUICE_CT4_MAX_ENTRIES 262144     /* TCP: one entry per flow, two for a few (default;
+					     --ct_tcp_max) */
 #define SLUICE_CT4_ANY_MAX_ENTRIES 262144 /* UDP and the rest (default; --ct_any_max) */
 
 enum sluice_ct_dir {
@@ -22,6 +27,11 @@ enum sluice_ct_dir {
 				      its initiator sends after service translation (the real
 				      addresses); its replies pass without a verdict. The value's
 				      LB fields are 0. */
+	SLUICE_CT_DIR_FLOW = 3,    /* a balanced flow, both directions: keyed by the client's
+				      address and port (saddr, sport; daddr and dport 0), as the
+				      client sends them and its replies are addressed; the value
+				      names the frontend (frontend_addr, frontend_port) and the
+				      backend */
 };
 
 /* Key of sluice_ct4 (BPF_MAP_TYPE_HASH, TCP) and sluice_ct4_any (BPF_MAP_TYPE_LRU_HASH): the
@@ -69,6 +79,19 @@ enum sluice_ct_stat {
 	SLUICE_CT_STAT_MAX = 8,               /* size of sluice_ct_stats; keep last */
 };
 
+/* Slots of sluice_ct_pairs (BPF_MAP_TYPE_ARRAY of __u64): whether flows recorded in a forward
+ * and a reply entry may exist, so that a packet whose client has no flow entry (of its frontend,
+ * or of its backend) needs those lookups too. The datapath adds 1 to CREATED after it writes such
+ * a flow's entries; the agent's GC, after a pass that left no forward or reply entry, writes CLEAR
+ * with what CREATED was before that pass, plus 1. The lookups are skipped while
+ * CLEAR == CREATED + 1, so a fresh map (both 0: a node upgraded from programs that wrote two
+ * entries for every flow) does them until the GC has seen none left. */
+enum sluice_ct_pairs_slot {
+	SLUICE_CT_PAIRS_CREATED = 0,
+	SLUICE_CT_PAIRS_CLEAR = 1,
+	SLUICE_CT_PAIRS_SLOTS = 2,
+};
+
 /* Value of sluice_ct_clock (per-CPU array of one): the coarse clock as this CPU last read it, and
  * the jiffy it read it in. The datapath's own cache (sluice_ct_now in bpf/lib/conntrack.h);
  * nobody else reads or writes it. */
@@ -80,13 +103,22 @@ SLUICE_ASSERT_SIZE(struct sluice_ct_clock, 16);
 
 /* Value of sluice_ct4 and sluice_ct4_any. The same in both directions but for backend_addr and
  * backend_port, which a reply entry with SLUICE_CT_F_FRONTEND uses for the frontend (its key
- * already has the backend: the reply's source). */
+ * already has the backend: the reply's source); a flow entry names both. */
 struct sluice_ct4_entry {
 	__u32 backend_id;     /* key of sluice_lb4_be the flow was given */
 	__u32 rev_nat_id;     /* key of sluice_lb4_rnat for its replies */
-	__u64 created_ns;     /* CLOCK_MONOTONIC_COARSE ns at creation (sluice_ct_now) */
+	union {
+		__u64 created_ns; /* CLOCK_MONOTONIC_COARSE ns at creation (sluice_ct_now); not in
+				     a flow entry, which has instead: */
+		struct {
+			__be32 frontend_addr; /* SLUICE_CT_DIR_FLOW: the frontend the client */
+			__be16 frontend_port; /* sent to, its replies' source */
+			__u16 frontend_pad;
+		};
+	};
 	__u64 last_seen_ns;   /* CLOCK_MONOTONIC_COARSE ns of the last packet in this direction
-				 (a tick behind CLOCK_MONOTONIC at most) */
+				 (either, in a flow entry; a tick behind CLOCK_MONOTONIC at
+				 most) */
 	__be32 backend_addr;  /* the backend itself: a flow keeps it even after the backend is */
 	__be16 backend_port;  /* removed from the service (terminating endpoints, TCP); in a reply
 				 entry with SLUICE_CT_F_FRONTEND, the frontend its replies come
@@ -97,6 +129,8 @@ struct sluice_ct4_entry {
 SLUICE_ASSERT_SIZE(struct sluice_ct4_entry, 32);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, rev_nat_id, 4);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, created_ns, 8);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, frontend_addr, 8);
+SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, frontend_port, 12);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, last_seen_ns, 16);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, backend_addr, 24);
 SLUICE_ASSERT_OFFSET(struct sluice_ct4_entry, flags, 30);

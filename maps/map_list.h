@@ -80,6 +80,8 @@
 	  SLUICE_FRAG4_MAX_ENTRIES, 0)                                                             \
 	/* conntrack counters: created entries, refused inserts, per map (conntrack.h) */          \
 	X(sluice_ct_stats, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, __u64, SLUICE_CT_STAT_MAX, 0)         \
+	/* whether flows with a forward and a reply entry may exist (conntrack.h) */              \
+	X(sluice_ct_pairs, BPF_MAP_TYPE_ARRAY, __u32, __u64, SLUICE_CT_PAIRS_SLOTS, 0)             \
 	/* conntrack's clock: the coarse time cached per CPU and jiffy (conntrack.h) */           \
 	X(sluice_ct_clock, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_ct_clock, 1, 0)         \
 	/* drop counters per reason and direction (drop.h) */                                      \

@@ -66,6 +66,7 @@ using Lb4SlotRecordMap = MapOf<spec::sluice_lb4_rec>;
 using Lb4RevNatMap = MapOf<spec::sluice_lb4_rnat>;
 using Ct4Map = MapOf<spec::sluice_ct4>;  // sluice_ct4 (TCP) and sluice_ct4_any
 using CtStatsMap = MapOf<spec::sluice_ct_stats>;
+using CtPairsMap = MapOf<spec::sluice_ct_pairs>;
 using Frag4Map = MapOf<spec::sluice_frag4>;
 using Lb4SourceRangeMap = MapOf<spec::sluice_lb4_srcr>;
 using Lb4AffinityMap = MapOf<spec::sluice_lb4_aff>;

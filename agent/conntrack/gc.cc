@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <optional>
 #include <tuple>
 #include <vector>
 
@@ -54,6 +55,7 @@ absl::StatusOr<uint64_t> DeleteAll(maps::Ct4Map& map, const std::vector<sluice_c
 
 // A load-balanced flow's two entries (forward: client -> frontend, reply: backend -> client)
 // expire together: a one-way flow refreshes only one of them, and the other must live as long.
+// (A flow entry, SLUICE_CT_DIR_FLOW, holds both directions: its flow has no other entry.)
 // Both carry the rev_nat id; the backend is in the forward entry's value and is the reply key's
 // source; the client's address and port are the forward key's source and the reply key's
 // destination (a hairpinned flow's reply goes to the gateway, and its
@@ -62,7 +64,7 @@ using FlowKey = std::tuple<uint8_t, uint32_t, uint32_t, uint16_t, uint32_t, uint
 bool FlowOf(const Entry& e, FlowKey* out) {
   const auto& k = e.key;
   const auto& v = e.value;
-  if (k.dir == SLUICE_CT_DIR_FORWARD) {
+  if (k.dir == SLUICE_CT_DIR_FORWARD || k.dir == SLUICE_CT_DIR_FLOW) {  // a flow entry is alone
     *out = {k.proto, v.rev_nat_id, v.backend_addr, v.backend_port, k.saddr, k.sport};
     return true;
   }
@@ -149,8 +151,11 @@ absl::Status ConntrackGc::Collect(maps::Ct4Map& map, bool tcp_map, uint64_t now,
     // The coarse clock may run a tick ahead of this one: such an entry is fresh.
     if (now > f.last_seen && now - f.last_seen > timeout) {
       doomed.push_back(e.key);
-    } else if (tcp_map && (!(f.flags & SLUICE_CT_F_ESTABLISHED) ||
-                           (f.flags & SLUICE_CT_F_CLOSING))) {
+      continue;
+    }
+    // Counted even when the headroom pass below deletes it: the count only errs high.
+    if (e.key.dir == SLUICE_CT_DIR_FORWARD || e.key.dir == SLUICE_CT_DIR_REPLY) ++pairs_left_;
+    if (tcp_map && (!(f.flags & SLUICE_CT_F_ESTABLISHED) || (f.flags & SLUICE_CT_F_CLOSING))) {
       spare.emplace_back(f.last_seen, i);
     }
   }
@@ -188,6 +193,13 @@ absl::Status ConntrackGc::RunOnce() {
   // Entries the datapath itself deleted (a direct flow crossing a stale translated one) did not
   // leave by eviction.
   const uint64_t any_crossed = stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_ANY_CROSSED) : 0;
+  // Read before the walk, as the datapath counts a two-entry flow after writing it: a flow this
+  // walk may have missed moves the count past what is written back (maps/conntrack.h).
+  std::optional<uint64_t> pairs_created;
+  if (pairs_ != nullptr) {
+    if (auto v = pairs_->Lookup(SLUICE_CT_PAIRS_CREATED); v.ok()) pairs_created = *v;
+  }
+  pairs_left_ = 0;
   absl::Status st = Collect(tcp_, /*tcp_map=*/true, now, totals_.tcp);
   uint64_t any_scanned_before;
   {
@@ -224,6 +236,9 @@ absl::Status ConntrackGc::RunOnce() {
     any_left_ = totals_.any.live;
   }
   if (nat_evicted > 0) totals_.nat_lru_evictions += nat_evicted;
+  if (st.ok() && any_st.ok() && pairs_created && pairs_left_ == 0) {
+    st.Update(pairs_->Update(SLUICE_CT_PAIRS_CLEAR, *pairs_created + 1));
+  }
   ++totals_.runs;
   st.Update(any_st);
   if (!st.ok()) ++totals_.errors;

@@ -83,6 +83,11 @@ class ConntrackGc {
   // deletes mappings (they leave by eviction only). Needs `stats`; call before Start().
   void EstimateNatEvictions(maps::NatMap* snat) { snat_ = snat; }
 
+  // A pass that leaves no forward or reply entry in either map tells the datapath through
+  // `pairs` (sluice_ct_pairs, borrowed) that it may skip their lookups, until it writes such a
+  // flow again (maps/conntrack.h). Call before Start().
+  void TrackPairs(maps::CtPairsMap* pairs) { pairs_ = pairs; }
+
   // One pass over both maps.
   [[nodiscard]] absl::Status RunOnce();
   // Runs a pass every interval (timed by `clock`) on a thread of its own until Stop().
@@ -108,6 +113,8 @@ class ConntrackGc {
   uint64_t any_crossed_ = 0;    // SLUICE_CT_STAT_ANY_CROSSED at the previous pass
   uint64_t any_left_ = 0;       // entries the previous pass left in sluice_ct4_any
   maps::NatMap* snat_ = nullptr;
+  maps::CtPairsMap* pairs_ = nullptr;
+  uint64_t pairs_left_ = 0;         // forward and reply entries this pass left; guarded by run_mu_
   bool have_nat_baseline_ = false;  // the rest guarded by run_mu_
   uint64_t nat_created_ = 0;
   uint64_t nat_left_ = 0;

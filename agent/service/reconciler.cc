@@ -178,16 +178,34 @@ absl::Status BpfLbMaps::DeleteSourceRange(const sluice_lb4_srcrange_key& key) {
 absl::StatusOr<size_t> BpfLbMaps::FlushUdpFlows(
     const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) {
   RETURN_IF_ERROR(Flush());
-  // Forward entries only: the client's next datagram is balanced afresh, while a reply the
+  // The forward direction only: the client's next datagram is balanced afresh, while a reply the
   // terminating backend still sends finds its reply entry (which names its frontend) and reaches
   // the client from the frontend. The GC deletes the reply entry once it is idle.
   // Collect first: deleting while walking with get_next_key restarts the walk.
+  // A flow entry (both directions) is split first: its reply half is written as a reply entry
+  // naming the frontend, as a flow with two entries has.
   std::vector<sluice_ct4_key> doomed;
+  std::vector<std::pair<sluice_ct4_key, sluice_ct4_entry>> replies;
   RETURN_IF_ERROR(ct_.ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& e) {
-    if (k.proto == IPPROTO_UDP && k.dir == SLUICE_CT_DIR_FORWARD &&
-        flows.contains({e.rev_nat_id, e.backend_id}))
-      doomed.push_back(k);
+    if (k.proto != IPPROTO_UDP || !flows.contains({e.rev_nat_id, e.backend_id})) return;
+    if (k.dir == SLUICE_CT_DIR_FLOW) {
+      sluice_ct4_key rk{};
+      rk.saddr = e.backend_addr;
+      rk.daddr = k.saddr;
+      rk.sport = e.backend_port;
+      rk.dport = k.sport;
+      rk.proto = k.proto;
+      rk.dir = SLUICE_CT_DIR_REPLY;
+      sluice_ct4_entry r = e;
+      r.created_ns = e.last_seen_ns;
+      r.backend_addr = e.frontend_addr;
+      r.backend_port = e.frontend_port;
+      r.flags |= SLUICE_CT_F_FRONTEND;
+      replies.emplace_back(rk, r);
+    }
+    if (k.dir == SLUICE_CT_DIR_FORWARD || k.dir == SLUICE_CT_DIR_FLOW) doomed.push_back(k);
   }));
+  for (const auto& [k, v] : replies) RETURN_IF_ERROR(ct_.Update(k, v));
   size_t n = 0;
   for (const auto& k : doomed) {
     RETURN_IF_ERROR(ct_.Delete(k));

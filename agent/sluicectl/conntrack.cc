@@ -18,6 +18,7 @@ const char* Dir(uint8_t d) {
   return d == SLUICE_CT_DIR_FORWARD  ? "forward"
          : d == SLUICE_CT_DIR_REPLY  ? "reply"
          : d == SLUICE_CT_DIR_POLICY ? "policy"
+         : d == SLUICE_CT_DIR_FLOW   ? "flow"
                                      : "?";
 }
 
@@ -114,7 +115,10 @@ int Conntrack(const std::vector<std::string>& args) {
       if (!named(k.saddr) && !named(k.daddr) && !named(v.backend_addr)) return;
     }
     std::string src = Ip(k.saddr) + ":" + std::to_string(ntohs(k.sport));
-    std::string dst = Ip(k.daddr) + ":" + std::to_string(ntohs(k.dport));
+    // A flow entry's key is the client alone; its value names the frontend the client sent to.
+    std::string dst = k.dir == SLUICE_CT_DIR_FLOW
+                          ? Ip(v.frontend_addr) + ":" + std::to_string(ntohs(v.frontend_port))
+                          : Ip(k.daddr) + ":" + std::to_string(ntohs(k.dport));
     // A reply entry's backend is its source; its value names the frontend (SLUICE_CT_F_FRONTEND).
     std::string be = k.dir == SLUICE_CT_DIR_POLICY ? "-"
                      : k.dir == SLUICE_CT_DIR_REPLY

@@ -1,8 +1,12 @@
-/* Connection tracking of load-balanced flows: a forward entry keyed by the tuple the client sends
- * and a reply entry keyed by the tuple the backend answers with; TCP in sluice_ct4, the rest in
- * sluice_ct4_any. Entries carry their state (SYN only, established, closing) for the GC. */
+/* Connection tracking of load-balanced flows: one flow entry keyed by the client's address and
+ * port, which both directions find; or, where a flow cannot have one, a forward entry keyed by the
+ * tuple the client sends and a reply entry keyed by the tuple the backend answers with
+ * (maps/conntrack.h). TCP in sluice_ct4, the rest in sluice_ct4_any. Entries carry their state
+ * (SYN only, established, closing) for the GC. */
 #ifndef SLUICE_BPF_CONNTRACK_H
 #define SLUICE_BPF_CONNTRACK_H
+
+#include <linux/errno.h>
 
 #include "lib/csum.h"
 #include "lib/drop.h"
@@ -74,19 +78,31 @@ static __always_inline struct sluice_ct4_entry *ct4_find(const struct sluice_ct4
 	return e;
 }
 
+/* flags: BPF_ANY or BPF_NOEXIST. */
 static __always_inline long ct4_store(const struct sluice_ct4_key *key,
-				      const struct sluice_ct4_entry *e)
+				      const struct sluice_ct4_entry *e, __u64 flags)
 {
 	long ret;
 
 	if (key->proto == IPPROTO_TCP) {
-		ret = bpf_map_update_elem(&sluice_ct4, key, e, BPF_ANY);
+		ret = bpf_map_update_elem(&sluice_ct4, key, e, flags);
 		CT4_KEEP_TCP(ret);
 	} else {
-		ret = bpf_map_update_elem(&sluice_ct4_any, key, e, BPF_ANY);
+		ret = bpf_map_update_elem(&sluice_ct4_any, key, e, flags);
 		CT4_KEEP_ANY(ret);
 	}
 	return ret;
+}
+
+/* The key of the flow entry of a client's address and port (SLUICE_CT_DIR_FLOW). */
+static __always_inline void ct4_flow_key(struct sluice_ct4_key *key, __be32 client, __be16 cport,
+					 __u8 proto)
+{
+	__builtin_memset(key, 0, sizeof(*key));
+	key->saddr = client;
+	key->sport = cport;
+	key->proto = proto;
+	key->dir = SLUICE_CT_DIR_FLOW;
 }
 
 static __always_inline void ct4_remove(const struct sluice_ct4_key *key)
@@ -100,6 +116,28 @@ static __always_inline void ct4_remove(const struct sluice_ct4_key *key)
 		ret = bpf_map_delete_elem(&sluice_ct4_any, key);
 		CT4_KEEP_ANY(ret);
 	}
+}
+
+/* Whether flows recorded in a forward and a reply entry may exist (sluice_ct_pairs). */
+static __always_inline int ct4_pairs_may_exist(void)
+{
+	__u32 created_slot = SLUICE_CT_PAIRS_CREATED, clear_slot = SLUICE_CT_PAIRS_CLEAR;
+	const __u64 *created = bpf_map_lookup_elem(&sluice_ct_pairs, &created_slot);
+	const __u64 *clear = bpf_map_lookup_elem(&sluice_ct_pairs, &clear_slot);
+
+	return !created || !clear || *clear != *created + 1;
+}
+
+/* Counts a flow written in a forward and a reply entry, after its entries: a GC pass that reads
+ * the count before it and finds neither entry began after they were written, or sees the count
+ * move (maps/conntrack.h). */
+static __always_inline void ct4_pairs_count_one(void)
+{
+	__u32 slot = SLUICE_CT_PAIRS_CREATED;
+	__u64 *created = bpf_map_lookup_elem(&sluice_ct_pairs, &slot);
+
+	if (created)
+		__sync_fetch_and_add(created, 1);
 }
 
 static __always_inline void ct4_add(__u32 stat, __u64 n)
@@ -136,18 +174,23 @@ __attribute__((noinline)) __u64 sluice_ct_now(void)
 	return c->coarse_ns;
 }
 
-/* Finds the entry for key and marks it seen now (sluice_ct_now); the entry is written only when
- * the time moved, so a busy flow does not dirty its cache line every packet. */
+/* Marks an entry seen now (sluice_ct_now); it is written only when the time moved, so a busy
+ * flow does not dirty its cache line every packet. */
+static __always_inline void ct4_touch(struct sluice_ct4_entry *e)
+{
+	__u64 now = sluice_ct_now();
+
+	if (e->last_seen_ns != now)
+		e->last_seen_ns = now;
+}
+
+/* Finds the entry for key and marks it seen now (ct4_touch). */
 static __always_inline struct sluice_ct4_entry *ct4_lookup(const struct sluice_ct4_key *key)
 {
 	struct sluice_ct4_entry *e = ct4_find(key);
-	__u64 now;
 
-	if (e) {
-		now = sluice_ct_now();
-		if (e->last_seen_ns != now)
-			e->last_seen_ns = now;
-	}
+	if (e)
+		ct4_touch(e);
 	return e;
 }
 
@@ -193,11 +236,20 @@ static __always_inline void ct4_mark_reply_closing(const struct sluice_ct4_key *
 		e->flags |= SLUICE_CT_F_CLOSING;
 }
 
-/* Records a new flow in both directions: fwd as the client sent it (to its frontend), and the
- * reply tuple the backend (be_addr:be_port) will answer with, to reply_daddr (the client, or the
- * address its source was rewritten to); the reply entry names the frontend, so its replies are
- * translated without the sluice_lb4_rnat lookup (SLUICE_CT_F_FRONTEND). The reply entry goes
- * first so that a forward entry never exists without it. Returns 0 or minus a drop reason. */
+static __always_inline int ct4_insert_failed(int tcp)
+{
+	ct4_add(tcp ? SLUICE_CT_STAT_TCP_INSERT_FAILED : SLUICE_CT_STAT_ANY_INSERT_FAILED, 1);
+	return -SLUICE_DROP_CT_MAP_FULL;
+}
+
+/* Records a new flow of client fwd->saddr:fwd->sport to the frontend fwd->daddr:fwd->dport, given
+ * the backend be_addr:be_port, whose replies go to reply_daddr (the client, or the address its
+ * source was rewritten to). Where the replies go to the client itself, in one flow entry under the
+ * client's address and port, unless that is another flow's (the client's port in use towards
+ * another frontend: a socket may share its local port with sockets connected elsewhere); such a
+ * flow, and a hairpinned one, gets two entries: fwd as the client sent it, and the reply tuple,
+ * whose entry names the frontend (SLUICE_CT_F_FRONTEND). The reply entry goes first so that a
+ * forward entry never exists without it. Returns 0 or minus a drop reason. */
 static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 be_addr,
 				      __be16 be_port, __be32 reply_daddr, __u32 backend_id,
 				      __u32 rev_nat_id, __u8 flags)
@@ -206,39 +258,62 @@ static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 b
 	struct sluice_ct4_entry e = {
 		.backend_id = backend_id,
 		.rev_nat_id = rev_nat_id,
-		.created_ns = now,
 		.last_seen_ns = now,
 		.backend_addr = be_addr,
 		.backend_port = be_port,
 		.flags = flags,
 	};
-	struct sluice_ct4_key rev = {
-		.saddr = be_addr,
-		.daddr = reply_daddr,
-		.sport = be_port,
-		.dport = fwd->sport,
-		.proto = fwd->proto,
-		.dir = SLUICE_CT_DIR_REPLY,
-	};
+	struct sluice_ct4_key key;
+	struct sluice_ct4_entry *old;
+	int tcp = fwd->proto == IPPROTO_TCP;
+	long ret;
+
+	if (reply_daddr == fwd->saddr && !(flags & SLUICE_CT_F_HAIRPIN)) {
+		ct4_flow_key(&key, fwd->saddr, fwd->sport, fwd->proto);
+		e.frontend_addr = fwd->daddr;
+		e.frontend_port = fwd->dport;
+		ret = ct4_store(&key, &e, BPF_NOEXIST);
+		if (ret == -EEXIST) {
+			/* The entry of a flow to this frontend that ended, or whose backend is gone
+			 * (lb4_tracked gave this packet no backend): replaced. */
+			old = ct4_find(&key);
+			if (old && old->frontend_addr == fwd->daddr &&
+			    old->frontend_port == fwd->dport)
+				ret = ct4_store(&key, &e, BPF_ANY);
+		}
+		if (ret == 0) {
+			ct4_add(tcp ? SLUICE_CT_STAT_TCP_CREATED : SLUICE_CT_STAT_ANY_CREATED, 1);
+			return 0;
+		}
+		if (ret != -EEXIST)
+			return ct4_insert_failed(tcp);
+		/* Another flow's: this one is recorded by its whole tuple. */
+	}
 
 	struct sluice_ct4_entry reply = e;
-	int tcp = fwd->proto == IPPROTO_TCP;
 
+	e.created_ns = now;
+	reply.created_ns = now;
 	reply.backend_addr = fwd->daddr;
 	reply.backend_port = fwd->dport;
 	reply.flags |= SLUICE_CT_F_FRONTEND;
+	key.saddr = be_addr;
+	key.daddr = reply_daddr;
+	key.sport = be_port;
+	key.dport = fwd->sport;
+	key.proto = fwd->proto;
+	key.dir = SLUICE_CT_DIR_REPLY;
+	key.pad = 0;
 	/* Inserts fail only when the map is full: the TCP hash never evicts, so a flood of new flows
 	 * fails here (counted) instead of pushing out established connections. */
-	if (ct4_store(&rev, &reply)) {
-		ct4_add(tcp ? SLUICE_CT_STAT_TCP_INSERT_FAILED : SLUICE_CT_STAT_ANY_INSERT_FAILED, 1);
-		return -SLUICE_DROP_CT_MAP_FULL;
-	}
-	if (ct4_store(fwd, &e)) {
-		ct4_remove(&rev);
-		ct4_add(tcp ? SLUICE_CT_STAT_TCP_INSERT_FAILED : SLUICE_CT_STAT_ANY_INSERT_FAILED, 1);
-		return -SLUICE_DROP_CT_MAP_FULL;
+	if (ct4_store(&key, &reply, BPF_ANY))
+		return ct4_insert_failed(tcp);
+	if (ct4_store(fwd, &e, BPF_ANY)) {
+		ct4_remove(&key);
+		return ct4_insert_failed(tcp);
 	}
 	ct4_add(tcp ? SLUICE_CT_STAT_TCP_CREATED : SLUICE_CT_STAT_ANY_CREATED, 2);
+	ct4_pairs_count_one();
 	return 0;
 }
 
@@ -248,10 +323,8 @@ static __always_inline int ct4_create_one(const struct sluice_ct4_key *key,
 {
 	int tcp = key->proto == IPPROTO_TCP;
 
-	if (ct4_store(key, e)) {
-		ct4_add(tcp ? SLUICE_CT_STAT_TCP_INSERT_FAILED : SLUICE_CT_STAT_ANY_INSERT_FAILED, 1);
-		return -SLUICE_DROP_CT_MAP_FULL;
-	}
+	if (ct4_store(key, e, BPF_ANY))
+		return ct4_insert_failed(tcp);
 	ct4_add(tcp ? SLUICE_CT_STAT_TCP_CREATED : SLUICE_CT_STAT_ANY_CREATED, 1);
 	return 0;
 }

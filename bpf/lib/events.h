@@ -16,7 +16,7 @@
 #define event_drop(ctx, reason) ((void)(ctx), (void)(reason))
 #define event_policy(...) ((void)0)
 #define event_translate(...) ((void)0)
-#define event_ct_close(...) ((void)0)
+#define event_ct_close(ct, fwd) ((void)(ct), (void)(fwd))
 #else
 
 /* The monitor's configuration when it wants events of `type`, else NULL. The one lookup every

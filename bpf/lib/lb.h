@@ -82,17 +82,58 @@ static __always_inline int lb4_reply_frontend(const struct sluice_ct4_entry *ct,
 	return 0;
 }
 
+/* The close of a flow entry's flow, to the flow monitor, with the tuple its client sent. */
+static __always_inline void lb4_flow_close_event(const struct sluice_ct4_entry *ct, __be32 client,
+						 __be16 cport, __u8 proto)
+{
+	struct sluice_ct4_key fwd = {
+		.saddr = client,
+		.daddr = ct->frontend_addr,
+		.sport = cport,
+		.dport = ct->frontend_port,
+		.proto = proto,
+		.dir = SLUICE_CT_DIR_FORWARD,
+	};
+
+	event_ct_close(ct, &fwd);
+}
+
 /* A reply from a backend to a balanced flow leaves from the frontend; a hairpinned flow's reply
  * also goes back to the client's own address. Maps only. Returns LB4_REVNAT (t says where from),
  * or LB4_NONE when the packet is no such reply. */
 static __always_inline int lb4_rev_nat_lookup(const struct ct4_pkt *p, struct lb4_target *t)
 {
-	struct sluice_ct4_key key = p->key;
+	struct sluice_ct4_key key;
 	struct sluice_ct4_entry *ct;
 
 	/* A reply comes from its backend's port. */
 	if (lb4_no_backend_on(p->key.sport))
 		return LB4_NONE;
+	/* The flow entry of the client the packet is addressed to, when it is this backend's. */
+	ct4_flow_key(&key, p->key.daddr, p->key.dport, p->key.proto);
+	ct = ct4_find(&key);
+	if (ct && ct->backend_addr == p->key.saddr && ct->backend_port == p->key.sport) {
+		ct4_touch(ct);
+		t->flags = ct->flags;
+		t->addr = ct->frontend_addr;
+		t->port = ct->frontend_port;
+		if (p->key.proto == IPPROTO_TCP) {
+			__u8 mark = 0;
+
+			if (!(ct->flags & SLUICE_CT_F_ESTABLISHED))
+				mark |= SLUICE_CT_F_ESTABLISHED;
+			if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST)) {
+				mark |= SLUICE_CT_F_CLOSING;
+				lb4_flow_close_event(ct, p->key.daddr, p->key.dport, p->key.proto);
+			}
+			if (mark)
+				ct->flags |= mark;
+		}
+		return LB4_REVNAT;
+	}
+	if (!ct4_pairs_may_exist())
+		return LB4_NONE;
+	key = p->key;
 	key.dir = SLUICE_CT_DIR_REPLY;
 	ct = ct4_lookup(&key);
 	if (!ct)
@@ -170,6 +211,18 @@ static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 	    (p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) != CT4_TCP_SYN)
 		return;
 	if (lb4_no_backend_on(p->key.dport))
+		return;
+	/* The translated flow's entry, when it is a flow entry of this client and backend. */
+	ct4_flow_key(&fwd, p->key.saddr, p->key.sport, p->key.proto);
+	ct = ct4_find(&fwd);
+	if (ct && ct->backend_addr == p->key.daddr && ct->backend_port == p->key.dport) {
+		ct4_remove(&fwd);
+		ct4_add(p->key.proto == IPPROTO_TCP ? SLUICE_CT_STAT_TCP_CROSSED
+						    : SLUICE_CT_STAT_ANY_CROSSED,
+			1);
+		return;
+	}
+	if (!ct4_pairs_may_exist())
 		return;
 	ct = ct4_find(&rev);
 	/* A hairpinned flow's reply entry is addressed to the gateway, never a client's own. */
@@ -366,19 +419,30 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 static __always_inline int lb4_tracked(const struct ct4_pkt *p, __be32 hairpin_src,
 				       struct lb4_target *t)
 {
-	struct sluice_ct4_entry *ct = ct4_lookup(&p->key);
+	struct sluice_ct4_key key;
+	struct sluice_ct4_entry *ct;
+	int flow; /* ct is a flow entry: both directions' */
 
+	/* The client's flow entry, when it is this frontend's; else the forward entry. */
+	ct4_flow_key(&key, p->key.saddr, p->key.sport, p->key.proto);
+	ct = ct4_find(&key);
+	flow = ct && ct->frontend_addr == p->key.daddr && ct->frontend_port == p->key.dport;
+	if (!flow)
+		ct = ct4_pairs_may_exist() ? ct4_find(&p->key) : NULL;
 	if (!ct)
 		return LB4_NONE;
+	ct4_touch(ct);
 	if (p->key.proto == IPPROTO_TCP) {
 		if ((p->tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) == CT4_TCP_SYN && lb4_ct_stale(ct))
 			return LB4_NONE;
 		if (p->tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST)) {
 			event_ct_close(ct, &p->key);
 			ct->flags |= SLUICE_CT_F_CLOSING;
-			ct4_mark_reply_closing(&p->key, ct,
-					       ct->flags & SLUICE_CT_F_HAIRPIN ? hairpin_src :
-										   p->key.saddr);
+			if (!flow)
+				ct4_mark_reply_closing(&p->key, ct,
+						       ct->flags & SLUICE_CT_F_HAIRPIN ?
+							       hairpin_src :
+							       p->key.saddr);
 		}
 	}
 	t->hairpin_src = hairpin_src;

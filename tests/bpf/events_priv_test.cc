@@ -9,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "support/fixture.h"
 
@@ -204,6 +205,53 @@ TEST_F(EventsTest, ServiceTranslationNamesFrontendBackendAndServiceThenCloseOnce
   EXPECT_EQ(c.id, kRevNatId);
   EXPECT_EQ(c.nat_addr[0], t.nat_addr[0]);
   EXPECT_EQ(c.sport, t.sport);
+}
+
+// The backend closes first: the close is reported from the reply path, once, with the tuple the
+// client sent (to the frontend), which a flow entry keeps only in its value.
+TEST_F(EventsTest, CloseSeenFromTheBackendIsReportedAsTheClientSentIt) {
+  ASSERT_TRUE(ProgramService(*dp_, kClusterIp, 80, IPPROTO_TCP, kRevNatId, kBackends).ok());
+  for (uint32_t n : {21u, 22u}) {
+    ASSERT_TRUE(
+        AddEndpoint(*dp_, Ip4(absl::StrFormat("10.244.0.%d", n)), kIfindex, kPodBMac, kHostBMac, n)
+            .ok());
+  }
+  Monitor(Bit(SLUICE_EVENT_TRANSLATE) | Bit(SLUICE_EVENT_CT_CLOSE));
+  ASSERT_EQ(Run(dp_->from_pod_fd(),
+                Packet::Eth(kPodMac, kHostMac).IPv4(kA, kClusterIp).TCP(40004, 80, kTcpSyn).Build(),
+                kIfindex)
+                .verdict,
+            kTcRedirect);
+  auto events = Drain(dp_->events_fd());
+  ASSERT_EQ(events.size(), 1u);
+  const uint32_t backend = events[0].nat_addr[0];
+  auto from_backend = [&](uint8_t flags) {
+    return Packet::Eth(kPodBMac, kHostBMac)
+        .IPv4(FormatIp4(backend), kA)
+        .TCP(8080, 40004, flags)
+        .Build();
+  };
+  ASSERT_EQ(Run(dp_->from_pod_fd(), from_backend(kTcpAck | 0x01), kIfindex).verdict, kTcRedirect);
+  ASSERT_EQ(Run(dp_->from_pod_fd(), from_backend(kTcpAck | 0x01), kIfindex).verdict, kTcRedirect);
+  ASSERT_EQ(Run(dp_->from_pod_fd(),
+                Packet::Eth(kPodMac, kHostMac)
+                    .IPv4(kA, kClusterIp)
+                    .TCP(40004, 80, kTcpAck | 0x01)
+                    .Build(),
+                kIfindex)
+                .verdict,
+            kTcRedirect);
+  events = Drain(dp_->events_fd());
+  ASSERT_EQ(events.size(), 1u) << "one close, whichever side and however many FINs";
+  const sluice_event& c = events[0];
+  EXPECT_EQ(c.type, SLUICE_EVENT_CT_CLOSE);
+  EXPECT_EQ(c.saddr[0], Ip4(kA));
+  EXPECT_EQ(ntohs(c.sport), 40004);
+  EXPECT_EQ(c.daddr[0], Ip4(kClusterIp));
+  EXPECT_EQ(ntohs(c.dport), 80);
+  EXPECT_EQ(c.nat_addr[0], backend);
+  EXPECT_EQ(ntohs(c.nat_port), 8080);
+  EXPECT_EQ(c.id, kRevNatId);
 }
 
 TEST_F(EventsTest, RejectedServiceFlowIsReportedAsTheClientSentIt) {

@@ -66,6 +66,30 @@ std::optional<sluice_ct4_entry> Ct(loader::Datapath& dp, const std::string& sadd
   return *e;
 }
 
+// The flow entry (SLUICE_CT_DIR_FLOW) of a client's address and port.
+std::optional<sluice_ct4_entry> Flow(loader::Datapath& dp, const std::string& client,
+                                     uint16_t cport, uint8_t proto) {
+  return Ct(dp, client, "0.0.0.0", cport, 0, proto, SLUICE_CT_DIR_FLOW);
+}
+
+// The balanced flows' entries that name kClient's port cport: a flow entry, a forward entry from
+// it, a reply entry to it.
+size_t LbEntriesOfClientPort(loader::Datapath& dp, uint16_t cport, uint8_t proto) {
+  size_t n = 0;
+  const uint32_t client = Ip4(kClient);
+  EXPECT_TRUE(dp.ct4_of(proto)
+                  .ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry&) {
+                    if (k.proto != proto) return;
+                    const bool from = k.saddr == client && k.sport == htons(cport);
+                    const bool to = k.daddr == client && k.dport == htons(cport);
+                    if (((k.dir == SLUICE_CT_DIR_FLOW || k.dir == SLUICE_CT_DIR_FORWARD) && from) ||
+                        (k.dir == SLUICE_CT_DIR_REPLY && to))
+                      ++n;
+                  })
+                  .ok());
+  return n;
+}
+
 // The TCP backend a decoded packet was sent to, 0 if none.
 uint32_t TcpBackendOf(const Decoded& d) {
   for (const auto& b : kTcpBackends) {
@@ -144,6 +168,9 @@ class LbTest : public DatapathTest {
                                      uint8_t dir) {
     return testing::Ct(*dp_, saddr, daddr, sport, dport, proto, dir);
   }
+  std::optional<sluice_ct4_entry> Flow(uint16_t cport, uint8_t proto = IPPROTO_TCP) {
+    return testing::Flow(*dp_, kClient, cport, proto);
+  }
 };
 
 // ---- sluice_from_pod: ClusterIP translation, its replies and its rejections -------------------
@@ -190,12 +217,17 @@ void ExpectNoConntrack(loader::Datapath& dp, const Trail&) {
   }
 }
 
-void ExpectForwardEntry(loader::Datapath& dp, uint16_t sport, uint16_t dport, uint8_t proto,
-                        uint32_t backend_id, uint32_t rev_nat_id) {
-  auto fwd = Ct(dp, kClient, kClusterIp, sport, dport, proto, SLUICE_CT_DIR_FORWARD);
-  ASSERT_TRUE(fwd);
-  EXPECT_EQ(fwd->backend_id, backend_id);
-  EXPECT_EQ(fwd->rev_nat_id, rev_nat_id);
+// kClient's flow from sport to the ClusterIP's port dport is one flow entry, naming the frontend
+// and the backend, and no other entry.
+void ExpectFlowEntry(loader::Datapath& dp, uint16_t sport, uint16_t dport, uint8_t proto,
+                     uint32_t backend_id, uint32_t rev_nat_id) {
+  auto flow = Flow(dp, kClient, sport, proto);
+  ASSERT_TRUE(flow);
+  EXPECT_EQ(flow->backend_id, backend_id);
+  EXPECT_EQ(flow->rev_nat_id, rev_nat_id);
+  EXPECT_EQ(flow->frontend_addr, Ip4(kClusterIp));
+  EXPECT_EQ(flow->frontend_port, htons(dport));
+  EXPECT_EQ(LbEntriesOfClientPort(dp, sport, proto), 1u) << "one entry for the flow";
 }
 
 // The UDP exchange with the ClusterIP's port 53, with a checksum or with none (zero).
@@ -219,7 +251,7 @@ std::vector<Step> UdpExchange(uint16_t sport, bool zero_csum) {
              if (zero_csum) {
                EXPECT_EQ(t.last().l4_csum, 0) << "a zero UDP checksum stays 'none'";
              }
-             ExpectForwardEntry(dp, sport, 53, IPPROTO_UDP, PodOf(t.last()) == 21 ? 11 : 12, 2);
+             ExpectFlowEntry(dp, sport, 53, IPPROTO_UDP, PodOf(t.last()) == 21 ? 11 : 12, 2);
            }},
       {.in =
            [sport, zero_csum](const Trail& t) {
@@ -244,27 +276,36 @@ Frame ReplyOf(uint16_t client_port, uint8_t flags = kTcpSyn | kTcpAck) {
   };
 }
 
-// The reply entries of the client's flows from client_port: checked to name the ClusterIP's
-// frontend (SLUICE_CT_F_FRONTEND), and, as_older_programs, rewritten as the programs before that
-// flag wrote them (the backend in the value, no flag).
-void RewriteReplyEntries(loader::Datapath& dp, uint16_t client_port, bool as_older_programs) {
-  std::vector<std::pair<sluice_ct4_key, sluice_ct4_entry>> replies;
+// The client's flow from client_port to the ClusterIP's port 80 (one flow entry) rewritten as the
+// programs before flow entries wrote it (a hitless upgrade's live flows): a forward entry naming
+// the backend, and a reply entry naming the frontend (SLUICE_CT_F_FRONTEND), or, older still
+// (!frontend_flag), the backend again and no flag.
+void AsOlderPrograms(loader::Datapath& dp, uint16_t client_port, bool frontend_flag) {
+  const sluice_ct4_key flow_key =
+      CtKey(kClient, "0.0.0.0", client_port, 0, IPPROTO_TCP, SLUICE_CT_DIR_FLOW);
+  auto flow = dp.ct4().Lookup(flow_key);
+  ASSERT_TRUE(flow.ok()) << flow.status();
+  ASSERT_EQ(flow->frontend_addr, Ip4(kClusterIp));
+  ASSERT_EQ(flow->frontend_port, htons(80));
+  sluice_ct4_entry fwd = *flow;
+  fwd.created_ns = flow->last_seen_ns;
+  sluice_ct4_entry rev = fwd;
+  if (frontend_flag) {
+    rev.flags |= SLUICE_CT_F_FRONTEND;
+    rev.backend_addr = Ip4(kClusterIp);
+    rev.backend_port = htons(80);
+  }
   ASSERT_TRUE(dp.ct4()
-                  .ForEach([&](const sluice_ct4_key& k, const sluice_ct4_entry& v) {
-                    if (k.dir == SLUICE_CT_DIR_REPLY && k.dport == htons(client_port))
-                      replies.emplace_back(k, v);
-                  })
+                  .Update(CtKey(FormatIp4(flow->backend_addr), kClient, ntohs(flow->backend_port),
+                                client_port, IPPROTO_TCP, SLUICE_CT_DIR_REPLY),
+                          rev)
                   .ok());
-  ASSERT_EQ(replies.size(), 1u);
-  auto [k, v] = replies[0];
-  EXPECT_TRUE(v.flags & SLUICE_CT_F_FRONTEND);
-  EXPECT_EQ(v.backend_addr, Ip4(kClusterIp));
-  EXPECT_EQ(v.backend_port, htons(80));
-  if (!as_older_programs) return;
-  v.flags &= ~SLUICE_CT_F_FRONTEND;
-  v.backend_addr = k.saddr;
-  v.backend_port = k.sport;
-  ASSERT_TRUE(dp.ct4().Update(k, v).ok());
+  ASSERT_TRUE(
+      dp.ct4()
+          .Update(CtKey(kClient, kClusterIp, client_port, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD),
+                  fwd)
+          .ok());
+  ASSERT_TRUE(dp.ct4().Delete(flow_key).ok());
 }
 
 // Vouches (sluice_lb4_nbport) for `port` alone: bit port & 31 of word port >> 5.
@@ -293,12 +334,12 @@ std::vector<PacketCase> ClusterIpCases() {
              [](loader::Datapath& dp, const Trail& t) {
                uint32_t id = TcpBackendOf(t.last());
                ASSERT_THAT(id, ::testing::AnyOf(1u, 2u, 3u));
-               ExpectForwardEntry(dp, 40000, 80, IPPROTO_TCP, id, 1);
-               auto rev = Ct(dp, kTcpBackends[id - 1].addr, kClient, 8080, 40000, IPPROTO_TCP,
-                             SLUICE_CT_DIR_REPLY);
-               ASSERT_TRUE(rev);
-               EXPECT_EQ(rev->backend_id, id);
-               EXPECT_EQ(rev->rev_nat_id, 1u);
+               ExpectFlowEntry(dp, 40000, 80, IPPROTO_TCP, id, 1);
+               auto flow = Flow(dp, kClient, 40000, IPPROTO_TCP);
+               ASSERT_TRUE(flow);
+               EXPECT_EQ(flow->backend_addr, Ip4(kTcpBackends[id - 1].addr));
+               EXPECT_EQ(flow->backend_port, htons(8080));
+               EXPECT_EQ(flow->flags, 0) << "not established before a reply";
              }}}},
       {"ReplyFromBackendIsReverseTranslatedToTheClusterIp",
        {{.in = ToService(40003),
@@ -351,8 +392,10 @@ std::vector<PacketCase> ClusterIpCases() {
         {.in = ReplyOf(40005, kTcpAck),
          .verdict = kTcRedirect,
          .out = {ToClient(kClusterIp).TCP(80, 40005, kTcpAck)}}}},
-      // A reply entry names its frontend (SLUICE_CT_F_FRONTEND): the reply is translated without
-      // sluice_lb4_rnat, here emptied ...
+      // A flow the programs before flow entries recorded, in a forward entry and a reply entry
+      // naming its frontend (SLUICE_CT_F_FRONTEND): the reply is translated without
+      // sluice_lb4_rnat, here emptied, and the client's next segment follows the forward entry
+      // ...
       {"ReplyFindsItsFrontendInItsReplyEntry",
        {{.in = ToService(40006),
          .verdict = kTcRedirect,
@@ -363,10 +406,27 @@ std::vector<PacketCase> ClusterIpCases() {
          .setup =
              [](loader::Datapath& dp) {
                ASSERT_TRUE(dp.lb4_revnat().Delete(1).ok());
-               RewriteReplyEntries(dp, 40006, /*as_older_programs=*/false);
+               AsOlderPrograms(dp, 40006, /*frontend_flag=*/true);
+             }},
+        {.in = ToService(40006, kTcpAck),
+         .verdict = kTcRedirect,
+         .out = {[](const Trail& t) {
+           int n = PodOf(t.out[0]);
+           return Packet::Eth(HostMac(n), PodMac(n))
+               .IPv4(kClient, FormatIp4(t.out[0].ip_dst), 63)
+               .TCP(40006, 8080, kTcpAck)
+               .Payload("GET /");
+         }},
+         .effects =
+             [](loader::Datapath& dp, const Trail&) {
+               EXPECT_FALSE(Flow(dp, kClient, 40006, IPPROTO_TCP)) << "no flow entry made";
+               auto fwd =
+                   Ct(dp, kClient, kClusterIp, 40006, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+               ASSERT_TRUE(fwd);
+               EXPECT_TRUE(fwd->flags & SLUICE_CT_F_ESTABLISHED) << "the reply marked it";
              }}}},
-      // ... while an entry as the programs before it wrote them (no flag, the backend in its
-      // value: a hitless upgrade's live flows) goes through sluice_lb4_rnat, here moved to :81.
+      // ... while a reply entry as the programs before that flag wrote them (the backend in its
+      // value) goes through sluice_lb4_rnat, here moved to :81.
       {"ReplyOfAnOlderEntryFindsItsFrontendThroughRevNat",
        {{.in = ToService(40007),
          .verdict = kTcRedirect,
@@ -378,7 +438,7 @@ std::vector<PacketCase> ClusterIpCases() {
              [](loader::Datapath& dp) {
                sluice_lb4_revnat moved{Ip4(kClusterIp), htons(81), 0};
                ASSERT_TRUE(dp.lb4_revnat().Update(1, moved).ok());
-               RewriteReplyEntries(dp, 40007, /*as_older_programs=*/true);
+               AsOlderPrograms(dp, 40007, /*frontend_flag=*/false);
              }}}},
       {"PacketsFromABackendOutsideATrackedFlowAreNotTranslated",
        {{.in = Packet::Eth(PodMac(21), HostMac(21))
@@ -661,24 +721,23 @@ TEST_F(LbTest, ConntrackStampsFlowsWithTheCoarseClockAsItMoves) {
   uint64_t before = coarse();
   ASSERT_EQ(FromPod(TcpToService(40070)).verdict, kTcRedirect);
   uint64_t after = coarse();
-  auto first = Ct(kClient, kClusterIp, 40070, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  auto first = Flow(40070);
   ASSERT_TRUE(first);
   // The cache may lag the clock by a tick, never lead it.
-  EXPECT_GE(first->created_ns + 2 * tick, before);
-  EXPECT_LE(first->created_ns, after);
-  EXPECT_EQ(first->last_seen_ns, first->created_ns);
+  EXPECT_GE(first->last_seen_ns + 2 * tick, before);
+  EXPECT_LE(first->last_seen_ns, after);
 
   // The clock moves on by three ticks (a wait on the clock itself, bounded).
   const uint64_t deadline = coarse() + 1000000000ull;
-  while (coarse() < first->created_ns + 3 * tick && coarse() < deadline) sched_yield();
-  ASSERT_GE(coarse(), first->created_ns + 3 * tick);
+  while (coarse() < first->last_seen_ns + 3 * tick && coarse() < deadline) sched_yield();
+  ASSERT_GE(coarse(), first->last_seen_ns + 3 * tick);
 
   before = coarse();
   ASSERT_EQ(FromPod(TcpToService(40070, kTcpAck)).verdict, kTcRedirect);
   after = coarse();
-  auto later = Ct(kClient, kClusterIp, 40070, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  auto later = Flow(40070);
   ASSERT_TRUE(later);
-  EXPECT_EQ(later->created_ns, first->created_ns);
+  EXPECT_EQ(later->frontend_addr, Ip4(kClusterIp)) << "the frontend, not a creation time";
   EXPECT_GT(later->last_seen_ns, first->last_seen_ns) << "the stamp moved with the clock";
   EXPECT_GE(later->last_seen_ns + 2 * tick, before);
   EXPECT_LE(later->last_seen_ns, after);
@@ -710,7 +769,7 @@ TEST_F(LbTest, NewConnectionOnAReusedTupleIsBalancedAgain) {
   uint32_t now_id = TcpBackendOf(*moved);
   EXPECT_NE(now_id, id);
   EXPECT_NE(now_id, 0u);
-  auto fwd = Ct(kClient, kClusterIp, 40050, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  auto fwd = Flow(40050);
   ASSERT_TRUE(fwd);
   EXPECT_EQ(fwd->backend_id, now_id);
 
@@ -723,7 +782,7 @@ TEST_F(LbTest, NewConnectionOnAReusedTupleIsBalancedAgain) {
                  .Build();
   auto rf = FromPod(fin);
   ASSERT_EQ(rf.verdict, kTcRedirect);
-  fwd = Ct(kClient, kClusterIp, 40050, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  fwd = Flow(40050);
   ASSERT_TRUE(fwd);
   EXPECT_TRUE(fwd->flags & SLUICE_CT_F_CLOSING);
   // Only the other remaining backend is left in the service now.
@@ -742,6 +801,124 @@ TEST_F(LbTest, NewConnectionOnAReusedTupleIsBalancedAgain) {
   auto fresh = Decode(FromPod(TcpToService(40050)).out);
   ASSERT_TRUE(fresh);
   EXPECT_EQ(TcpBackendOf(*fresh), last[0].id);
+}
+
+// A socket may share its local port with sockets connected elsewhere: the client's port is in one
+// flow's entry already when its second flow, to another frontend, comes. That flow gets a forward
+// and a reply entry; each flow's replies come from its own frontend, and each flow's packets go to
+// its own backend.
+TEST_F(LbTest, ASecondFlowFromAClientPortInUseIsTrackedByItsWholeTuple) {
+  constexpr const char* kSecondIp = "10.96.0.40";
+  SetService(kSecondIp, 80, IPPROTO_TCP, 6, {{6, "10.244.0.21", 9090, IPPROTO_TCP}});
+  auto first = Decode(FromPod(TcpToService(40200)).out);
+  ASSERT_TRUE(first);
+  const uint32_t id = TcpBackendOf(*first);
+  ASSERT_NE(id, 0u);
+  const auto& be = kTcpBackends[id - 1];
+  auto to_second = [&](uint8_t flags) {
+    return Packet::Eth(kClientMac, kClientHostMac)
+        .IPv4(kClient, kSecondIp)
+        .TCP(40200, 80, flags)
+        .Payload("GET /")
+        .Build();
+  };
+  auto second = Decode(FromPod(to_second(kTcpSyn)).out);
+  ASSERT_TRUE(second);
+  EXPECT_EQ(second->ip_dst, Ip4("10.244.0.21"));
+  EXPECT_EQ(second->dport, 9090);
+
+  auto flow = Flow(40200);
+  ASSERT_TRUE(flow);
+  EXPECT_EQ(flow->frontend_addr, Ip4(kClusterIp)) << "the first flow keeps its entry";
+  EXPECT_EQ(flow->backend_id, id);
+  auto fwd = Ct(kClient, kSecondIp, 40200, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  ASSERT_TRUE(fwd);
+  EXPECT_EQ(fwd->backend_id, 6u);
+  auto rev = Ct("10.244.0.21", kClient, 9090, 40200, IPPROTO_TCP, SLUICE_CT_DIR_REPLY);
+  ASSERT_TRUE(rev);
+  EXPECT_TRUE(rev->flags & SLUICE_CT_F_FRONTEND);
+  EXPECT_EQ(rev->backend_addr, Ip4(kSecondIp));
+  EXPECT_EQ(LbEntriesOfClientPort(*dp_, 40200, IPPROTO_TCP), 3u);
+
+  // Each backend's reply comes from its own flow's frontend.
+  auto reply_from = [&](const std::string& addr, uint16_t port, int pod) {
+    return Decode(FromPod(Packet::Eth(PodMac(pod), HostMac(pod))
+                              .IPv4(addr, kClient)
+                              .TCP(port, 40200, kTcpSyn | kTcpAck)
+                              .Build())
+                      .out);
+  };
+  auto r1 = reply_from(be.addr, 8080, 20 + static_cast<int>(id));
+  ASSERT_TRUE(r1);
+  EXPECT_EQ(r1->ip_src, Ip4(kClusterIp));
+  auto r2 = reply_from("10.244.0.21", 9090, 21);
+  ASSERT_TRUE(r2);
+  EXPECT_EQ(r2->ip_src, Ip4(kSecondIp));
+  EXPECT_EQ(r2->sport, 80);
+  // And each flow's next segment reaches its own backend.
+  auto again = Decode(FromPod(TcpToService(40200, kTcpAck)).out);
+  ASSERT_TRUE(again);
+  EXPECT_EQ(TcpBackendOf(*again), id);
+  auto again2 = Decode(FromPod(to_second(kTcpAck)).out);
+  ASSERT_TRUE(again2);
+  EXPECT_EQ(again2->dport, 9090);
+  EXPECT_TRUE(Flow(40200)->flags & SLUICE_CT_F_ESTABLISHED);
+  EXPECT_TRUE(Ct(kClient, kSecondIp, 40200, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD)->flags &
+              SLUICE_CT_F_ESTABLISHED);
+}
+
+// The forward and reply entry lookups are skipped once the GC has seen none left
+// (sluice_ct_pairs, maps/conntrack.h), and done again from the moment the datapath writes such a
+// flow: its replies are translated even when the flow entry that made it need two entries is gone.
+TEST_F(LbTest, TwoEntryLookupsStopWhenTheGcSawNoneAndResumeWithTheNextSuchFlow) {
+  auto created = dp_->ct_pairs().Lookup(SLUICE_CT_PAIRS_CREATED);
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(*created, 0u);
+  // What the GC writes after a pass that left no forward or reply entry.
+  ASSERT_TRUE(dp_->ct_pairs().Update(SLUICE_CT_PAIRS_CLEAR, *created + 1).ok());
+
+  // A flow as older programs recorded it is now not looked up: its reply passes as sent.
+  ASSERT_EQ(FromPod(TcpToService(40300)).verdict, kTcRedirect);
+  AsOlderPrograms(*dp_, 40300, /*frontend_flag=*/true);
+  auto older = Ct(kClient, kClusterIp, 40300, 80, IPPROTO_TCP, SLUICE_CT_DIR_FORWARD);
+  ASSERT_TRUE(older);
+  const auto& older_be = kTcpBackends[older->backend_id - 1];
+  auto reply = [&](const std::string& addr, uint16_t port, uint16_t cport, int pod) {
+    return Decode(FromPod(Packet::Eth(PodMac(pod), HostMac(pod))
+                              .IPv4(addr, kClient)
+                              .TCP(port, cport, kTcpAck)
+                              .Build())
+                      .out);
+  };
+  auto r = reply(older_be.addr, 8080, 40300, 20 + static_cast<int>(older->backend_id));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->ip_src, Ip4(older_be.addr)) << "not translated: its entries were not looked up";
+
+  // A client port in a flow entry, then a second flow from it: two entries, counted.
+  constexpr const char* kSecondIp = "10.96.0.40";
+  SetService(kSecondIp, 80, IPPROTO_TCP, 6, {{6, "10.244.0.21", 9090, IPPROTO_TCP}});
+  ASSERT_EQ(FromPod(TcpToService(40301)).verdict, kTcRedirect);
+  ASSERT_EQ(FromPod(Packet::Eth(kClientMac, kClientHostMac)
+                        .IPv4(kClient, kSecondIp)
+                        .TCP(40301, 80, kTcpSyn)
+                        .Build())
+                .verdict,
+            kTcRedirect);
+  created = dp_->ct_pairs().Lookup(SLUICE_CT_PAIRS_CREATED);
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(*created, 1u);
+  // The first flow's entry goes (its flow ended and the GC took it): the second flow's reply
+  // still finds its reply entry.
+  ASSERT_TRUE(
+      dp_->ct4().Delete(CtKey(kClient, "0.0.0.0", 40301, 0, IPPROTO_TCP, SLUICE_CT_DIR_FLOW)).ok());
+  r = reply("10.244.0.21", 9090, 40301, 21);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->ip_src, Ip4(kSecondIp));
+  EXPECT_EQ(r->sport, 80);
+  // And so does the older flow's, looked up again.
+  r = reply(older_be.addr, 8080, 40300, 20 + static_cast<int>(older->backend_id));
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->ip_src, Ip4(kClusterIp));
 }
 
 TEST_F(LbTest, SessionAffinityPinsNewFlowsOfAClientUntilItExpires) {
@@ -971,7 +1148,7 @@ std::vector<PacketCase> FragmentCases() {
          .out = first_at_backends(0x1234),
          .effects =
              [](loader::Datapath& dp, const Trail& t) {
-               ExpectForwardEntry(dp, 5100, 53, IPPROTO_UDP, PodOf(t.last()) == 21 ? 11 : 12, 2);
+               ExpectFlowEntry(dp, 5100, 53, IPPROTO_UDP, PodOf(t.last()) == 21 ? 11 : 12, 2);
                sluice_frag4_key k{Ip4(kClient), Ip4(kClusterIp), htons(0x1234), IPPROTO_UDP, 0};
                auto e = dp.frag4().Lookup(k);
                ASSERT_TRUE(e.ok()) << "the first fragment's ports are remembered";
@@ -1093,42 +1270,55 @@ std::vector<PacketCase> CrossedFlowCases() {
           << "the translated flow's reply entry is gone";
       EXPECT_FALSE(Ct(dp, kClient, kClusterIp, sport, fport, proto, SLUICE_CT_DIR_FORWARD))
           << "and its forward entry, which named this backend";
+      EXPECT_FALSE(Flow(dp, kClient, sport, proto)) << "or its flow entry";
     };
   };
+  // The client's TCP flow from `port` through the ClusterIP, recorded as a flow entry, or, older,
+  // as the programs before flow entries recorded it (a forward and a reply entry).
+  auto direct_tcp = [=](std::string name, uint16_t port, bool older) {
+    return PacketCase{name,
+                      {{.in = ToService(port),
+                        .verdict = kTcRedirect,
+                        .out = AtEachTcpBackend(kClient, port, kTcpSyn, "GET /")},
+                       // The client closes the flow (its entries stay until the GC).
+                       {.in = Packet::Eth(kClientMac, kClientHostMac)
+                                  .IPv4(kClient, kClusterIp)
+                                  .TCP(port, 80, 0x01 | kTcpAck),
+                        .verdict = kTcRedirect,
+                        .out = AtEachTcpBackend(kClient, port, 0x01 | kTcpAck, ""),
+                        .setup =
+                            [port, older](loader::Datapath& dp) {
+                              if (older) AsOlderPrograms(dp, port, /*frontend_flag=*/true);
+                            }},
+                       {.in =
+                            [port](const Trail& t) {
+                              return Packet::Eth(kClientMac, kClientHostMac)
+                                  .IPv4(kClient, FormatIp4(t.out[0].ip_dst))
+                                  .TCP(port, 8080, kTcpSyn);
+                            },
+                        .verdict = kTcRedirect,
+                        .out = {[pod, backend, port](const Trail& t) {
+                          return Packet::Eth(HostMac(pod(t)), PodMac(pod(t)))
+                              .IPv4(kClient, backend(t), 63)
+                              .TCP(port, 8080, kTcpSyn);
+                        }},
+                        .effects = expect_gone(port, 80, 8080, IPPROTO_TCP)},
+                       {.in =
+                            [pod, backend, port](const Trail& t) {
+                              return Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
+                                  .IPv4(backend(t), kClient)
+                                  .TCP(8080, port, kTcpSyn | kTcpAck);
+                            },
+                        .verdict = kTcRedirect,
+                        .out = {[backend, port](const Trail& t) {
+                          return ToClient(backend(t)).TCP(8080, port, kTcpSyn | kTcpAck);
+                        }}}}};
+  };
   return {
-      {"DirectTcpConnectionFromTheSamePortIsNotReverseTranslatedByAnEndedServiceFlow",
-       {{.in = ToService(47000),
-         .verdict = kTcRedirect,
-         .out = AtEachTcpBackend(kClient, 47000, kTcpSyn, "GET /")},
-        // The client closes the flow (its entries stay until the GC).
-        {.in = Packet::Eth(kClientMac, kClientHostMac)
-                   .IPv4(kClient, kClusterIp)
-                   .TCP(47000, 80, 0x01 | kTcpAck),
-         .verdict = kTcRedirect,
-         .out = AtEachTcpBackend(kClient, 47000, 0x01 | kTcpAck, "")},
-        {.in =
-             [](const Trail& t) {
-               return Packet::Eth(kClientMac, kClientHostMac)
-                   .IPv4(kClient, FormatIp4(t.out[0].ip_dst))
-                   .TCP(47000, 8080, kTcpSyn);
-             },
-         .verdict = kTcRedirect,
-         .out = {[pod, backend](const Trail& t) {
-           return Packet::Eth(HostMac(pod(t)), PodMac(pod(t)))
-               .IPv4(kClient, backend(t), 63)
-               .TCP(47000, 8080, kTcpSyn);
-         }},
-         .effects = expect_gone(47000, 80, 8080, IPPROTO_TCP)},
-        {.in =
-             [pod, backend](const Trail& t) {
-               return Packet::Eth(PodMac(pod(t)), HostMac(pod(t)))
-                   .IPv4(backend(t), kClient)
-                   .TCP(8080, 47000, kTcpSyn | kTcpAck);
-             },
-         .verdict = kTcRedirect,
-         .out = {[backend](const Trail& t) {
-           return ToClient(backend(t)).TCP(8080, 47000, kTcpSyn | kTcpAck);
-         }}}}},
+      direct_tcp("DirectTcpConnectionFromTheSamePortIsNotReverseTranslatedByAnEndedServiceFlow",
+                 47000, /*older=*/false),
+      direct_tcp("DirectTcpConnectionClearsAnEndedServiceFlowOfTheProgramsBeforeFlowEntries", 47001,
+                 /*older=*/true),
       {"DirectUdpFromTheSamePortIsNotReverseTranslatedByAnEarlierServiceFlow",
        {{.in = Packet::Eth(kClientMac, kClientHostMac)
                    .IPv4(kClient, kClusterIp)

@@ -342,6 +342,50 @@ TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsUdpForwardEntriesButKeep
   EXPECT_EQ(r->stats().ct_flushed, 1u);
 }
 
+// The same for a flow with one flow entry (both directions): its forward half goes, its reply
+// half stays, written as a reply entry that names the frontend.
+TEST_F(ServiceReconcilerPrivTest, RemovedBackendsUdpFlowEntryKeepsItsReplyHalf) {
+  auto r = NewReconciler();
+  auto udp = [](std::vector<std::string> bes) {
+    return T({Frontend("10.96.0.10", 53, bes, IPPROTO_UDP)});
+  };
+  ASSERT_TRUE(r->Apply("kube-system/dns", udp({"10.244.1.4", "10.244.2.5"})).ok());
+  const uint32_t udp_r = r->RevNatId(Ip("10.96.0.10"), 53, IPPROTO_UDP, 0);
+  auto add_flow_entry = [&](uint16_t sport, const std::string& backend) {
+    sluice_ct4_entry e{};
+    e.backend_id = r->BackendId(Ip(backend), 8080, IPPROTO_UDP);
+    e.rev_nat_id = udp_r;
+    e.frontend_addr = Be32("10.96.0.10");
+    e.frontend_port = htons(53);
+    e.last_seen_ns = 77;
+    e.backend_addr = Be32(backend);
+    e.backend_port = htons(8080);
+    ASSERT_TRUE(
+        dp_->ct4_any()
+            .Update(CtKey("10.244.0.9", "0.0.0.0", sport, 0, IPPROTO_UDP, SLUICE_CT_DIR_FLOW), e)
+            .ok());
+  };
+  add_flow_entry(1004, "10.244.2.5");
+  add_flow_entry(1005, "10.244.1.4");
+  ASSERT_TRUE(r->Apply("kube-system/dns", udp({"10.244.1.4"})).ok());
+  auto flow_entry = [&](uint16_t sport) {
+    return dp_->ct4_any().Lookup(
+        CtKey("10.244.0.9", "0.0.0.0", sport, 0, IPPROTO_UDP, SLUICE_CT_DIR_FLOW));
+  };
+  EXPECT_FALSE(flow_entry(1004).ok()) << "the next datagram is balanced again";
+  EXPECT_TRUE(flow_entry(1005).ok()) << "a kept backend's flow stays";
+  auto reply = dp_->ct4_any().Lookup(
+      CtKey("10.244.2.5", "10.244.0.9", 8080, 1004, IPPROTO_UDP, SLUICE_CT_DIR_REPLY));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(reply->flags & SLUICE_CT_F_FRONTEND);
+  EXPECT_EQ(reply->backend_addr, Be32("10.96.0.10"));
+  EXPECT_EQ(reply->backend_port, htons(53));
+  EXPECT_EQ(reply->rev_nat_id, udp_r);
+  EXPECT_EQ(reply->last_seen_ns, 77u) << "as idle as the flow was";
+  EXPECT_EQ(CtEntries(), 2u);
+  EXPECT_EQ(r->stats().ct_flushed, 1u);
+}
+
 TEST_F(ServiceReconcilerPrivTest, RemovedBackendLosesItsSessionAffinity) {
   auto r = NewReconciler();
   auto sticky = [](std::vector<std::string> bes) {
