@@ -570,6 +570,7 @@ int Run() {
         (*dp)->lb4_services(), (*dp)->lb4_backends(), (*dp)->lb4_revnat(),
         (*dp)->lb4_source_ranges(), (*dp)->ct4_any(), &(*dp)->lb4_affinity(), &(*dp)->ct4(),
         &(*dp)->lb4_non_backend_ports(), &(*dp)->lb4_slot_records());
+    lb_maps->OnPairsWritten([&ct_gc] { return ct_gc.PairsWritten(); });
     auto reconciler = ServiceReconciler::Create(*lb_maps);
     if (!reconciler.ok()) return Fail(reconciler.status(), "restore service maps");
     lb_reconciler = std::move(*reconciler);

@@ -85,7 +85,9 @@ enum sluice_ct_stat {
  * a flow's entries; the agent's GC, after a pass that left no forward or reply entry, writes CLEAR
  * with what CREATED was before that pass, plus 1. The lookups are skipped while
  * CLEAR == CREATED + 1, so a fresh map (both 0: a node upgraded from programs that wrote two
- * entries for every flow) does them until the GC has seen none left. */
+ * entries for every flow) does them until the GC has seen none left. The agent, when it writes a
+ * reply entry itself (a removed backend's UDP flow entry split), writes CLEAR 0 between two GC
+ * passes. */
 enum sluice_ct_pairs_slot {
 	SLUICE_CT_PAIRS_CREATED = 0,
 	SLUICE_CT_PAIRS_CLEAR = 1,

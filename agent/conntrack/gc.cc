@@ -245,6 +245,12 @@ absl::Status ConntrackGc::RunOnce() {
   return st;
 }
 
+absl::Status ConntrackGc::PairsWritten() {
+  absl::MutexLock run(&run_mu_);
+  if (pairs_ == nullptr) return absl::OkStatus();
+  return pairs_->Update(SLUICE_CT_PAIRS_CLEAR, 0);  // never CREATED + 1: the lookups are on
+}
+
 void ConntrackGc::Start(const Clock* clock) {
   thread_ = std::thread([this, clock] {
     while (clock->SleepFor(opts_.interval, stop_)) {

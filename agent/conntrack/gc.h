@@ -87,6 +87,10 @@ class ConntrackGc {
   // `pairs` (sluice_ct_pairs, borrowed) that it may skip their lookups, until it writes such a
   // flow again (maps/conntrack.h). Call before Start().
   void TrackPairs(maps::CtPairsMap* pairs) { pairs_ = pairs; }
+  // The agent wrote a reply entry of its own (a flow entry split): the datapath looks such
+  // entries up again. Waits for a pass in progress, so none that began before the write can end
+  // by telling the datapath otherwise.
+  [[nodiscard]] absl::Status PairsWritten();
 
   // One pass over both maps.
   [[nodiscard]] absl::Status RunOnce();

@@ -206,6 +206,7 @@ absl::StatusOr<size_t> BpfLbMaps::FlushUdpFlows(
     if (k.dir == SLUICE_CT_DIR_FORWARD || k.dir == SLUICE_CT_DIR_FLOW) doomed.push_back(k);
   }));
   for (const auto& [k, v] : replies) RETURN_IF_ERROR(ct_.Update(k, v));
+  if (!replies.empty() && pairs_written_) RETURN_IF_ERROR(pairs_written_());
   size_t n = 0;
   for (const auto& k : doomed) {
     RETURN_IF_ERROR(ct_.Delete(k));

@@ -111,6 +111,10 @@ class BpfLbMaps : public LbMaps {
     if (records != nullptr) records_ = std::make_unique<SlotRecords>(*records, std::move(now));
   }
 
+  // Called after FlushUdpFlows wrote reply entries of its own (conntrack::ConntrackGc::
+  // PairsWritten: the datapath must look them up).
+  void OnPairsWritten(std::function<absl::Status()> fn) { pairs_written_ = std::move(fn); }
+
   // The slot records' state; none without records.
   SlotRecords::Stats slot_record_stats() const {
     return records_ ? records_->stats() : SlotRecords::Stats{};
@@ -150,6 +154,7 @@ class BpfLbMaps : public LbMaps {
   maps::Ct4Map& ct_;
   maps::Lb4AffinityMap* aff_;
   maps::Ct4Map* ct_tcp_;
+  std::function<absl::Status()> pairs_written_;
   std::optional<loader::NonBackendPorts> nbport_;
   std::unique_ptr<SlotRecords> records_;
   std::vector<uint32_t> rnat_ids_;

@@ -293,6 +293,9 @@ TEST_F(ConntrackGcPrivTest, OneWayFlowKeepsItsReplyEntry) {
   ASSERT_TRUE(gc.RunOnce().ok());
   EXPECT_EQ(*dp_->ct_pairs().Lookup(SLUICE_CT_PAIRS_CLEAR), 3u);
   EXPECT_EQ(*dp_->ct4_any().Count(), 0u);
+  // The agent writes a reply entry of its own: the lookups are on again.
+  ASSERT_TRUE(gc.PairsWritten().ok());
+  EXPECT_EQ(*dp_->ct_pairs().Lookup(SLUICE_CT_PAIRS_CLEAR), 0u);
 }
 
 // A flow entry holds both directions: a stream the backend alone sends (replies only) keeps it

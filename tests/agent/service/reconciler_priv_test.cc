@@ -367,7 +367,13 @@ TEST_F(ServiceReconcilerPrivTest, RemovedBackendsUdpFlowEntryKeepsItsReplyHalf) 
   };
   add_flow_entry(1004, "10.244.2.5");
   add_flow_entry(1005, "10.244.1.4");
+  int pairs_written = 0;
+  lb_->OnPairsWritten([&] {
+    ++pairs_written;
+    return absl::OkStatus();
+  });
   ASSERT_TRUE(r->Apply("kube-system/dns", udp({"10.244.1.4"})).ok());
+  EXPECT_EQ(pairs_written, 1) << "the GC is told: the datapath must look reply entries up";
   auto flow_entry = [&](uint16_t sport) {
     return dp_->ct4_any().Lookup(
         CtKey("10.244.0.9", "0.0.0.0", sport, 0, IPPROTO_UDP, SLUICE_CT_DIR_FLOW));
