@@ -207,8 +207,10 @@ TEST_F(PolicySyncTest, NewEndpointIsClosedWhereAPolicyCouldSelectItAndOpenElsewh
   Idle();
   EXPECT_EQ(maps_.Flags(b.endpoint_id), 0) << "the controller opened it: no policy selects b";
   EXPECT_EQ(maps_.Flags(c.endpoint_id), 0);
-  ASSERT_TRUE(sync_->EndpointRemoved(c).ok());
+  // In EndpointService::RemoveEndpoint's order: the record goes first, so the reconcile the hook
+  // asks for cannot find the endpoint and write its entry back.
   ASSERT_TRUE(eps_->Remove(c.container_id, c.ifname).ok());
+  ASSERT_TRUE(sync_->EndpointRemoved(c).ok());
   Idle();
   EXPECT_EQ(maps_.Flags(c.endpoint_id), -1);
 }
