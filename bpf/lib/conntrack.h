@@ -274,11 +274,14 @@ static __always_inline int ct4_create(const struct sluice_ct4_key *fwd, __be32 b
 		e.frontend_port = fwd->dport;
 		ret = ct4_store(&key, &e, BPF_NOEXIST);
 		if (ret == -EEXIST) {
-			/* The entry of a flow to this frontend that ended, or whose backend is gone
-			 * (lb4_tracked gave this packet no backend): replaced. */
+			/* Replaced: the entry of a flow to this frontend that ended, or whose backend
+			 * is gone (lb4_tracked gave this packet no backend); or of a flow to this
+			 * backend, which has ended: on the wire at the backend the two are one
+			 * tuple, and the replies are this flow's. */
 			old = ct4_find(&key);
-			if (old && old->frontend_addr == fwd->daddr &&
-			    old->frontend_port == fwd->dport)
+			if (old && ((old->frontend_addr == fwd->daddr &&
+				     old->frontend_port == fwd->dport) ||
+				    (old->backend_addr == be_addr && old->backend_port == be_port)))
 				ret = ct4_store(&key, &e, BPF_ANY);
 		}
 		if (ret == 0) {

@@ -921,6 +921,38 @@ TEST_F(LbTest, TwoEntryLookupsStopWhenTheGcSawNoneAndResumeWithTheNextSuchFlow) 
   EXPECT_EQ(r->ip_src, Ip4(kClusterIp));
 }
 
+// A client port whose flow entry names an ended flow to the same backend through another
+// frontend: the new flow takes the entry over (at the backend both are one tuple), so its replies
+// come from its own frontend.
+TEST_F(LbTest, ANewFlowToTheSameBackendThroughAnotherFrontendTakesThePortsEntryOver) {
+  constexpr const char* kSecondIp = "10.96.0.40";
+  auto first = Decode(FromPod(TcpToService(40400)).out);
+  ASSERT_TRUE(first);
+  const uint32_t id = TcpBackendOf(*first);
+  ASSERT_NE(id, 0u);
+  const auto& be = kTcpBackends[id - 1];
+  SetService(kSecondIp, 80, IPPROTO_TCP, 6, {{6, be.addr, 8080, IPPROTO_TCP}});
+  ASSERT_EQ(FromPod(TcpToService(40400, kTcpAck | 0x01)).verdict, kTcRedirect);  // FIN
+  ASSERT_EQ(FromPod(Packet::Eth(kClientMac, kClientHostMac)
+                        .IPv4(kClient, kSecondIp)
+                        .TCP(40400, 80, kTcpSyn)
+                        .Build())
+                .verdict,
+            kTcRedirect);
+  auto flow = Flow(40400);
+  ASSERT_TRUE(flow);
+  EXPECT_EQ(flow->frontend_addr, Ip4(kSecondIp));
+  EXPECT_EQ(LbEntriesOfClientPort(*dp_, 40400, IPPROTO_TCP), 1u);
+  auto r = Decode(
+      FromPod(Packet::Eth(PodMac(20 + static_cast<int>(id)), HostMac(20 + static_cast<int>(id)))
+                  .IPv4(be.addr, kClient)
+                  .TCP(8080, 40400, kTcpSyn | kTcpAck)
+                  .Build())
+          .out);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->ip_src, Ip4(kSecondIp)) << "the reply comes from the new flow's frontend";
+}
+
 TEST_F(LbTest, SessionAffinityPinsNewFlowsOfAClientUntilItExpires) {
   SetService(kClusterIp, 80, IPPROTO_TCP, 1, kTcpBackends, SLUICE_SVC_F_AFFINITY, 100);
   sluice_lb4_affinity_key akey{Ip4(kClient), 1};
