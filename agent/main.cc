@@ -387,12 +387,13 @@ int Run() {
                       .udp = absl::GetFlag(FLAGS_ct_udp_timeout),
                       .other = absl::GetFlag(FLAGS_ct_other_timeout)};
   gc_opts.interval = absl::GetFlag(FLAGS_ct_gc_interval);
+  gc_opts.nat_ports = node_opts.nat_port_max - node_opts.nat_port_min + 1u;
   if (gc_opts.interval <= absl::ZeroDuration()) {
     return Fail(absl::InvalidArgumentError("want a positive duration"), "--ct_gc_interval");
   }
   conntrack::ConntrackGc ct_gc((*dp)->ct4(), (*dp)->ct4_any(), &(*dp)->ct_stats(), gc_opts);
   ct_gc.TrackPairs(&(*dp)->ct_pairs());
-  ct_gc.EstimateNatEvictions(&(*dp)->snat());
+  ct_gc.CollectNat(&(*dp)->snat(), &(*dp)->rnat());
   ct_gc.Start();
   metrics::ScopedCollector ct_gc_metrics(
       metrics::Default(), conntrack::AddConntrackGcCollector(metrics::Default(), &ct_gc));

@@ -36,7 +36,8 @@ absl::Status ReadAll(const maps::Ct4Map& map, std::vector<Entry>& out) {
 
 // Deletes `keys` with BPF_MAP_DELETE_BATCH. A key the datapath or an LRU eviction removed
 // meanwhile stops a batch (ENOENT): it is skipped and the rest go on. Returns how many went.
-absl::StatusOr<uint64_t> DeleteAll(maps::Ct4Map& map, const std::vector<sluice_ct4_key>& keys) {
+template <typename MapT, typename Key>
+absl::StatusOr<uint64_t> DeleteAll(MapT& map, const std::vector<Key>& keys) {
   uint64_t deleted = 0;
   size_t i = 0;
   while (i < keys.size()) {
@@ -46,7 +47,7 @@ absl::StatusOr<uint64_t> DeleteAll(maps::Ct4Map& map, const std::vector<sluice_c
     deleted += count;
     i += count;
     if (rc != 0) {
-      if (err != ENOENT) return ErrnoStatus(err, "conntrack batch delete");
+      if (err != ENOENT) return ErrnoStatus(err, "batch delete");
       ++i;  // keys[i] was already gone
     }
   }
@@ -78,7 +79,8 @@ bool FlowOf(const Entry& e, FlowKey* out) {
   return false;  // policy entries stand alone
 }
 
-uint64_t CapacityOf(const maps::Ct4Map& map) {
+template <typename MapT>
+uint64_t CapacityOf(const MapT& map) {
   bpf_map_info info{};
   uint32_t len = sizeof(info);
   if (bpf_obj_get_info_by_fd(map.fd(), &info, &len) != 0) return 0;
@@ -90,6 +92,32 @@ uint64_t SumStat(maps::CtStatsMap& stats, uint32_t slot) {
   if (auto v = stats.Lookup(slot); v.ok())
     for (uint64_t c : *v) n += c;
   return n;
+}
+
+// A masquerade mapping's entries: the leaving one (sluice_snat4, keyed by the pod's tuple) and
+// the reply's (sluice_rnat4, keyed by the tuple the remote answers to). NatKey packs a key for
+// hashing.
+using NatKey = std::tuple<uint32_t, uint32_t, uint16_t, uint16_t, uint8_t>;
+NatKey PackNat(const sluice_nat4_key& k) { return {k.saddr, k.daddr, k.sport, k.dport, k.proto}; }
+
+// The reply key of the leaving entry (k, v): the remote answers the node address and port the
+// pod's tuple was given (bpf/lib/nat.h, nat4_allocate).
+sluice_nat4_key ReplyKeyOf(const sluice_nat4_key& k, const sluice_nat4_entry& v) {
+  sluice_nat4_key r{};
+  r.saddr = k.daddr;
+  r.daddr = v.addr;
+  r.sport = k.dport;
+  r.dport = v.port;
+  r.proto = k.proto;
+  return r;
+}
+
+// The conntrack state a mapping's flags stand for: a TCP mapping written by programs that kept
+// no state (SLUICE_NAT_F_STATEFUL unset) is taken as established, so an upgrade never cuts a
+// live idle connection's mapping short.
+uint8_t NatCtFlags(uint8_t proto, uint8_t flags) {
+  if (proto == IPPROTO_TCP && !(flags & SLUICE_NAT_F_STATEFUL)) return SLUICE_CT_F_ESTABLISHED;
+  return flags & (SLUICE_CT_F_ESTABLISHED | SLUICE_CT_F_CLOSING);
 }
 
 }  // namespace
@@ -183,6 +211,114 @@ absl::Status ConntrackGc::Collect(maps::Ct4Map& map, bool tcp_map, uint64_t now,
   return absl::OkStatus();
 }
 
+absl::Status ConntrackGc::CollectNatMappings(uint64_t now, uint64_t* found) {
+  struct NatEntry {
+    sluice_nat4_key key;
+    sluice_nat4_entry value;
+  };
+  std::vector<NatEntry> leaving, replies;
+  auto read = [](const maps::NatMap& map, std::vector<NatEntry>& out) {
+    return map.ForEachBatch(
+        [&](const sluice_nat4_key& k, const sluice_nat4_entry& v) { out.push_back({k, v}); },
+        kBatch);
+  };
+  // The leaving entries first: a mapping the datapath writes meanwhile (reply entry first) has
+  // its reply entry found, or neither.
+  if (auto st = read(*snat_, leaving); !st.ok()) return st;
+  if (auto st = read(*rnat_, replies); !st.ok()) return st;
+  *found = leaving.size();
+
+  absl::flat_hash_map<NatKey, size_t> reply_at;
+  reply_at.reserve(replies.size());
+  for (size_t i = 0; i < replies.size(); ++i) reply_at[PackNat(replies[i].key)] = i;
+  std::vector<bool> paired(replies.size(), false);
+
+  auto expired = [&](uint8_t proto, uint8_t flags, uint64_t last_seen) {
+    const uint64_t timeout = static_cast<uint64_t>(
+        absl::ToInt64Nanoseconds(TimeoutOf(proto, NatCtFlags(proto, flags), opts_.timeouts)));
+    return now > last_seen && now - last_seen > timeout;
+  };
+  // A destination's node ports: (remote address, remote port, protocol, node address).
+  using Destination = std::tuple<uint32_t, uint16_t, uint8_t, uint32_t>;
+  struct Closed {
+    uint64_t last_seen;
+    size_t leaving;  // index in leaving
+    std::optional<size_t> reply;
+  };
+  absl::flat_hash_map<Destination, uint64_t> ports_held;
+  absl::flat_hash_map<Destination, std::vector<Closed>> closed;
+  std::vector<sluice_nat4_key> doomed_leaving, doomed_replies;
+  uint64_t expired_mappings = 0;
+
+  for (size_t i = 0; i < leaving.size(); ++i) {
+    const NatEntry& e = leaving[i];
+    const sluice_nat4_key rkey = ReplyKeyOf(e.key, e.value);
+    std::optional<size_t> r;
+    if (auto it = reply_at.find(PackNat(rkey)); it != reply_at.end()) {
+      r = it->second;
+      paired[it->second] = true;
+    }
+    uint8_t flags = e.value.flags;
+    uint64_t last_seen = e.value.last_seen_ns;
+    if (r) {
+      flags |= replies[*r].value.flags;
+      last_seen = std::max<uint64_t>(last_seen, replies[*r].value.last_seen_ns);
+    }
+    if (expired(e.key.proto, flags, last_seen)) {
+      doomed_leaving.push_back(e.key);
+      if (r) doomed_replies.push_back(rkey);
+      ++expired_mappings;
+      continue;
+    }
+    if (!r) continue;  // holds no node port
+    const Destination d{rkey.saddr, rkey.sport, rkey.proto, rkey.daddr};
+    ++ports_held[d];
+    if (e.key.proto == IPPROTO_TCP && (NatCtFlags(e.key.proto, flags) & SLUICE_CT_F_CLOSING)) {
+      closed[d].push_back({last_seen, i, r});
+    }
+  }
+  // Reply entries without their leaving half (the LRU evicted it, or the datapath is between
+  // its two writes): they hold a port, and go by their own state.
+  for (size_t i = 0; i < replies.size(); ++i) {
+    if (paired[i]) continue;
+    const NatEntry& e = replies[i];
+    if (expired(e.key.proto, e.value.flags, e.value.last_seen_ns)) {
+      doomed_replies.push_back(e.key);
+      continue;
+    }
+    ++ports_held[{e.key.saddr, e.key.sport, e.key.proto, e.key.daddr}];
+  }
+  uint64_t pressure = 0;
+  if (opts_.nat_ports > 0) {
+    const uint64_t high = static_cast<uint64_t>(opts_.nat_high_water * opts_.nat_ports);
+    const uint64_t low = static_cast<uint64_t>(opts_.nat_low_water * opts_.nat_ports);
+    for (auto& [d, list] : closed) {
+      uint64_t held = ports_held[d];
+      if (held <= high) continue;
+      std::sort(list.begin(), list.end(),
+                [](const Closed& a, const Closed& b) { return a.last_seen < b.last_seen; });
+      for (const Closed& c : list) {
+        if (held <= low) break;
+        doomed_leaving.push_back(leaving[c.leaving].key);
+        doomed_replies.push_back(replies[*c.reply].key);
+        --held;
+        ++pressure;
+      }
+    }
+  }
+  // The leaving entry first: a packet between the two deletions allocates a new mapping rather
+  // than leave with a port whose replies would no longer be translated.
+  auto gone = DeleteAll(*snat_, doomed_leaving);
+  if (!gone.ok()) return gone.status();
+  if (auto st = DeleteAll(*rnat_, doomed_replies); !st.ok()) return st.status();
+  absl::MutexLock lock(&mu_);
+  totals_.nat.scanned += leaving.size();
+  totals_.nat.expired += expired_mappings;
+  totals_.nat.pressure += pressure;
+  totals_.nat.live = leaving.size() - std::min<uint64_t>(*gone, leaving.size());
+  return absl::OkStatus();
+}
+
 absl::Status ConntrackGc::RunOnce() {
   absl::MutexLock run(&run_mu_);
   const uint64_t now = now_();
@@ -208,17 +344,20 @@ absl::Status ConntrackGc::RunOnce() {
   }
   absl::Status any_st = Collect(any_, /*tcp_map=*/false, now, totals_.any);
   uint64_t nat_evicted = 0;
-  if (snat_ != nullptr && stats_ != nullptr) {
-    // Read before the count, as above: a mapping made meanwhile counts next time.
-    const uint64_t nat_created = SumStat(*stats_, SLUICE_CT_STAT_NAT_CREATED);
-    if (auto found = snat_->Count(); found.ok()) {
+  if (snat_ != nullptr && rnat_ != nullptr) {
+    // Read before the walk, as above: a mapping made meanwhile counts next time.
+    const uint64_t nat_created =
+        stats_ != nullptr ? SumStat(*stats_, SLUICE_CT_STAT_NAT_CREATED) : 0;
+    uint64_t found = 0;
+    if (auto nat_st = CollectNatMappings(now, &found); nat_st.ok()) {
       const uint64_t made = nat_left_ + (nat_created - nat_created_);
-      if (have_nat_baseline_ && made > *found) nat_evicted = made - *found;
+      if (stats_ != nullptr && have_nat_baseline_ && made > found) nat_evicted = made - found;
       have_nat_baseline_ = true;
       nat_created_ = nat_created;
-      nat_left_ = *found;
+      absl::MutexLock lock(&mu_);
+      nat_left_ = totals_.nat.live;
     } else {
-      any_st.Update(found.status());
+      any_st.Update(nat_st);
     }
   }
   absl::MutexLock lock(&mu_);
@@ -235,7 +374,7 @@ absl::Status ConntrackGc::RunOnce() {
     any_crossed_ = any_crossed;
     any_left_ = totals_.any.live;
   }
-  if (nat_evicted > 0) totals_.nat_lru_evictions += nat_evicted;
+  if (nat_evicted > 0) totals_.nat.lru_evictions += nat_evicted;
   if (st.ok() && any_st.ok() && pairs_created && pairs_left_ == 0) {
     st.Update(pairs_->Update(SLUICE_CT_PAIRS_CLEAR, *pairs_created + 1));
   }
@@ -298,7 +437,14 @@ int AddConntrackGcCollector(metrics::Registry& registry, const ConntrackGc* gc) 
     out.Counter("sluice_nat_lru_evictions_total",
                 "Masquerade mappings the LRU map sluice_snat4 evicted for new ones (estimated per "
                 "GC pass from the datapath's creation counter)",
-                {{"map_name", maps::name::sluice_snat4}}, static_cast<double>(t.nat_lru_evictions));
+                {{"map_name", maps::name::sluice_snat4}}, static_cast<double>(t.nat.lru_evictions));
+    out.Counter("sluice_nat_gc_deleted_total",
+                "Masquerade mappings the GC deleted, both directions, per reason (expired: their "
+                "flow idle past its conntrack timeout; pressure: closed TCP mappings freed early "
+                "for a destination short of node ports)",
+                {{"reason", "expired"}}, static_cast<double>(t.nat.expired));
+    out.Counter("sluice_nat_gc_deleted_total", "", {{"reason", "pressure"}},
+                static_cast<double>(t.nat.pressure));
   });
 }
 

@@ -1,9 +1,13 @@
 // Conntrack garbage collection: walks sluice_ct4 (TCP) and sluice_ct4_any (the rest) with batch
 // lookups, deletes the entries whose state's timeout has passed since they were last seen, keeps
 // headroom in the TCP map (which never evicts) by deleting its unanswered and closing entries
-// first, and estimates the LRU evictions of sluice_ct4_any from the datapath's counters.
-// The datapath records state and last-seen time only; the timeouts live here, so they are
-// configurable without reloading programs (maps/conntrack.h, docs/operating.md).
+// first, and estimates the LRU evictions of sluice_ct4_any from the datapath's counters. The
+// masquerade mappings (sluice_snat4 + sluice_rnat4) go the same way: a mapping whose flow's
+// timeout has passed is deleted, both directions together, and a destination whose node ports
+// run short gets its closed TCP mappings' ports back early, least recently seen first.
+// The datapath records state and last-seen time only; the timeouts live here, in one table for
+// every kind of entry, so they are configurable without reloading programs (maps/conntrack.h,
+// maps/nat.h, docs/operating.md).
 #pragma once
 
 #include <cstdint>
@@ -41,14 +45,21 @@ struct GcOptions {
   // connections are never deleted for room.
   double tcp_high_water = 0.9;
   double tcp_low_water = 0.8;
+  // Node ports a masquerade destination (remote address, port and protocol) can be given
+  // (--nat_port_range). When one destination's mappings hold more than nat_high_water of them,
+  // its closed TCP mappings (FIN or RST seen) are deleted, least recently seen first, down to
+  // nat_low_water, before their closing timeout. 0: no such pass.
+  uint32_t nat_ports = 0;
+  double nat_high_water = 0.9;
+  double nat_low_water = 0.8;
 };
 
 // What the GC did to one map, summed over passes.
 struct MapTotals {
   uint64_t scanned = 0;
   uint64_t expired = 0;        // deleted: idle past their timeout
-  uint64_t pressure = 0;       // deleted early for headroom (sluice_ct4 only)
-  uint64_t lru_evictions = 0;  // estimated (sluice_ct4_any only; see ConntrackGc)
+  uint64_t pressure = 0;       // deleted early for headroom (sluice_ct4), or ports (NAT)
+  uint64_t lru_evictions = 0;  // estimated (the LRU maps sluice_ct4_any and sluice_snat4)
   uint64_t live = 0;           // entries left after the last pass
 };
 
@@ -57,7 +68,7 @@ struct GcTotals {
   uint64_t errors = 0;
   MapTotals tcp;  // sluice_ct4
   MapTotals any;  // sluice_ct4_any
-  uint64_t nat_lru_evictions = 0;  // estimated, sluice_snat4 (see EstimateNatEvictions)
+  MapTotals nat;  // masquerade mappings, counted in sluice_snat4 entries (see CollectNat)
 };
 
 // CLOCK_MONOTONIC in ns: the clock of the datapath's timestamps (bpf_ktime_get[_coarse]_ns).
@@ -77,11 +88,16 @@ class ConntrackGc {
   ConntrackGc(const ConntrackGc&) = delete;
   ConntrackGc& operator=(const ConntrackGc&) = delete;
 
-  // Each pass also counts sluice_snat4 (`snat`, borrowed) and estimates its LRU evictions as
-  // for sluice_ct4_any: mappings the datapath created since the last pass
-  // (SLUICE_CT_STAT_NAT_CREATED) plus those left then, less those found now. Nothing else
-  // deletes mappings (they leave by eviction only). Needs `stats`; call before Start().
-  void EstimateNatEvictions(maps::NatMap* snat) { snat_ = snat; }
+  // Each pass also collects the masquerade mappings of sluice_snat4 and sluice_rnat4 (borrowed):
+  // a mapping's two entries (leaving, and the reply's) are one flow, whose state and last packet
+  // are the later of the two; it is deleted, leaving entry first, when the conntrack timeout of
+  // that state has passed, or early under port pressure (GcOptions::nat_ports). An entry without
+  // its other half goes by its own state. With `stats`, the pass also estimates sluice_snat4's
+  // LRU evictions as for sluice_ct4_any. Call before Start().
+  void CollectNat(maps::NatMap* snat, maps::NatMap* rnat) {
+    snat_ = snat;
+    rnat_ = rnat;
+  }
 
   // A pass that leaves no forward or reply entry in either map tells the datapath through
   // `pairs` (sluice_ct_pairs, borrowed) that it may skip their lookups, until it writes such a
@@ -103,6 +119,8 @@ class ConntrackGc {
 
  private:
   absl::Status Collect(maps::Ct4Map& map, bool tcp_map, uint64_t now, MapTotals& totals);
+  // One pass over the masquerade maps; sets *found to the sluice_snat4 entries it read.
+  absl::Status CollectNatMappings(uint64_t now, uint64_t* found);
 
   maps::Ct4Map& tcp_;
   maps::Ct4Map& any_;
@@ -117,6 +135,7 @@ class ConntrackGc {
   uint64_t any_crossed_ = 0;    // SLUICE_CT_STAT_ANY_CROSSED at the previous pass
   uint64_t any_left_ = 0;       // entries the previous pass left in sluice_ct4_any
   maps::NatMap* snat_ = nullptr;
+  maps::NatMap* rnat_ = nullptr;
   maps::CtPairsMap* pairs_ = nullptr;
   uint64_t pairs_left_ = 0;         // forward and reply entries this pass left; guarded by run_mu_
   bool have_nat_baseline_ = false;  // the rest guarded by run_mu_

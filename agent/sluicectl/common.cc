@@ -1,6 +1,7 @@
 #include "agent/sluicectl/common.h"
 
 #include <arpa/inet.h>
+#include <time.h>
 
 #include <filesystem>
 #include <fstream>
@@ -24,6 +25,12 @@ ABSL_FLAG(std::string, pod, "",
 ABSL_FLAG(std::string, service, "", "NAMESPACE/NAME: only this Service's frontends (services)");
 
 namespace sluice::ctl {
+
+uint64_t NowNs() {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns's clock
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
+}
 
 std::string Ip(uint32_t be) {
   char buf[INET_ADDRSTRLEN];

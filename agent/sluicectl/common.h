@@ -32,6 +32,7 @@ namespace sluice::ctl {
 std::string Ip(uint32_t be);        // network-order IPv4 -> "10.0.0.1"
 std::string Mac(const uint8_t* m);  // "aa:bb:cc:dd:ee:ff"
 const char* Proto(uint8_t p);       // "tcp", "udp", "icmp", "?"
+uint64_t NowNs();                   // CLOCK_MONOTONIC ns: the datapath's timestamps' clock
 
 // -o json: every list prints one JSON document instead of its table.
 bool JsonOutput();

@@ -22,12 +22,6 @@ const char* Dir(uint8_t d) {
                                      : "?";
 }
 
-uint64_t NowNs() {
-  timespec ts{};
-  clock_gettime(CLOCK_MONOTONIC, &ts);  // bpf_ktime_get_ns's clock
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
-}
-
 // Entries and capacity of both maps, and what the datapath counted (created entries, refused
 // inserts). The agent's GC and LRU eviction figures are on its /metrics (docs/metrics.md).
 int ConntrackStats() {

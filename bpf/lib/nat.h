@@ -1,8 +1,10 @@
 /* Masquerade (SNAT to the node address) of pod traffic leaving through the native device, with
- * source ports allocated in BPF, and the reverse translation of the replies. */
+ * source ports allocated in BPF, and the reverse translation of the replies. Each mapping keeps
+ * its flow's TCP state and last packet, by which the agent's GC frees it (maps/nat.h). */
 #ifndef SLUICE_BPF_NAT_H
 #define SLUICE_BPF_NAT_H
 
+#include "lib/conntrack.h"
 #include "lib/csum.h"
 #include "lib/drop.h"
 
@@ -21,6 +23,7 @@ struct nat4_pkt {
 	struct sluice_nat4_key key;
 	__u32 port_off;
 	struct l4_csum csum;
+	__u8 tcp_flags; /* TCP: the flags byte (CT4_TCP_*); else 0 */
 };
 
 /* One more mapping in sluice_snat4 (SLUICE_CT_STAT_NAT_CREATED): the agent's GC compares it
@@ -72,6 +75,7 @@ static __always_inline int nat4_tuple(const struct pkt4 *pkt, int leaving, struc
 	default:
 		return -SLUICE_DROP_NAT_UNSUPPORTED_L4;
 	}
+	p->tcp_flags = pkt->tcp_flags; /* 0 but for TCP (parse_eth_ip4) */
 	l4_csum_init(&p->csum, pkt->proto, pkt->l4_off, pkt->flags);
 	return 0;
 }
@@ -99,6 +103,49 @@ static __always_inline int ip4_in_prefix(__be32 addr, __be32 net, __u8 len)
 	return (bpf_ntohl(addr) & mask) == (bpf_ntohl(net) & mask);
 }
 
+/* A packet of a mapping's flow passed through e, the entry of its direction (sluice_snat4 leaving,
+ * sluice_rnat4 coming back); key: the packet's tuple as nat4_tuple made it. Records the time
+ * (written only when it moved) and moves the flow's TCP state: closing on a FIN or RST,
+ * established on a reply; a SYN without ACK leaving on a closed mapping is the pod opening a new
+ * connection from the same port (TIME-WAIT reuse, as the kernel's conntrack reopens such a
+ * tuple), and both directions' entries start again as a fresh mapping, the port kept. Entries of
+ * older programs (no SLUICE_NAT_F_STATEFUL) get the time only. A global function: verified once,
+ * not at each of the native device's paths (inline, they verified ~60k more instructions). */
+__attribute__((noinline)) int sluice_nat_seen(struct sluice_nat4_entry *e, __u8 tcp_flags,
+					      int reply, const struct sluice_nat4_key *key)
+{
+	struct sluice_nat4_key rkey = {};
+	struct sluice_nat4_entry *r;
+	__u64 now = sluice_ct_now();
+	__u8 flags;
+
+	if (!e || !key)
+		return 0; /* never: callers pass what they found; a global function's verifier asks */
+	if (e->last_seen_ns != now)
+		e->last_seen_ns = now;
+	if (!tcp_flags || !(e->flags & SLUICE_NAT_F_STATEFUL))
+		return 0;
+	if (!reply && (e->flags & SLUICE_CT_F_CLOSING) &&
+	    (tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) == CT4_TCP_SYN) {
+		e->flags = SLUICE_NAT_F_STATEFUL;
+		rkey.saddr = key->daddr;
+		rkey.daddr = e->addr;
+		rkey.sport = key->dport;
+		rkey.dport = e->port;
+		rkey.proto = key->proto;
+		r = bpf_map_lookup_elem(&sluice_rnat4, &rkey);
+		if (r)
+			r->flags = SLUICE_NAT_F_STATEFUL;
+		return 0;
+	}
+	flags = e->flags | ct4_closing_flag(tcp_flags);
+	if (reply)
+		flags |= SLUICE_CT_F_ESTABLISHED;
+	if (flags != e->flags)
+		e->flags = flags;
+	return 0;
+}
+
 /* Finds a free node port for p's flow and records both directions. Returns 0 or minus a drop
  * reason. */
 static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
@@ -107,7 +154,8 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 	struct sluice_nat4_entry orig = {
 		.addr = p->key.saddr,
 		.port = p->key.sport,
-		.created_ns = bpf_ktime_get_ns(),
+		.flags = SLUICE_NAT_F_STATEFUL | ct4_closing_flag(p->tcp_flags),
+		.last_seen_ns = sluice_ct_now(),
 	};
 	struct sluice_nat4_key rkey = {
 		.saddr = p->key.daddr,
@@ -131,8 +179,9 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 			continue;
 		out->addr = cfg->node_ip4;
 		out->port = rkey.dport;
+		out->flags = orig.flags;
 		out->pad = 0;
-		out->created_ns = orig.created_ns;
+		out->last_seen_ns = orig.last_seen_ns;
 		if (bpf_map_update_elem(&sluice_snat4, &p->key, out, BPF_ANY)) {
 			bpf_map_delete_elem(&sluice_rnat4, &rkey);
 			return -SLUICE_DROP_NAT_MAP_FULL;
@@ -152,6 +201,7 @@ static __always_inline int nat4_snat_entry(const struct sluice_node_config *cfg,
 	struct sluice_nat4_entry *found = bpf_map_lookup_elem(&sluice_snat4, &p->key);
 
 	if (found) {
+		sluice_nat_seen(found, p->tcp_flags, 0, &p->key);
 		*entry = *found;
 		return 0;
 	}
@@ -219,6 +269,7 @@ static __always_inline int nat4_unmasquerade(struct sluice_ctx *ctx, struct pkt4
 
 	if (!found)
 		return NAT4_NONE;
+	sluice_nat_seen(found, p->tcp_flags, 1, &p->key);
 	entry = *found;
 	ret = nat4_unmasquerade_rewrite(ctx, pkt, p, &entry);
 	if (ret < 0)

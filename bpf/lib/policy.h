@@ -17,7 +17,8 @@ struct policy4_flow {
 	__be16 dport;
 	__u16 tot_len;
 	__u8 proto;
-	__u8 tracked; /* TCP/UDP/SCTP with ports: conntrack lets its replies pass */
+	__u8 tracked;   /* TCP/UDP/SCTP with ports: conntrack lets its replies pass */
+	__u8 tcp_flags; /* TCP: the flags byte (CT4_TCP_*), which moves the flow's state; else 0 */
 };
 
 /* What a policy point learned of the flow's conntrack entries (policy4_check's answer), handed to
@@ -39,9 +40,21 @@ static __always_inline void policy4_flow_of(const struct pkt4 *pkt, struct polic
 	f->dport = pkt->dport;
 	f->tot_len = pkt->tot_len;
 	f->proto = pkt->proto;
+	f->tcp_flags = pkt->tcp_flags; /* 0 but for TCP (parse_eth_ip4) */
 	f->tracked = (pkt->flags & PKT4_F_PORTS) &&
 		     (pkt->proto == IPPROTO_TCP || pkt->proto == IPPROTO_UDP ||
 		      pkt->proto == IPPROTO_SCTP);
+}
+
+/* The TCP state a packet of a tracked flow moves the flow's entry to, for the GC's timeouts (one
+ * table for every kind of entry, docs/operating.md): closing on a FIN or RST either way; from
+ * the initiator (own), a SYN without ACK on a closing entry opens a new connection on the same
+ * tuple (TIME-WAIT reuse), unanswered again. Only those flags change anything (UDP carries none),
+ * so other packets make no call (ct4_tcp_state is verified once, not at every policy point). */
+static __always_inline void policy4_ct_state(struct sluice_ct4_entry *ct, __u8 tcp_flags, int own)
+{
+	if (tcp_flags & (CT4_TCP_FIN | CT4_TCP_RST | CT4_TCP_SYN))
+		sluice_ct_tcp_state(ct, tcp_flags, own);
 }
 
 /* The identity of an address. The agent keeps 0.0.0.0/0 in the ipcache, so a miss only happens
@@ -132,8 +145,11 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 		key.daddr = f->daddr;
 		key.sport = f->sport;
 		key.dport = f->dport;
-		if (ct4_lookup(&key))
+		ct = ct4_lookup(&key);
+		if (ct) {
+			policy4_ct_state(ct, f->tcp_flags, 1);
 			return POLICY4_CT_OWN;
+		}
 		own_missing = 1;
 	}
 	if (f->tracked && known != POLICY4_CT_TRACKED) {
@@ -146,6 +162,7 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 			/* The reply of a tracked TCP flow: established from now on (GC timeouts). */
 			if (!(ct->flags & SLUICE_CT_F_ESTABLISHED) && f->proto == IPPROTO_TCP)
 				ct->flags |= SLUICE_CT_F_ESTABLISHED;
+			policy4_ct_state(ct, f->tcp_flags, 0);
 			return POLICY4_CT_REPLY;
 		}
 	}
@@ -166,12 +183,19 @@ static __always_inline int policy4_check(__u32 endpoint_id, __u8 dir, const stru
 	key.daddr = f->daddr;
 	key.sport = f->sport;
 	key.dport = f->dport;
-	if (!own_missing && ct4_lookup(&key))
-		return POLICY4_CT_TRACKED;
+	if (!own_missing) {
+		ct = ct4_lookup(&key);
+		if (ct) {
+			policy4_ct_state(ct, f->tcp_flags, 1);
+			return POLICY4_CT_TRACKED;
+		}
+	}
 	event_policy(endpoint_id, dir, f->saddr, f->daddr, f->sport, f->dport, f->proto,
 		     f->tot_len, 0, pep->flags & flag);
 	e.created_ns = sluice_ct_now();
 	e.last_seen_ns = e.created_ns;
+	/* A stray FIN or RST (its flow's entry gone) opens nothing that lasts. */
+	e.flags = ct4_closing_flag(f->tcp_flags);
 	ret = ct4_create_one(&key, &e);
 	return ret < 0 ? ret : POLICY4_CT_TRACKED;
 }

@@ -110,7 +110,7 @@ static __always_inline int xdp_to_service(struct sluice_ctx *ctx, struct pkt4 *p
  * a drop reason. */
 static __always_inline int xdp_reply_to_client(struct sluice_ctx *ctx, struct pkt4 *pkt)
 {
-	const struct sluice_nat4_entry *found;
+	struct sluice_nat4_entry *found;
 	struct sluice_nat4_entry orig;
 	struct lb4_target t;
 	struct xdp_hop hop;
@@ -137,6 +137,7 @@ static __always_inline int xdp_reply_to_client(struct sluice_ctx *ctx, struct pk
 	if (!xdp_fib_hop(ctx, pkt, t.addr, orig.addr, &hop))
 		return XDP_PASS;
 
+	sluice_nat_seen(found, np.tcp_flags, 1, &np.key);
 	ret = nat4_unmasquerade_rewrite(ctx, pkt, &np, &orig);
 	if (ret < 0)
 		return ret;
