@@ -505,40 +505,59 @@ std::vector<IpAddress> Ipam::Unreadable() const {
 }
 
 absl::StatusOr<std::vector<IpamAllocation>> Ipam::ReleaseAllExcept(const std::set<Owner>& live) {
-  absl::MutexLock l(&mu_);
-  std::vector<Allocation> freed;
-  absl::Status first_error;
-  std::vector<uint64_t> leaked;
-  for (const auto& [off, owner] : by_offset_) {
-    auto primary = by_owner_.find(owner);
-    bool duplicate = primary != by_owner_.end() && primary->second != off;
-    if (duplicate || !live.contains(owner)) leaked.push_back(off);
+  // What to free is decided under mu_, the files go without it (see Allocate), and the memory
+  // follows for what is gone from disk.
+  std::vector<Allocation> leaked;
+  std::vector<ForeignRecord> foreign;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [off, owner] : by_offset_) {
+      auto primary = by_owner_.find(owner);
+      bool duplicate = primary != by_owner_.end() && primary->second != off;
+      if (duplicate || !live.contains(owner)) leaked.push_back(Allocation{AddressAt(off), owner});
+    }
+    for (const ForeignRecord& f : foreign_) {
+      if (!live.contains(f.allocation.owner)) foreign.push_back(f);
+    }
   }
-  for (uint64_t off : leaked) {
-    Allocation a{AddressAt(off), by_offset_.at(off)};
-    if (absl::Status st = FreeOffset(off); !st.ok()) {
-      first_error.Update(st);
+  absl::Status first_error;
+  std::vector<Allocation> freed;
+  std::vector<std::string> foreign_freed;
+  for (const Allocation& a : leaked) {
+    if (unlink(PathFor(a.address).c_str()) != 0 && errno != ENOENT) {
+      first_error.Update(ErrnoStatus(errno, absl::StrCat("release ", a.address.ToString(),
+                                                         " in ", dir_)));
       continue;
     }
     spdlog::info("ipam: GC released {} of {}", a.address.ToString(), a.owner.ToString());
-    freed.push_back(std::move(a));
+    freed.push_back(a);
   }
-  for (auto it = foreign_.begin(); it != foreign_.end();) {
-    if (live.contains(it->allocation.owner)) {
-      ++it;
+  const size_t current = freed.size();
+  for (const ForeignRecord& f : foreign) {
+    if (unlink(f.path.c_str()) != 0 && errno != ENOENT) {
+      first_error.Update(ErrnoStatus(errno, absl::StrCat("release ", f.path)));
       continue;
     }
-    if (unlink(it->path.c_str()) != 0 && errno != ENOENT) {
-      first_error.Update(ErrnoStatus(errno, absl::StrCat("release ", it->path)));
-      ++it;
-      continue;
-    }
-    spdlog::info("ipam: GC released foreign {} of {}", it->allocation.address.ToString(),
-                 it->allocation.owner.ToString());
-    freed.push_back(it->allocation);
-    it = foreign_.erase(it);
+    spdlog::info("ipam: GC released foreign {} of {}", f.allocation.address.ToString(),
+                 f.allocation.owner.ToString());
+    freed.push_back(f.allocation);
+    foreign_freed.push_back(f.path);
   }
   if (!leaked.empty()) (void)SyncDir(dir_);
+  {
+    absl::MutexLock l(&mu_);
+    for (size_t i = 0; i < current; ++i) {
+      const uint64_t off = *OffsetOf(freed[i].address);
+      auto it = by_offset_.find(off);
+      if (it == by_offset_.end() || it->second != freed[i].owner) continue;
+      auto o = by_owner_.find(it->second);
+      if (o != by_owner_.end() && o->second == off) by_owner_.erase(o);
+      by_offset_.erase(it);
+    }
+    std::erase_if(foreign_, [&](const ForeignRecord& f) {
+      return std::find(foreign_freed.begin(), foreign_freed.end(), f.path) != foreign_freed.end();
+    });
+  }
   if (!first_error.ok()) return first_error;
   return freed;
 }
