@@ -229,11 +229,16 @@ int Run() {
     return Fail(s, error_version, command);
   }
   // DEL never opens the namespace: it may be gone, and the agent needs only the host side.
-  int netns_fd = -1;
+  struct OwnedFd {
+    int fd = -1;
+    ~OwnedFd() {
+      if (fd >= 0) close(fd);
+    }
+  } netns;
   if (command == kCommandAdd || command == kCommandCheck) {
     absl::StatusOr<int> opened = OpenNetns(request.netns);
     if (!opened.ok()) return Fail(opened.status(), error_version, command);
-    netns_fd = *opened;
+    netns.fd = *opened;
     request.netns_fd = true;
   }
 
@@ -248,8 +253,7 @@ int Run() {
   absl::StatusOr<std::string> raw_reply =
       CallAgent(conf->socket_path,
                 EncodeRequest(request).dump(-1, ' ', false, json::error_handler_t::replace),
-                AgentCallTimeouts{}, netns_fd);
-  if (netns_fd >= 0) close(netns_fd);
+                AgentCallTimeouts{}, netns.fd);
   if (!raw_reply.ok()) {
     return Fail(AgentUnreachable(raw_reply.status(), command, conf->socket_path), version, command);
   }
