@@ -544,8 +544,11 @@ int Run() {
   api::EndpointApiServerOptions server_opts;
   server_opts.socket_path = absl::GetFlag(FLAGS_socket);
   api::EndpointApiServer server(server_opts);
-  if (auto st = server.Start(metrics::InstrumentEndpointApi(
-          [&](const nlohmann::json& req) { return service.Handle(req); }));
+  // The request's descriptor (the pod's netns) goes to the service beside the instrumented call.
+  if (auto st = server.Start([&](const nlohmann::json& req, int netns_fd) {
+        return metrics::InstrumentEndpointApi(
+            [&](const nlohmann::json& r) { return service.Handle(r, netns_fd); })(req);
+      });
       !st.ok()) {
     return Fail(st, "start endpoint API");
   }

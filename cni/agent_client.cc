@@ -61,10 +61,28 @@ absl::StatusOr<bool> WaitFor(int fd, short events, Clock::time_point deadline,
   }
 }
 
+// Sends from `data` with `fd` attached (SCM_RIGHTS): like send(), and the descriptor travels
+// with the first byte that goes out; a call that sends nothing sends no descriptor either.
+ssize_t SendWithFd(int socket_fd, std::string_view data, int fd) {
+  iovec iov = {.iov_base = const_cast<char*>(data.data()), .iov_len = data.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof(control);
+  cmsghdr* cmsg = CMSG_FIRSTHDR(&msg);
+  cmsg->cmsg_level = SOL_SOCKET;
+  cmsg->cmsg_type = SCM_RIGHTS;
+  cmsg->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(cmsg), &fd, sizeof(int));
+  return sendmsg(socket_fd, &msg, MSG_NOSIGNAL);
+}
+
 }  // namespace
 
 absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_view request,
-                                      const AgentCallTimeouts& timeouts) {
+                                      const AgentCallTimeouts& timeouts, int pass_fd) {
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + timeouts.total;
   const Clock::time_point connect_deadline = std::min(deadline, start + timeouts.connect);
@@ -106,9 +124,14 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
     }
   }
 
+  if (pass_fd >= 0 && request.empty()) {
+    return absl::InvalidArgumentError("a descriptor needs at least one byte of request to travel with");
+  }
   size_t sent = 0;
   while (sent < request.size()) {
-    const ssize_t n = send(fd.get(), request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    const std::string_view rest = request.substr(sent);
+    const ssize_t n = sent == 0 && pass_fd >= 0 ? SendWithFd(fd.get(), rest, pass_fd)
+                                                : send(fd.get(), rest.data(), rest.size(), MSG_NOSIGNAL);
     if (n >= 0) {
       sent += static_cast<size_t>(n);
       continue;

@@ -18,7 +18,9 @@ struct AgentCallTimeouts {
 // Largest reply accepted; a bigger one is an error, not an allocation.
 inline constexpr size_t kMaxAgentReplyBytes = 16 << 20;
 
-// Sends `request` to the unix stream socket at `socket_path` and returns the raw reply.
+// Sends `request` to the unix stream socket at `socket_path` and returns the raw reply. With
+// `pass_fd` >= 0 that descriptor goes with the request's first bytes (SCM_RIGHTS); the caller
+// keeps its own copy.
 // Errors name the path and carry errno's text:
 //   kUnavailable: nobody listens (ENOENT, ECONNREFUSED, EAGAIN on a full backlog);
 //   kDeadlineExceeded: connect or the whole exchange timed out;
@@ -26,6 +28,7 @@ inline constexpr size_t kMaxAgentReplyBytes = 16 << 20;
 //   kPermissionDenied: EACCES/EPERM;  kInternal/kDataLoss: other socket failures.
 [[nodiscard]] absl::StatusOr<std::string> CallAgent(std::string_view socket_path,
                                                     std::string_view request,
-                                                    const AgentCallTimeouts& timeouts = {});
+                                                    const AgentCallTimeouts& timeouts = {},
+                                                    int pass_fd = -1);
 
 }  // namespace sluice::cni

@@ -34,9 +34,11 @@ absl::Status MalformedReply(std::string_view why, std::string_view bytes) {
 }  // namespace
 
 json EncodeRequest(const EndpointRequest& request) {
-  return json{{"command", request.command}, {"containerID", request.container_id},
-              {"netns", request.netns},     {"ifName", request.if_name},
-              {"args", request.args},       {"config", request.config}};
+  json encoded = {{"command", request.command}, {"containerID", request.container_id},
+                  {"netns", request.netns},     {"ifName", request.if_name},
+                  {"args", request.args},       {"config", request.config}};
+  if (request.netns_fd) encoded["netnsFd"] = true;
+  return encoded;
 }
 
 absl::Status ValidateAttachmentParameters(const EndpointRequest& request) {
@@ -50,6 +52,15 @@ absl::Status ValidateAttachmentParameters(const EndpointRequest& request) {
   if (per_attachment) {
     if (absl::Status s = ValidateContainerId(request.container_id); !s.ok()) return s;
     if (absl::Status s = ValidateInterfaceName(request.if_name); !s.ok()) return s;
+    if (absl::Status s = ValidateAttachmentKeyLength(request.container_id, request.if_name);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (request.netns_fd && request.command != kCommandAdd && request.command != kCommandCheck) {
+    return CniStatus(api::kCniInvalidEnvironment,
+                     StrCat(request.command, " takes no network namespace descriptor (only ADD "
+                                             "and CHECK carry one)"));
   }
   if (request.command == kCommandAdd || request.command == kCommandCheck) {
     if (request.netns.empty()) {
@@ -79,6 +90,12 @@ absl::StatusOr<EndpointRequest> ParseEndpointRequest(std::string_view bytes) {
                             {"ifName", &request.if_name},
                             {"args", &request.args}}) {
     if (absl::Status s = ReadString(value, key, *field); !s.ok()) return s;
+  }
+  if (auto fd = value.find("netnsFd"); fd != value.end() && !fd->is_null()) {
+    if (!fd->is_boolean()) {
+      return CniStatus(api::kCniDecodeFailure, "endpoint request field \"netnsFd\" must be a boolean");
+    }
+    request.netns_fd = fd->get<bool>();
   }
   auto config = value.find("config");
   if (config == value.end() || !config->is_object()) {

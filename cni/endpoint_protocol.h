@@ -23,10 +23,14 @@ inline constexpr std::string_view kCommandVersion = "VERSION";
 struct EndpointRequest {
   std::string command;       // "command"
   std::string container_id;  // "containerID"
-  std::string netns;         // "netns"
+  std::string netns;         // "netns": the path, for messages and records only
   std::string if_name;       // "ifName"
   std::string args;          // "args": CNI_ARGS verbatim
   nlohmann::json config;     // "config": the network configuration object, verbatim
+  // "netnsFd": the plugin opened CNI_NETNS itself and passes the descriptor with the request
+  // (SCM_RIGHTS on the socket). Absent or false: a plugin from before descriptors were passed,
+  // whose ADD and CHECK the agent serves by opening the path itself.
+  bool netns_fd = false;
 };
 
 [[nodiscard]] nlohmann::json EncodeRequest(const EndpointRequest& request);

@@ -3,6 +3,7 @@
 // prints the agent's answer. VERSION is answered locally. Results and CNI errors go to stdout,
 // diagnostics to stderr.
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -112,28 +113,46 @@ const char* FileKind(mode_t mode) {
   return "special file";
 }
 
-// What the plugin can tell about CNI_NETNS without opening it (stat never blocks, not even on a
-// named pipe): an existing path must be a regular file (nsfs presents a namespace as one) and
-// must not be the network namespace the plugin itself runs in, which is the node's (libcni's skel
-// refuses the same). A missing path, and whether a file really is a network namespace, are left
-// to the agent, which opens it safely.
-absl::Status PrecheckNetns(const std::string& netns) {
-  struct stat target = {};
-  if (stat(netns.c_str(), &target) != 0) return absl::OkStatus();
-  if (!S_ISREG(target.st_mode)) {
+// The pod's network namespace, opened by the plugin where the runtime's path is valid: the agent
+// may run in another mount namespace (a container of the chart without the host's /run/netns,
+// or a runtime's private mount such as podman's /run/user/...), so it gets the descriptor, never
+// the path. O_PATH opens nothing for I/O (a FIFO does not wait for a writer, a device driver is
+// not called); the agent checks the descriptor is a network namespace. Refused here: a path that
+// does not exist, what is not a regular file (nsfs presents a namespace as one), and the network
+// namespace the plugin itself runs in, which is the node's (libcni's skel refuses the same).
+absl::StatusOr<int> OpenNetns(const std::string& netns) {
+  const int fd = open(netns.c_str(), O_PATH | O_CLOEXEC);
+  if (fd < 0) {
+    const int err = errno;
     return CniStatus(api::kCniInvalidEnvironment,
-                     StrCat("CNI_NETNS ", netns, " is not a network namespace (it is a ",
-                            FileKind(target.st_mode), ")"));
+                     err == ENOENT ? StrCat("CNI_NETNS ", netns, " does not exist")
+                                   : StrCat("CNI_NETNS ", netns, ": ", strerror(err)));
+  }
+  auto refuse = [fd](absl::Status status) {
+    close(fd);
+    return status;
+  };
+  struct stat target = {};
+  if (fstat(fd, &target) != 0) {
+    return refuse(CniStatus(api::kCniInvalidEnvironment,
+                            StrCat("CNI_NETNS ", netns, ": ", strerror(errno))));
+  }
+  if (!S_ISREG(target.st_mode)) {
+    return refuse(CniStatus(api::kCniInvalidEnvironment,
+                            StrCat("CNI_NETNS ", netns, " is not a network namespace (it is a ",
+                                   FileKind(target.st_mode), ")")));
   }
   struct stat own = {};
   if (stat("/proc/self/ns/net", &own) == 0 && own.st_dev == target.st_dev &&
       own.st_ino == target.st_ino) {
-    return CniStatus(api::kCniInvalidEnvironment,
-                     "plugin's netns and CNI_NETNS must not be the same",
-                     StrCat("CNI_NETNS ", netns, " is the network namespace sluice-cni runs in "
-                            "(the node's, inode ", own.st_ino, "): a pod needs its own"));
+    return refuse(CniStatus(api::kCniInvalidEnvironment,
+                            "plugin's netns and CNI_NETNS must not be the same",
+                            StrCat("CNI_NETNS ", netns,
+                                   " is the network namespace sluice-cni runs in (the node's, "
+                                   "inode ",
+                                   own.st_ino, "): a pod needs its own")));
   }
-  return absl::OkStatus();
+  return fd;
 }
 
 // Version gates of the verbs added after 0.3.x (as libcni's skel applies them).
@@ -209,10 +228,18 @@ int Run() {
   if (absl::Status s = ValidateEnvironment(request, !Getenv("CNI_PATH").empty()); !s.ok()) {
     return Fail(s, error_version, command);
   }
-  if (command == kCommandAdd || command == kCommandCheck) {
-    if (absl::Status s = PrecheckNetns(request.netns); !s.ok()) {
-      return Fail(s, error_version, command);
+  // DEL never opens the namespace: it may be gone, and the agent needs only the host side.
+  struct OwnedFd {
+    int fd = -1;
+    ~OwnedFd() {
+      if (fd >= 0) close(fd);
     }
+  } netns;
+  if (command == kCommandAdd || command == kCommandCheck) {
+    absl::StatusOr<int> opened = OpenNetns(request.netns);
+    if (!opened.ok()) return Fail(opened.status(), error_version, command);
+    netns.fd = *opened;
+    request.netns_fd = true;
   }
 
   absl::StatusOr<NetConf> conf = ParseNetConf(*stdin_bytes);
@@ -225,7 +252,8 @@ int Run() {
 
   absl::StatusOr<std::string> raw_reply =
       CallAgent(conf->socket_path,
-                EncodeRequest(request).dump(-1, ' ', false, json::error_handler_t::replace));
+                EncodeRequest(request).dump(-1, ' ', false, json::error_handler_t::replace),
+                AgentCallTimeouts{}, netns.fd);
   if (!raw_reply.ok()) {
     return Fail(AgentUnreachable(raw_reply.status(), command, conf->socket_path), version, command);
   }
@@ -272,8 +300,9 @@ constexpr char kHelp[] =
     "sluice-cni: Sluice's CNI 1.1.0 plugin. It takes no flags: a container runtime runs it with\n"
     "CNI_COMMAND (ADD, DEL, CHECK, GC, STATUS, VERSION), CNI_CONTAINERID, CNI_NETNS, CNI_IFNAME,\n"
     "CNI_ARGS and CNI_PATH in the environment and the network configuration on stdin; it forwards\n"
-    "the request to sluice-agent's endpoint socket (the conflist's \"socket\", default\n"
-    "/run/sluice/sluice.sock) and prints the result or a CNI error object on stdout.\n"
+    "the request to sluice-agent's endpoint socket (the configuration's \"socketPath\", default\n"
+    "/run/sluice/sluice.sock) and prints the result or a CNI error object on stdout. For ADD and\n"
+    "CHECK it opens CNI_NETNS itself and passes the namespace to the agent with the request.\n"
     "sluice-agent installs it as <cni_bin_dir>/sluice with 05-sluice.conflist.\n"
     "  sluice-cni --version   prints the build's version\n";
 

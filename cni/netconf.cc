@@ -2,6 +2,7 @@
 
 #include <sys/un.h>
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <tuple>
@@ -489,6 +490,17 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
   }
 
   if (auto prev = value.find("prevResult"); prev != value.end() && !prev->is_null()) {
+    if (!prev->is_object()) return InvalidConfig("\"prevResult\" must be a JSON object", prev->dump());
+    // The runtime hands prevResult over in the configuration's version (libcni converts it);
+    // a version the plugin does not know is one it cannot read.
+    if (auto version = prev->find("cniVersion"); version != prev->end() && !version->is_null()) {
+      if (!version->is_string() || !IsSupportedVersion(version->get<std::string>())) {
+        return CniStatus(api::kCniIncompatibleVersion, "incompatible CNI versions",
+                         StrCat("prevResult is \"", version->is_string() ? version->get<std::string>() : version->dump(),
+                                "\", plugin supports ",
+                                FormatVersionInfo(conf.cni_version)["supportedVersions"].dump()));
+      }
+    }
     absl::StatusOr<ResultV1> parsed = ParseResult(*prev);
     if (!parsed.ok()) {
       return InvalidConfig(StrCat("invalid \"prevResult\": ", parsed.status().message()),
@@ -549,6 +561,15 @@ absl::Status ValidateContainerId(std::string_view container_id, std::string_view
                      QuoteHostile(container_id));
   }
   return absl::OkStatus();
+}
+
+absl::Status ValidateAttachmentKeyLength(std::string_view container_id, std::string_view ifname) {
+  if (container_id.size() + ifname.size() <= kMaxAttachmentKeyBytes) return absl::OkStatus();
+  return CniStatus(
+      api::kCniInvalidEnvironment,
+      StrCat("CNI_CONTAINERID is too long: ", container_id.size(), " bytes; with CNI_IFNAME \"",
+             ifname, "\" at most ", kMaxAttachmentKeyBytes - std::min(ifname.size(), kMaxAttachmentKeyBytes),
+             " fit (the agent's record of the attachment is a file named after both)"));
 }
 
 absl::Status ValidateInterfaceName(std::string_view ifname, std::string_view variable) {

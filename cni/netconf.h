@@ -172,7 +172,8 @@ struct NetConf {
 //     [a-zA-Z0-9][a-zA-Z0-9_.-]*, type not "sluice", mtu not an integer in 576..65535,
 //     socketPath not an absolute path that fits a unix socket address, malformed prevResult or
 //     cni.dev/valid-attachments;
-//   kCniIncompatibleVersion (1): cniVersion not in SupportedVersions();
+//   kCniIncompatibleVersion (1): cniVersion, or prevResult's cniVersion, not in
+//     SupportedVersions();
 //   kCniUnsupportedField (2): an "ipam" section (Sluice allocates addresses itself).
 [[nodiscard]] absl::StatusOr<NetConf> ParseNetConf(std::string_view stdin_bytes);
 // The same for an already decoded document (e.g. the "config" of an endpoint request).
@@ -190,6 +191,17 @@ struct NetConf {
 // CNI_CONTAINERID: kCniInvalidEnvironment naming `variable` unless IsValidCniIdentifier.
 [[nodiscard]] absl::Status ValidateContainerId(std::string_view container_id,
                                                std::string_view variable = "CNI_CONTAINERID");
+
+// The longest container ID and interface name together (bytes): the agent records an attachment
+// in "<containerID>-<ifname>.json", written through "<containerID>-<ifname>.json.tmp", and a
+// file name holds at most NAME_MAX (255) bytes. A 64-character ID (containerd, CRI-O, podman)
+// leaves room for any interface name.
+inline constexpr size_t kMaxAttachmentKeyBytes = 255 - (sizeof("-.json.tmp") - 1);
+
+// CNI_CONTAINERID and CNI_IFNAME together: kCniInvalidEnvironment when they are longer than
+// kMaxAttachmentKeyBytes, refused up front instead of failing once the pod is half made.
+[[nodiscard]] absl::Status ValidateAttachmentKeyLength(std::string_view container_id,
+                                                       std::string_view ifname);
 
 // CNI_IFNAME: what Linux accepts as a name (dev_valid_name) and nothing a tool could misread:
 // non-empty, at most 15 bytes, not "." or "..", printable ASCII only (no control characters, no

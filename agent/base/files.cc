@@ -84,7 +84,7 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& name
 }
 
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));
   std::string out;
   char buf[4096];

@@ -39,7 +39,8 @@ enum class Durability {
                                                absl::string_view data, mode_t mode = 0600,
                                                Durability durability = Durability::kPowerLoss);
 
-// Reads a file of at most 1 MiB.
+// Reads a file of at most 1 MiB. Never waits for a writer: a FIFO put in a file's place reads
+// as empty or fails (O_NONBLOCK).
 [[nodiscard]] absl::StatusOr<std::string> ReadSmallFile(const std::string& path);
 
 // Suffix of WriteFileAtomically's temporary files (left behind only by a crash).

@@ -8,7 +8,14 @@
 //   {
 //     "command": "ADD" | "DEL" | "CHECK" | "GC" | "STATUS",
 //     "containerID": "...",        // ADD, DEL, CHECK
-//     "netns": "/var/run/netns/x",  // ADD, CHECK (may be empty on DEL)
+//     "netns": "/var/run/netns/x",  // ADD, CHECK (may be empty on DEL): for messages and the
+//                                   // record only, never opened by the agent when...
+//     "netnsFd": true,             // ...ADD and CHECK carry the namespace as a descriptor the
+//                                   // plugin opened: one SCM_RIGHTS descriptor with the
+//                                   // request's bytes. Absent (a plugin older than the agent):
+//                                   // the agent opens "netns" itself. A descriptor declared and
+//                                   // missing, undeclared, more than one, on another command, or
+//                                   // not a network namespace: code 4.
 //     "ifName": "eth0",            // ADD, DEL, CHECK
 //     "args": "K8S_POD_NAMESPACE=a;K8S_POD_NAME=b",   // CNI_ARGS verbatim, may be empty
 //     "config": { ... }            // the network configuration exactly as the runtime sent it

@@ -34,14 +34,44 @@ int PollTimeoutMs(absl::Time deadline) {
   return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
 }
 
-enum class ReadResult { kComplete, kTimeout, kStopped, kTooLarge, kError };
+enum class ReadResult { kComplete, kTimeout, kStopped, kTooLarge, kError, kBadFds };
 
-// Reads until the peer shuts down its write side.
+// Takes the descriptors of every SCM_RIGHTS message in `msg` into `fds` (they are ours from the
+// moment recvmsg returns: each is closed by whoever holds `fds`); anything else, or a control
+// buffer the kernel had to cut (whose descriptors it closed), marks `fds` as broken.
+void TakeDescriptors(msghdr& msg, ReceivedFds& fds) {
+  if ((msg.msg_flags & MSG_CTRUNC) != 0) fds.broken = true;
+  for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+    if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) {
+      fds.broken = true;
+      continue;
+    }
+    const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+    for (size_t i = 0; i < count; ++i) {
+      int received;
+      std::memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+      fds.fds.push_back(received);
+    }
+  }
+}
+
+// Reads until the peer shuts down its write side, taking the descriptors that come with the
+// bytes (SCM_RIGHTS) into `fds`.
 ReadResult ReadToEof(int fd, int stop_fd, absl::Time deadline, size_t max_bytes,
-                     std::string* out, int* err) {
+                     std::string* out, ReceivedFds* fds, int* err) {
   char buf[16384];
+  // Room for more descriptors than a request may carry, so that one too many is seen (and
+  // refused) rather than cut off silently.
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kMaxReceivedFds)];
   while (true) {
-    ssize_t n = recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+    iovec iov = {.iov_base = buf, .iov_len = sizeof(buf)};
+    msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    ssize_t n = recvmsg(fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n >= 0) TakeDescriptors(msg, *fds);
     if (n > 0) {
       out->append(buf, static_cast<size_t>(n));
       if (out->size() > max_bytes) return ReadResult::kTooLarge;
@@ -93,6 +123,12 @@ std::string Dump(const json& j) {
 json ErrorReply(int code, std::string msg) {
   return json{{"ok", false}, {"code", code}, {"msg", std::move(msg)}};
 }
+
+ReceivedFds::~ReceivedFds() {
+  for (int fd : fds) close(fd);
+}
+
+int ReceivedFds::only() const { return fds.size() == 1 ? fds.front() : -1; }
 
 EndpointApiServer::EndpointApiServer(EndpointApiServerOptions options)
     : options_(std::move(options)) {}
@@ -170,6 +206,12 @@ absl::Status EndpointApiServer::Start(Handler handler) {
   acceptor_ = std::thread([this] { AcceptLoop(); });
   spdlog::info("api: serving the endpoint API on {}", path);
   return absl::OkStatus();
+}
+
+absl::Status EndpointApiServer::Start(std::function<json(const json&)> handler) {
+  return Start(Handler([handler = std::move(handler)](const json& request, int) {
+    return handler(request);
+  }));
 }
 
 void EndpointApiServer::Stop() {
@@ -305,10 +347,15 @@ void EndpointApiServer::RejectInline(int fd, const json& reply) {
 void EndpointApiServer::Serve(int fd, Worker* self) {
   std::string request_text;
   int err = 0;
+  // Closed when this returns, whatever the handler did with them.
+  ReceivedFds fds;
   ReadResult read = ReadToEof(fd, stop_fd_, absl::Now() + options_.io_timeout,
-                              options_.max_request_bytes, &request_text, &err);
+                              options_.max_request_bytes, &request_text, &fds, &err);
+  if (read == ReadResult::kComplete && (fds.broken || fds.fds.size() > 1)) {
+    read = ReadResult::kBadFds;
+  }
   json reply;
-  bool count_io_error = false, count_bad = false, served = false;
+  bool count_io_error = false, count_bad = false, count_bad_fds = false, served = false;
   switch (read) {
     case ReadResult::kComplete: {
       // Bounded depth: a peer's 100k nested brackets must not recurse the agent out of stack.
@@ -322,7 +369,7 @@ void EndpointApiServer::Serve(int fd, Worker* self) {
       const json& request = *parsed;
       served = true;
       try {
-        reply = handler_(request);
+        reply = handler_(request, fds.only());
       } catch (const std::exception& e) {
         spdlog::error("api: handler failed: {}", e.what());
         reply = ErrorReply(kSluiceInternal, absl::StrCat("agent error: ", e.what()));
@@ -347,6 +394,15 @@ void EndpointApiServer::Serve(int fd, Worker* self) {
     case ReadResult::kStopped:
       reply = ErrorReply(kCniTryAgainLater, "agent shutting down");
       break;
+    case ReadResult::kBadFds:
+      count_bad_fds = true;
+      spdlog::warn("api: refusing a request that came with {} descriptors{}", fds.fds.size(),
+                   fds.broken ? " and control data that is not SCM_RIGHTS or was cut short" : "");
+      reply = ErrorReply(kCniInvalidEnvironment,
+                         absl::StrCat("a request carries at most one file descriptor (the pod's "
+                                      "network namespace); this one came with ",
+                                      fds.fds.size(), fds.broken ? " and other control data" : ""));
+      break;
     case ReadResult::kError:
       count_io_error = true;
       spdlog::warn("api: reading a request: {}", ErrnoText(err));
@@ -357,6 +413,7 @@ void EndpointApiServer::Serve(int fd, Worker* self) {
     absl::MutexLock l(&mu_);
     if (served) ++stats_.served;
     if (count_bad) ++stats_.bad_requests;
+    if (count_bad_fds) ++stats_.bad_fds;
     if (count_io_error) ++stats_.io_errors;
   }
   bool write_failed = false;

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -35,11 +36,31 @@ struct EndpointApiServerOptions {
 // {"ok": false, "code": code, "msg": msg}
 nlohmann::json ErrorReply(int code, std::string msg);
 
+// The descriptors one request carried (SCM_RIGHTS), closed when this is destroyed.
+struct ReceivedFds {
+  ReceivedFds() = default;
+  ReceivedFds(const ReceivedFds&) = delete;
+  ReceivedFds& operator=(const ReceivedFds&) = delete;
+  ~ReceivedFds();
+  // The one descriptor, or -1 when there is none (or more than one).
+  int only() const;
+
+  std::vector<int> fds;
+  bool broken = false;  // control data that was not SCM_RIGHTS, or cut short (MSG_CTRUNC)
+};
+
+// Descriptors read per message: a request may carry one; more are received (so that they are
+// closed) and the request refused.
+inline constexpr size_t kMaxReceivedFds = 8;
+
 class EndpointApiServer {
  public:
   // Called on a connection thread, concurrently with other requests. Returns the whole reply.
-  // An exception it throws becomes a kSluiceInternal reply.
-  using Handler = std::function<nlohmann::json(const nlohmann::json& request)>;
+  // An exception it throws becomes a kSluiceInternal reply. `fd` is the one descriptor the
+  // request carried (the pod's network namespace, ADD and CHECK), or -1; the server closes it
+  // once the handler returns (a handler that needs it longer reopens it). A request with more
+  // than one, or other control data, is answered kCniInvalidEnvironment without the handler.
+  using Handler = std::function<nlohmann::json(const nlohmann::json& request, int fd)>;
 
   struct Stats {
     uint64_t accepted = 0;      // connections accepted
@@ -47,6 +68,7 @@ class EndpointApiServer {
     uint64_t busy = 0;          // turned away at max_concurrent
     uint64_t denied_peers = 0;  // wrong uid
     uint64_t bad_requests = 0;  // unparsable, not an object, or too large
+    uint64_t bad_fds = 0;       // came with more than one descriptor, or other control data
     uint64_t io_errors = 0;     // read/write failures and timeouts
     int active = 0;             // connections being served now
   };
@@ -59,6 +81,9 @@ class EndpointApiServer {
   // Creates the parent directory (0700) if needed, replaces a stale socket (refuses if another
   // process still serves it), binds, chmods 0600, listens and starts accepting. Once only.
   [[nodiscard]] absl::Status Start(Handler handler) ABSL_LOCKS_EXCLUDED(mu_);
+  // The same with a handler that takes no descriptor (one a request carries is closed unused).
+  [[nodiscard]] absl::Status Start(std::function<nlohmann::json(const nlohmann::json&)> handler)
+      ABSL_LOCKS_EXCLUDED(mu_);
 
   // Stops accepting, removes the socket path, aborts connections still sending their request
   // and waits for requests already in the handler to be answered. Idempotent.

@@ -34,18 +34,25 @@ absl::Status WithCode(int code, const absl::Status& st, absl::string_view what) 
   return cni::CniStatus(code, absl::StrCat(what, ": ", st.message()));
 }
 
-// Opens the pod's network namespace for a request, before any lock is taken: NetnsFd::Open
-// never blocks (a FIFO or device is only looked at). Refuses, with code 4, whatever is not a
-// network namespace and the namespaces that are not a pod's: the agent's own (the node's, which
-// ADD would otherwise strip of its default route) and pid 1's.
-absl::StatusOr<NetnsFd> OpenPodNetns(const std::string& path) {
-  auto ns = NetnsFd::Open(path);
+// Opens the pod's network namespace for a request, before any lock is taken: the descriptor
+// sluice-cni passed (`netns_fd` >= 0), reopened through /proc/self/fd, or (a plugin from before
+// descriptors were passed) the path itself. NetnsFd::Open never blocks (a FIFO or device is only
+// looked at). Refuses, with code 4, whatever is not a network namespace and the namespaces that
+// are not a pod's: the agent's own (the node's, which ADD would otherwise strip of its default
+// route) and pid 1's. The path is only named in messages when a descriptor came.
+absl::StatusOr<NetnsFd> OpenPodNetns(const std::string& path, int netns_fd) {
+  const bool by_fd = netns_fd >= 0;
+  const std::string named =
+      by_fd ? absl::StrCat("CNI_NETNS ", path, " (the descriptor sluice-cni passed)")
+            : absl::StrCat("CNI_NETNS ", path);
+  auto ns = NetnsFd::Open(by_fd ? absl::StrCat("/proc/self/fd/", netns_fd) : path);
   if (!ns.ok()) {
     const absl::Status& st = ns.status();
-    const bool callers_fault =
-        absl::IsNotFound(st) || absl::IsInvalidArgument(st) || absl::IsPermissionDenied(st);
+    // A descriptor is whatever the client sent: anything it fails on is the client's doing.
+    const bool callers_fault = by_fd || absl::IsNotFound(st) || absl::IsInvalidArgument(st) ||
+                               absl::IsPermissionDenied(st);
     return cni::CniStatus(callers_fault ? api::kCniInvalidEnvironment : api::kSluiceInternal,
-                          absl::StrCat("CNI_NETNS ", path, ": ", st.message()));
+                          absl::StrCat(named, ": ", st.message()));
   }
   auto id = ns->identity();
   auto own = CurrentNetnsIdentity();
@@ -55,7 +62,7 @@ absl::StatusOr<NetnsFd> OpenPodNetns(const std::string& path) {
                           static_cast<uint64_t>(process.st_ino) == id->ino;
   if (!id.ok() || !own.ok()) {
     return WithCode(api::kSluiceInternal, id.ok() ? own.status() : id.status(),
-                    absl::StrCat("identify netns ", path));
+                    absl::StrCat("identify the network namespace of ", named));
   }
   struct stat init {};
   const bool is_init = ::stat("/proc/1/ns/net", &init) == 0 &&
@@ -64,12 +71,18 @@ absl::StatusOr<NetnsFd> OpenPodNetns(const std::string& path) {
   if (*id == *own || is_process || is_init) {
     return cni::CniStatus(
         api::kCniInvalidEnvironment, "plugin's netns and CNI_NETNS must not be the same",
-        absl::StrCat("CNI_NETNS ", path, " is ",
+        absl::StrCat(named, " is ",
                      *id == *own || is_process ? "sluice-agent's own network namespace (the node's)"
                                                : "the network namespace of pid 1",
                      ", inode ", id->ino, "; a pod needs a network namespace of its own"));
   }
   return ns;
+}
+
+// Whether `ep` is an attachment of network `name`. Records from before the network was recorded
+// (no name) belong to whichever network asks.
+bool OfNetwork(const Endpoint& ep, const std::string& name) {
+  return ep.network_name.empty() || ep.network_name == name;
 }
 
 // Whether `link` (found by ep's host_ifname) is the host veth Sluice made for `ep`: it carries
@@ -246,22 +259,48 @@ void EndpointService::Count(uint64_t EndpointServiceStats::*field) {
   ++(stats_.*field);
 }
 
-nlohmann::json EndpointService::Handle(const nlohmann::json& request) {
+absl::Status EndpointService::CheckNetnsFd(const cni::EndpointRequest& req, int netns_fd) {
+  if (netns_fd >= 0 && !req.netns_fd) {
+    Count(&EndpointServiceStats::bad_netns);
+    return cni::CniStatus(api::kCniInvalidEnvironment,
+                          absl::StrCat(req.command, " came with a file descriptor it does not "
+                                                    "declare (\"netnsFd\"); refused"));
+  }
+  if (req.netns_fd && netns_fd < 0) {
+    Count(&EndpointServiceStats::bad_netns);
+    return cni::CniStatus(
+        api::kCniInvalidEnvironment,
+        absl::StrCat(req.command, " declares the descriptor of CNI_NETNS ", req.netns,
+                     " (\"netnsFd\") but none came with it"));
+  }
+  if (!req.netns_fd && (req.command == cni::kCommandAdd || req.command == cni::kCommandCheck)) {
+    Count(&EndpointServiceStats::netns_paths_opened);
+    spdlog::warn(
+        "{} {}/{}: the plugin passed no namespace descriptor (a sluice-cni older than the agent); "
+        "opening CNI_NETNS {} in the agent's own mount namespace",
+        req.command, req.container_id, req.if_name, req.netns);
+  }
+  return absl::OkStatus();
+}
+
+nlohmann::json EndpointService::Handle(const nlohmann::json& request, int netns_fd) {
   auto req = cni::ParseEndpointRequest(request.dump());
   if (!req.ok()) return nlohmann::json::parse(cni::EncodeFailureReply(req.status()));
   auto conf = cni::NetConfFromJson(req->config);
   if (!conf.ok()) return nlohmann::json::parse(cni::EncodeFailureReply(conf.status()));
 
-  absl::Status st;
+  absl::Status st = CheckNetnsFd(*req, netns_fd);
   nlohmann::json result = nullptr;
-  if (req->command == cni::kCommandAdd) {
-    auto r = Add(*req, *conf);
+  if (!st.ok()) {
+    // Refused before any handler ran.
+  } else if (req->command == cni::kCommandAdd) {
+    auto r = Add(*req, *conf, netns_fd);
     if (r.ok()) result = cni::FormatResult(*r, conf->cni_version);
     st = r.status();
   } else if (req->command == cni::kCommandDel) {
     st = Del(*req, *conf);
   } else if (req->command == cni::kCommandCheck) {
-    st = Check(*req, *conf);
+    st = Check(*req, *conf, netns_fd);
   } else if (req->command == cni::kCommandGc) {
     st = Gc(*conf);
   } else if (req->command == cni::kCommandStatus) {
@@ -335,7 +374,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::ChainedResult(const Endpoint& ep,
 }
 
 absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& req,
-                                                   const cni::NetConf& conf) {
+                                                   const cni::NetConf& conf, int netns_fd) {
   Count(&EndpointServiceStats::adds);
   auto fail = [&](absl::Status st) {
     Count(&EndpointServiceStats::add_failures);
@@ -345,8 +384,11 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   if (!args.ok()) return fail(args.status());
   // Opened once, before any lock, and used through its fd for the whole request: the path
   // cannot be swapped for another namespace half-way.
-  auto pod_ns = OpenPodNetns(req.netns);
-  if (!pod_ns.ok()) return fail(pod_ns.status());
+  auto pod_ns = OpenPodNetns(req.netns, netns_fd);
+  if (!pod_ns.ok()) {
+    Count(&EndpointServiceStats::bad_netns);
+    return fail(pod_ns.status());
+  }
   const std::string ns_path = pod_ns->fd_path();
   auto hold = Enter(/*exclusive=*/false, &req);
   if (!hold.ok()) return fail(hold.status());
@@ -356,7 +398,16 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   // when everything it made is in place in the same netns, answer with it again. Anything less
   // (a half-made or damaged attachment, another netns) is removed and made anew.
   if (auto old = store_.Get(req.container_id, req.if_name)) {
-    if (old->netns == req.netns && old->network_name == conf.name) {
+    if (!OfNetwork(*old, conf.name)) {
+      // The spec: an ADD whose interface already exists in the container must fail. It is
+      // another network's attachment, and a live pod's: nothing of it is touched.
+      return fail(cni::CniStatus(
+          api::kSluiceInterfaceExists,
+          absl::StrCat("interface ", req.if_name, " of container ", req.container_id,
+                       " already exists: network ", old->network_name, " attached it (",
+                       old->ipv4, " on ", old->host_ifname, "), not ", conf.name)));
+    }
+    if (old->netns == req.netns) {
       absl::Status in_place = Verify(*old, ns_path);
       if (in_place.ok()) {
         auto result = ChainedResult(*old, conf);
@@ -528,6 +579,17 @@ absl::Status EndpointService::Del(const cni::EndpointRequest& req, const cni::Ne
   auto hold = Enter(/*exclusive=*/false, &req);
   if (!hold.ok()) return hold.status();
   if (auto ep = store_.Get(req.container_id, req.if_name)) {
+    if (!OfNetwork(*ep, conf.name)) {
+      // This network never attached the interface (another one did): nothing of this network
+      // is left to remove, and the other network's pod stays as it is.
+      Count(&EndpointServiceStats::other_network_requests);
+      spdlog::warn("DEL {}/{} of network {}: the interface belongs to network {}; left alone",
+                   req.container_id, req.if_name, conf.name, ep->network_name);
+      if (auto st = ipam_.Release(OwnerOf(conf.name, req.container_id, req.if_name)); !st.ok()) {
+        return WithCode(api::kCniIoFailure, st, "release address");
+      }
+      return absl::OkStatus();
+    }
     if (auto st = RemoveEndpoint(*ep, VethRemoval::kInBackground); !st.ok()) {
       return WithCode(api::kSluiceInternal, st, "remove endpoint");
     }
@@ -560,12 +622,18 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
   }
   const IpAddress gateway = ipam_.gateway();
 
-  // The record and the address reservation.
-  if (auto held = ipam_.Lookup(OwnerOf(ep.network_name, ep.container_id, ep.ifname));
-      !held.has_value()) {
+  // The record and the address reservation, in the agent and in the state directory (where a
+  // restarted agent finds them).
+  if (auto st = store_.VerifyPersisted(ep); !st.ok()) {
+    missing.push_back(absl::StrCat("the endpoint record: ", st.message()));
+  }
+  const IpamOwner owner = OwnerOf(ep.network_name, ep.container_id, ep.ifname);
+  if (auto held = ipam_.Lookup(owner); !held.has_value()) {
     missing.push_back(absl::StrCat("the IPAM reservation of ", ep.ipv4, " is gone"));
   } else if (*held != *addr) {
     missing.push_back(absl::StrCat("IPAM reserves ", held->ToString(), " for it, not ", ep.ipv4));
+  } else if (auto st = ipam_.VerifyPersisted(owner, *addr); !st.ok()) {
+    missing.push_back(absl::StrCat("the IPAM reservation of ", ep.ipv4, ": ", st.message()));
   }
 
   // Host side: the veth, its /32 route and its permanent neighbour entry.
@@ -649,14 +717,18 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
                                      absl::StrJoin(missing, "; ")));
 }
 
-absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::NetConf& conf) {
+absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::NetConf& conf,
+                                    int netns_fd) {
   Count(&EndpointServiceStats::checks);
   auto failed = [&](absl::Status st) {
     Count(&EndpointServiceStats::check_failures);
     return st;
   };
-  auto pod_ns = OpenPodNetns(req.netns);
-  if (!pod_ns.ok()) return failed(pod_ns.status());
+  auto pod_ns = OpenPodNetns(req.netns, netns_fd);
+  if (!pod_ns.ok()) {
+    Count(&EndpointServiceStats::bad_netns);
+    return failed(pod_ns.status());
+  }
   auto hold = Enter(/*exclusive=*/false, &req);
   if (!hold.ok()) return failed(hold.status());
   auto ep = store_.Get(req.container_id, req.if_name);
@@ -664,6 +736,13 @@ absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::
     return failed(cni::CniStatus(
         api::kCniUnknownContainer,
         absl::StrCat("no endpoint for container ", req.container_id, " ", req.if_name)));
+  }
+  if (!OfNetwork(*ep, conf.name)) {
+    Count(&EndpointServiceStats::other_network_requests);
+    return failed(cni::CniStatus(
+        api::kCniUnknownContainer,
+        absl::StrCat("no endpoint for container ", req.container_id, " ", req.if_name,
+                     " in network ", conf.name, " (network ", ep->network_name, " has it)")));
   }
   if (!conf.prev_result.is_null()) {
     auto prev = cni::ParseResult(conf.prev_result);
@@ -782,7 +861,16 @@ absl::Status EndpointService::Restore() {
       if (!stored.ok()) return stored.status();
     }
     if (auto st = Plumb(ep); !st.ok()) return st;
-    if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) live_addrs.insert(*addr);
+    if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) {
+      live_addrs.insert(*addr);
+      // The live pod keeps its address whatever the IPAM directory lost: it is never handed to
+      // another pod.
+      if (auto st = ipam_.Reserve(OwnerOf(ep.network_name, ep.container_id, ep.ifname), *addr);
+          !st.ok()) {
+        spdlog::error("restore {}/{}: cannot hold {} for it: {}", ep.container_id, ep.ifname,
+                      ep.ipv4, st.ToString());
+      }
+    }
     live_links.insert(ep.host_ifindex);
   }
   auto addrs = datapath_.EndpointAddresses();

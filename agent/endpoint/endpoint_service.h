@@ -134,6 +134,13 @@ struct EndpointServiceStats {
                                       // stayed busy past lock_timeout
   uint64_t foreign_links_kept = 0;    // a record's host veth name held by a link that is not the
                                       // one Sluice made: left alone instead of deleted
+  uint64_t other_network_requests = 0;  // DEL/CHECK naming an interface another network attached
+                                        // (left alone); such an ADD counts as an add_failure
+  uint64_t bad_netns = 0;             // ADD/CHECK refused (code 4) for their network namespace:
+                                      // a descriptor missing, undeclared or not a network
+                                      // namespace (or the node's)
+  uint64_t netns_paths_opened = 0;    // ADD/CHECK of an older plugin, without a descriptor: the
+                                      // agent opened CNI_NETNS itself
 };
 
 class EndpointService {
@@ -144,13 +151,19 @@ class EndpointService {
   // Set once, before serving (after Restore: restored endpoints keep their pinned state).
   void SetPolicyHook(EndpointPolicyHook* hook) { policy_hook_ = hook; }
 
-  // The endpoint API handler: one protocol request in, one reply out. Never throws.
-  nlohmann::json Handle(const nlohmann::json& request);
+  // The endpoint API handler: one protocol request in, one reply out. Never throws. `netns_fd`
+  // is the descriptor the request carried (-1: none), the pod's network namespace as sluice-cni
+  // opened it: ADD and CHECK use it and never open CNI_NETNS themselves; the caller closes it.
+  // A request that declares one ("netnsFd") must carry it, and one that does not must carry
+  // none (code 4). ADD and CHECK of a plugin that passes none (older than this agent) open the
+  // path, as before.
+  nlohmann::json Handle(const nlohmann::json& request, int netns_fd = -1);
 
   [[nodiscard]] absl::StatusOr<cni::ResultV1> Add(const cni::EndpointRequest& req,
-                                                  const cni::NetConf& conf);
+                                                  const cni::NetConf& conf, int netns_fd = -1);
   [[nodiscard]] absl::Status Del(const cni::EndpointRequest& req, const cni::NetConf& conf);
-  [[nodiscard]] absl::Status Check(const cni::EndpointRequest& req, const cni::NetConf& conf);
+  [[nodiscard]] absl::Status Check(const cni::EndpointRequest& req, const cni::NetConf& conf,
+                                   int netns_fd = -1);
   [[nodiscard]] absl::Status Gc(const cni::NetConf& conf);
   [[nodiscard]] absl::Status Status();
 
@@ -166,6 +179,8 @@ class EndpointService {
 
  private:
   EndpointPolicyHook* policy_hook_ = nullptr;
+  // A descriptor where the request declares none, or none where it declares one: code 4.
+  [[nodiscard]] absl::Status CheckNetnsFd(const cni::EndpointRequest& req, int netns_fd);
   // Holds the node (shared, or exclusively for GC/Restore) and, for per-attachment requests, the
   // attachment, until destroyed; built by Enter().
   class Hold;

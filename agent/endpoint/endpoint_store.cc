@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/base/files.h"
+#include "cni/netconf.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
@@ -205,6 +207,12 @@ std::string LinkMark(absl::string_view container_id, absl::string_view ifname) {
 
 // ---- EndpointStore -------------------------------------------------------------------------
 
+// The longest record name, written through its temporary file, fits a file name: the plugin and
+// the endpoint API refuse longer attachment keys up front (code 4).
+static_assert(cni::kMaxAttachmentKeyBytes + (sizeof("-") - 1) + (sizeof(kJsonSuffix) - 1) +
+                  (sizeof(kTmpSuffix) - 1) <=
+              NAME_MAX);
+
 std::string EndpointStore::FileName(absl::string_view container_id, absl::string_view ifname) {
   return absl::StrCat(container_id, "-", ifname, kJsonSuffix);
 }
@@ -302,26 +310,40 @@ absl::StatusOr<Endpoint> EndpointStore::Put(Endpoint ep) {
   Key key(ep.container_id, ep.ifname);
   const std::string name = FileName(ep.container_id, ep.ifname);
 
+  // mu_ is held to check and reserve, and to commit, never across the write: a write that
+  // stalls holds up this request alone, not the Get and List of every other one.
+  uint32_t old_id = 0;
+  {
+    absl::MutexLock l(&mu_);
+    if (auto f = files_.find(name); f != files_.end() && f->second != key) {
+      return absl::AlreadyExistsError(absl::StrCat(
+          "endpoint ", key.first, "/", key.second, " would share the file ", name, " with ",
+          f->second.first, "/", f->second.second));
+    }
+    if (writing_.contains(name)) {
+      return absl::UnavailableError(absl::StrCat("endpoint ", key.first, "/", key.second,
+                                                 " is being written by another request"));
+    }
+    auto existing = endpoints_.find(key);
+    old_id = existing != endpoints_.end() ? existing->second.endpoint_id : 0;
+    if (ep.endpoint_id == 0) {
+      ep.endpoint_id = old_id != 0 ? old_id : NextFreeId();
+    } else if (ep.endpoint_id != old_id && ids_.contains(ep.endpoint_id)) {
+      return absl::AlreadyExistsError(absl::StrCat("endpoint id ", ep.endpoint_id,
+                                                   " belongs to another endpoint"));
+    }
+    ids_.insert(ep.endpoint_id);  // taken while the file is written
+    writing_.insert(name);
+  }
+  absl::Status written = WriteFileAtomically(dir_, name, EndpointToJson(ep).dump(2));
   absl::MutexLock l(&mu_);
-  if (auto f = files_.find(name); f != files_.end() && f->second != key) {
-    return absl::AlreadyExistsError(absl::StrCat(
-        "endpoint ", key.first, "/", key.second, " would share the file ", name, " with ",
-        f->second.first, "/", f->second.second));
-  }
-  auto existing = endpoints_.find(key);
-  const uint32_t old_id = existing != endpoints_.end() ? existing->second.endpoint_id : 0;
-  if (ep.endpoint_id == 0) {
-    ep.endpoint_id = old_id != 0 ? old_id : NextFreeId();
-  } else if (ep.endpoint_id != old_id && ids_.contains(ep.endpoint_id)) {
-    return absl::AlreadyExistsError(absl::StrCat("endpoint id ", ep.endpoint_id,
-                                                 " belongs to another endpoint"));
-  }
-  if (absl::Status st = WriteFileAtomically(dir_, name, EndpointToJson(ep).dump(2)); !st.ok()) {
-    return absl::Status(st.code(), absl::StrCat("persist endpoint ", key.first, "/", key.second,
-                                                ": ", st.message()));
+  writing_.erase(name);
+  if (!written.ok()) {
+    if (ep.endpoint_id != old_id) ids_.erase(ep.endpoint_id);
+    return absl::Status(written.code(), absl::StrCat("persist endpoint ", key.first, "/",
+                                                     key.second, ": ", written.message()));
   }
   if (old_id != 0 && old_id != ep.endpoint_id) ids_.erase(old_id);
-  ids_.insert(ep.endpoint_id);
   files_.emplace(name, key);
   endpoints_.insert_or_assign(std::move(key), ep);
   return ep;
@@ -336,9 +358,11 @@ std::optional<Endpoint> EndpointStore::Get(absl::string_view container_id,
 }
 
 absl::Status EndpointStore::Remove(absl::string_view container_id, absl::string_view ifname) {
-  absl::MutexLock l(&mu_);
-  auto it = endpoints_.find(Key(container_id, ifname));
-  if (it == endpoints_.end()) return absl::OkStatus();
+  {
+    absl::MutexLock l(&mu_);
+    if (!endpoints_.contains(Key(container_id, ifname))) return absl::OkStatus();
+  }
+  // The file goes outside mu_ (see Put); the record stays visible until it is gone.
   const std::string name = FileName(container_id, ifname);
   const std::string path = absl::StrCat(dir_, "/", name);
   if (unlink(path.c_str()) != 0 && errno != ENOENT) {
@@ -346,9 +370,41 @@ absl::Status EndpointStore::Remove(absl::string_view container_id, absl::string_
                                           path, ")"));
   }
   (void)SyncDir(dir_);  // a resurrected file after a crash is only a stale endpoint for GC
+  absl::MutexLock l(&mu_);
+  auto it = endpoints_.find(Key(container_id, ifname));
+  if (it == endpoints_.end()) return absl::OkStatus();
   ids_.erase(it->second.endpoint_id);
   files_.erase(name);
   endpoints_.erase(it);
+  return absl::OkStatus();
+}
+
+absl::Status EndpointStore::VerifyPersisted(const Endpoint& ep) const {
+  const std::string path = absl::StrCat(dir_, "/", FileName(ep.container_id, ep.ifname));
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? absl::NotFoundError(absl::StrCat("record ", path, " is gone"))
+                           : ErrnoStatus(errno, absl::StrCat("stat ", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::DataLossError(absl::StrCat("record ", path, " is not a regular file"));
+  }
+  absl::StatusOr<std::string> text = ReadSmallFile(path);
+  if (!text.ok()) return text.status();
+  nlohmann::json j = nlohmann::json::parse(*text, nullptr, /*allow_exceptions=*/false);
+  absl::StatusOr<Endpoint> recorded =
+      j.is_discarded() ? absl::DataLossError("not JSON") : EndpointFromJson(j);
+  if (!recorded.ok()) {
+    return absl::DataLossError(
+        absl::StrCat("record ", path, " is unreadable: ", recorded.status().message()));
+  }
+  if (recorded->container_id != ep.container_id || recorded->ifname != ep.ifname ||
+      recorded->ipv4 != ep.ipv4 || recorded->host_ifname != ep.host_ifname ||
+      recorded->host_ifindex != ep.host_ifindex || recorded->endpoint_id != ep.endpoint_id) {
+    return absl::DataLossError(absl::StrCat("record ", path, " differs from the agent's: ",
+                                            recorded->ipv4, " on ", recorded->host_ifname,
+                                            " (endpoint ", recorded->endpoint_id, ")"));
+  }
   return absl::OkStatus();
 }
 

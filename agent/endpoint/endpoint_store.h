@@ -83,6 +83,9 @@ class EndpointStore {
   // Removes the endpoint and its file; absent: OK.
   [[nodiscard]] absl::Status Remove(absl::string_view container_id, absl::string_view ifname)
       ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether `ep`'s record is on disk as well as in memory (CHECK): NotFound when its file is
+  // gone, DataLoss when the file is unreadable or names another address, veth or endpoint id.
+  [[nodiscard]] absl::Status VerifyPersisted(const Endpoint& ep) const;
   // Ordered by (container_id, ifname).
   std::vector<Endpoint> List() const ABSL_LOCKS_EXCLUDED(mu_);
   size_t size() const ABSL_LOCKS_EXCLUDED(mu_);
@@ -109,6 +112,7 @@ class EndpointStore {
   std::set<uint32_t> ids_ ABSL_GUARDED_BY(mu_);
   // File name -> key: "a-b" + "c" and "a" + "b-c" share a file name; the second Put is refused.
   std::map<std::string, Key> files_ ABSL_GUARDED_BY(mu_);
+  std::set<std::string> writing_ ABSL_GUARDED_BY(mu_);  // file names a Put is writing
 };
 
 }  // namespace sluice::agent

@@ -255,50 +255,89 @@ absl::Status Ipam::PersistCursor(uint64_t offset) {
 
 absl::StatusOr<IpAddress> Ipam::Allocate(const Owner& owner) {
   if (absl::Status st = ValidateOwner(owner); !st.ok()) return st;
-  absl::MutexLock l(&mu_);
-  if (auto it = by_owner_.find(owner); it != by_owner_.end()) return AddressAt(it->second);
+  // mu_ is held only to read and change the maps, never across the disk: a write that stalls
+  // (a slow or hung state filesystem) holds up this ADD alone, never the Lookup, Allocated and
+  // Release of other pods (CHECK, STATUS, DEL).
+  std::optional<uint64_t> existing;
+  {
+    absl::MutexLock l(&mu_);
+    if (auto it = by_owner_.find(owner); it != by_owner_.end()) existing = it->second;
+  }
+  if (existing.has_value()) {
+    // A reservation whose file was removed behind our back is written again: after a restart
+    // the address must still be this owner's.
+    const IpAddress addr = AddressAt(*existing);
+    struct stat st;
+    if (lstat(PathFor(addr).c_str(), &st) != 0 && errno == ENOENT) {
+      spdlog::warn("ipam: the reservation file of {} for {} was gone; writing it again",
+                   addr.ToString(), owner.ToString());
+      if (absl::Status pst = PersistOffset(*existing, owner); !pst.ok()) return pst;
+    }
+    return addr;
+  }
 
   // Next-fit from the cursor, like host-local: a just-released address is reused last.
   const uint64_t first = 2, last = size_ - 2;
+  absl::MutexLock l(&mu_);
   uint64_t candidate = cursor_;
   for (uint64_t tried = 0; tried < capacity_; ++tried) {
     candidate = (candidate < first || candidate >= last) ? first : candidate + 1;
-    if (by_offset_.contains(candidate) || unreadable_.contains(candidate)) continue;
+    if (by_offset_.contains(candidate) || unreadable_.contains(candidate) ||
+        pending_.contains(candidate)) {
+      continue;
+    }
     const IpAddress addr = AddressAt(candidate);
     const std::string path = PathFor(addr);
+    // Taken while its file is written, so that no other allocation picks it meanwhile.
+    pending_.insert(candidate);
+    mu_.Unlock();
+    absl::Status st;
+    bool exists = false;
     int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
     if (fd < 0) {
-      if (errno == EEXIST) {  // written behind our back: never hand it out
-        spdlog::error("ipam: {} appeared on disk without an owner we know; holding it", path);
-        unreadable_.insert(candidate);
-        continue;
-      }
-      return ErrnoStatus(errno, absl::StrCat("persist allocation ", addr.ToString(), " in ", dir_));
+      exists = errno == EEXIST;
+      st = ErrnoStatus(errno, absl::StrCat("persist allocation ", addr.ToString(), " in ", dir_));
+    } else {
+      st = WriteAllAndSync(fd, OwnerToJson(owner).dump(),
+                           absl::StrCat("persist allocation ", addr.ToString(), " in ", dir_));
+      close(fd);
+      if (st.ok()) st = SyncDir(dir_);
+      if (!st.ok()) unlink(path.c_str());
     }
-    absl::Status st = WriteAllAndSync(fd, OwnerToJson(owner).dump(),
-                                      absl::StrCat("persist allocation ", addr.ToString(), " in ",
-                                                   dir_));
-    close(fd);
-    if (st.ok()) st = SyncDir(dir_);
-    if (!st.ok()) {
-      unlink(path.c_str());
-      return st;
+    mu_.Lock();
+    pending_.erase(candidate);
+    if (exists) {  // written behind our back: never hand it out
+      spdlog::error("ipam: {} appeared on disk without an owner we know; holding it", path);
+      unreadable_.insert(candidate);
+      continue;
     }
+    if (!st.ok()) return st;
     by_offset_.emplace(candidate, owner);
     by_owner_.emplace(owner, candidate);
     cursor_ = candidate;
-    if (absl::Status cst = PersistCursor(candidate); !cst.ok()) {
-      // The allocation itself is durable; a stale cursor only makes reuse come sooner.
-      spdlog::warn("ipam: {}", cst.ToString());
-    }
     // An ADD retried after a pod CIDR change: the old address is no longer routable.
+    std::vector<std::string> stale;
     for (auto it = foreign_.begin(); it != foreign_.end();) {
-      if (it->allocation.owner == owner && unlink(it->path.c_str()) == 0) {
+      if (it->allocation.owner == owner) {
+        stale.push_back(it->path);
         it = foreign_.erase(it);
       } else {
         ++it;
       }
     }
+    // The cursor is a hint (a stale one only makes reuse come sooner): written by one allocation
+    // at a time, and skipped while another still writes it.
+    const bool write_cursor = !cursor_writing_;
+    cursor_writing_ = true;
+    mu_.Unlock();
+    for (const std::string& path : stale) unlink(path.c_str());
+    if (write_cursor) {
+      if (absl::Status cst = PersistCursor(candidate); !cst.ok()) {
+        spdlog::warn("ipam: {}", cst.ToString());
+      }
+    }
+    mu_.Lock();
+    if (write_cursor) cursor_writing_ = false;
     spdlog::debug("ipam: allocated {} to {}", addr.ToString(), owner.ToString());
     return addr;
   }
@@ -322,28 +361,118 @@ absl::Status Ipam::FreeOffset(uint64_t offset) {
   return absl::OkStatus();
 }
 
-absl::Status Ipam::Release(const Owner& owner) {
+absl::Status Ipam::PersistOffset(uint64_t offset, const Owner& owner) {
+  const IpAddress addr = AddressAt(offset);
+  return WriteFileAtomically(dir_, addr.ToString(), OwnerToJson(owner).dump());
+}
+
+absl::Status Ipam::Reserve(const Owner& owner, const IpAddress& address) {
+  if (absl::Status st = ValidateOwner(owner); !st.ok()) return st;
+  std::optional<uint64_t> off = OffsetOf(address);
+  if (!off.has_value() || Reserved(*off)) {
+    return absl::InvalidArgumentError(absl::StrCat(address.ToString(), " is not an allocatable "
+                                                   "address of ", cidr_.ToString()));
+  }
   absl::MutexLock l(&mu_);
+  if (auto held = by_offset_.find(*off); held != by_offset_.end()) {
+    if (held->second != owner) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(address.ToString(), " is reserved for ", held->second.ToString(),
+                       ", not for ", owner.ToString()));
+    }
+    struct stat st;
+    if (lstat(PathFor(address).c_str(), &st) == 0) return absl::OkStatus();
+    spdlog::warn("ipam: the reservation file of {} for {} was gone; writing it again",
+                 address.ToString(), owner.ToString());
+    return PersistOffset(*off, owner);
+  }
+  // Free in memory: its file is gone (or unreadable). The live endpoint's claim wins.
+  if (absl::Status st = PersistOffset(*off, owner); !st.ok()) return st;
+  unreadable_.erase(*off);
+  if (auto other = by_owner_.find(owner); other != by_owner_.end()) {
+    spdlog::warn("ipam: {} holds {} but its endpoint uses {}; moving the reservation",
+                 owner.ToString(), AddressAt(other->second).ToString(), address.ToString());
+    const uint64_t old = other->second;
+    if (absl::Status st = FreeOffset(old); !st.ok()) return st;
+  }
+  by_offset_.emplace(*off, owner);
+  by_owner_.insert_or_assign(owner, *off);
+  spdlog::warn("ipam: reserved {} again for {}: its endpoint is live but the reservation was gone",
+               address.ToString(), owner.ToString());
+  return absl::OkStatus();
+}
+
+absl::Status Ipam::VerifyPersisted(const Owner& owner, const IpAddress& address) const {
+  const std::string path = PathFor(address);
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    return errno == ENOENT ? absl::NotFoundError(absl::StrCat("reservation file ", path,
+                                                              " is gone"))
+                           : ErrnoStatus(errno, absl::StrCat("stat ", path));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return absl::DataLossError(absl::StrCat("reservation file ", path, " is not a regular file"));
+  }
+  absl::StatusOr<std::string> text = ReadSmallFile(path);
+  absl::StatusOr<Owner> recorded = text.ok() ? OwnerFromJson(*text) : text.status();
+  if (!recorded.ok()) {
+    return absl::DataLossError(absl::StrCat("reservation file ", path, " is unreadable: ",
+                                            recorded.status().message()));
+  }
+  if (*recorded != owner) {
+    return absl::DataLossError(absl::StrCat("reservation file ", path, " names ",
+                                            recorded->ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Ipam::Release(const Owner& owner) {
+  // The files go first, outside mu_ (see Allocate); the addresses stay taken in memory until
+  // they are gone, so that no allocation meets a file still on disk.
   std::vector<uint64_t> offsets;
-  for (const auto& [off, o] : by_offset_) {
-    if (o == owner) offsets.push_back(off);
+  std::vector<std::string> foreign_paths;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [off, o] : by_offset_) {
+      if (o == owner) offsets.push_back(off);
+    }
+    for (const ForeignRecord& f : foreign_) {
+      if (f.allocation.owner == owner) foreign_paths.push_back(f.path);
+    }
   }
+  absl::Status first;
+  std::vector<uint64_t> freed;
   for (uint64_t off : offsets) {
-    if (absl::Status st = FreeOffset(off); !st.ok()) return st;
-    spdlog::debug("ipam: released {} of {}", AddressAt(off).ToString(), owner.ToString());
-  }
-  for (auto it = foreign_.begin(); it != foreign_.end();) {
-    if (it->allocation.owner != owner) {
-      ++it;
+    const std::string path = PathFor(AddressAt(off));
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      first.Update(ErrnoStatus(errno, absl::StrCat("release ", AddressAt(off).ToString(), " in ",
+                                                   dir_)));
       continue;
     }
-    if (unlink(it->path.c_str()) != 0 && errno != ENOENT) {
-      return ErrnoStatus(errno, absl::StrCat("release ", it->path));
-    }
-    it = foreign_.erase(it);
+    freed.push_back(off);
   }
-  if (!offsets.empty()) (void)SyncDir(dir_);
-  return absl::OkStatus();
+  std::vector<std::string> foreign_freed;
+  for (const std::string& path : foreign_paths) {
+    if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+      first.Update(ErrnoStatus(errno, absl::StrCat("release ", path)));
+      continue;
+    }
+    foreign_freed.push_back(path);
+  }
+  if (!freed.empty()) (void)SyncDir(dir_);
+  absl::MutexLock l(&mu_);
+  for (uint64_t off : freed) {
+    auto it = by_offset_.find(off);
+    if (it == by_offset_.end() || it->second != owner) continue;
+    auto o = by_owner_.find(owner);
+    if (o != by_owner_.end() && o->second == off) by_owner_.erase(o);
+    by_offset_.erase(it);
+    spdlog::debug("ipam: released {} of {}", AddressAt(off).ToString(), owner.ToString());
+  }
+  std::erase_if(foreign_, [&](const ForeignRecord& f) {
+    return std::find(foreign_freed.begin(), foreign_freed.end(), f.path) != foreign_freed.end();
+  });
+  return first;
 }
 
 std::optional<IpAddress> Ipam::Lookup(const Owner& owner) const {
@@ -376,40 +505,59 @@ std::vector<IpAddress> Ipam::Unreadable() const {
 }
 
 absl::StatusOr<std::vector<IpamAllocation>> Ipam::ReleaseAllExcept(const std::set<Owner>& live) {
-  absl::MutexLock l(&mu_);
-  std::vector<Allocation> freed;
-  absl::Status first_error;
-  std::vector<uint64_t> leaked;
-  for (const auto& [off, owner] : by_offset_) {
-    auto primary = by_owner_.find(owner);
-    bool duplicate = primary != by_owner_.end() && primary->second != off;
-    if (duplicate || !live.contains(owner)) leaked.push_back(off);
+  // What to free is decided under mu_, the files go without it (see Allocate), and the memory
+  // follows for what is gone from disk.
+  std::vector<Allocation> leaked;
+  std::vector<ForeignRecord> foreign;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [off, owner] : by_offset_) {
+      auto primary = by_owner_.find(owner);
+      bool duplicate = primary != by_owner_.end() && primary->second != off;
+      if (duplicate || !live.contains(owner)) leaked.push_back(Allocation{AddressAt(off), owner});
+    }
+    for (const ForeignRecord& f : foreign_) {
+      if (!live.contains(f.allocation.owner)) foreign.push_back(f);
+    }
   }
-  for (uint64_t off : leaked) {
-    Allocation a{AddressAt(off), by_offset_.at(off)};
-    if (absl::Status st = FreeOffset(off); !st.ok()) {
-      first_error.Update(st);
+  absl::Status first_error;
+  std::vector<Allocation> freed;
+  std::vector<std::string> foreign_freed;
+  for (const Allocation& a : leaked) {
+    if (unlink(PathFor(a.address).c_str()) != 0 && errno != ENOENT) {
+      first_error.Update(ErrnoStatus(errno, absl::StrCat("release ", a.address.ToString(),
+                                                         " in ", dir_)));
       continue;
     }
     spdlog::info("ipam: GC released {} of {}", a.address.ToString(), a.owner.ToString());
-    freed.push_back(std::move(a));
+    freed.push_back(a);
   }
-  for (auto it = foreign_.begin(); it != foreign_.end();) {
-    if (live.contains(it->allocation.owner)) {
-      ++it;
+  const size_t current = freed.size();
+  for (const ForeignRecord& f : foreign) {
+    if (unlink(f.path.c_str()) != 0 && errno != ENOENT) {
+      first_error.Update(ErrnoStatus(errno, absl::StrCat("release ", f.path)));
       continue;
     }
-    if (unlink(it->path.c_str()) != 0 && errno != ENOENT) {
-      first_error.Update(ErrnoStatus(errno, absl::StrCat("release ", it->path)));
-      ++it;
-      continue;
-    }
-    spdlog::info("ipam: GC released foreign {} of {}", it->allocation.address.ToString(),
-                 it->allocation.owner.ToString());
-    freed.push_back(it->allocation);
-    it = foreign_.erase(it);
+    spdlog::info("ipam: GC released foreign {} of {}", f.allocation.address.ToString(),
+                 f.allocation.owner.ToString());
+    freed.push_back(f.allocation);
+    foreign_freed.push_back(f.path);
   }
   if (!leaked.empty()) (void)SyncDir(dir_);
+  {
+    absl::MutexLock l(&mu_);
+    for (size_t i = 0; i < current; ++i) {
+      const uint64_t off = *OffsetOf(freed[i].address);
+      auto it = by_offset_.find(off);
+      if (it == by_offset_.end() || it->second != freed[i].owner) continue;
+      auto o = by_owner_.find(it->second);
+      if (o != by_owner_.end() && o->second == off) by_owner_.erase(o);
+      by_offset_.erase(it);
+    }
+    std::erase_if(foreign_, [&](const ForeignRecord& f) {
+      return std::find(foreign_freed.begin(), foreign_freed.end(), f.path) != foreign_freed.end();
+    });
+  }
   if (!first_error.ok()) return first_error;
   return freed;
 }

@@ -39,7 +39,8 @@ struct IpamAllocation {
   friend bool operator==(const IpamAllocation&, const IpamAllocation&) = default;
 };
 
-// Thread-safe. Exactly one Ipam may be open over a state directory at a time (flock), so two
+// Thread-safe; the mutex is never held across disk I/O, so a stalled write delays only the
+// request that makes it. Exactly one Ipam may be open over a state directory at a time (flock), so two
 // agents never hand out the same address.
 //
 // On disk: <state_dir>/ipam/<network>_<len>/ holds one file per allocated address, named by the
@@ -69,6 +70,16 @@ class Ipam {
   // Returns the owner's address, allocating the next free one after the cursor if it has none.
   // Same owner again -> same address (a retried CNI ADD). ResourceExhausted when the CIDR is full.
   [[nodiscard]] absl::StatusOr<IpAddress> Allocate(const Owner& owner) ABSL_LOCKS_EXCLUDED(mu_);
+  // Holds `address` for `owner`, as start-up reconciliation does for each live endpoint (its veth
+  // and record exist): re-persists a reservation whose file is gone, and moves an owner whose
+  // reservation names another address to this one. FailedPrecondition if another owner holds
+  // it (two live claims: nothing is changed), InvalidArgument outside the CIDR.
+  [[nodiscard]] absl::Status Reserve(const Owner& owner, const IpAddress& address)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // Whether the reservation of `address` for `owner` is on disk as well as in memory (CHECK):
+  // NotFound when its file is gone, DataLoss when the file names someone else or is unreadable.
+  [[nodiscard]] absl::Status VerifyPersisted(const Owner& owner, const IpAddress& address) const
+      ABSL_LOCKS_EXCLUDED(mu_);
   // Frees every address `owner` holds (in this CIDR or a foreign one). Absent owner: OK.
   [[nodiscard]] absl::Status Release(const Owner& owner) ABSL_LOCKS_EXCLUDED(mu_);
   std::optional<IpAddress> Lookup(const Owner& owner) const ABSL_LOCKS_EXCLUDED(mu_);
@@ -101,6 +112,8 @@ class Ipam {
   std::string PathFor(const IpAddress& addr) const;
   absl::Status PersistCursor(uint64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status FreeOffset(uint64_t offset) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the reservation file of `offset` for `owner` (replacing whatever is there).
+  absl::Status PersistOffset(uint64_t offset, const Owner& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const IpPrefix cidr_;
   const std::string dir_;  // <state_dir>/ipam/<cidr>
@@ -117,6 +130,9 @@ class Ipam {
   std::set<uint64_t> unreadable_ ABSL_GUARDED_BY(mu_);
   std::vector<ForeignRecord> foreign_ ABSL_GUARDED_BY(mu_);
   uint64_t cursor_ ABSL_GUARDED_BY(mu_) = 0;  // last handed-out offset; 0 = none yet
+  // Offsets whose file an Allocate is writing (without mu_): taken for every other allocation.
+  std::set<uint64_t> pending_ ABSL_GUARDED_BY(mu_);
+  bool cursor_writing_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sluice::agent

@@ -34,6 +34,38 @@ TEST(EndpointRequest, WireFieldNamesFollowTheProtocolHeader) {
   }
 }
 
+TEST(EndpointRequest, TheNetnsDescriptorFlagRoundTripsAndIsOnlyForAddAndCheck) {
+  EndpointRequest add = AddRequest();
+  EXPECT_FALSE(EncodeRequest(add).contains("netnsFd"));  // what older agents read unchanged
+  add.netns_fd = true;
+  absl::StatusOr<EndpointRequest> parsed = ParseEndpointRequest(EncodeRequest(add).dump());
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_TRUE(parsed->netns_fd);
+  json wire = EncodeRequest(add);
+  wire["netnsFd"] = "yes";
+  EXPECT_EQ(CniFailureFromStatus(ParseEndpointRequest(wire.dump()).status()).code,
+            api::kCniDecodeFailure);
+  wire["netnsFd"] = true;
+  wire["command"] = "DEL";
+  absl::StatusOr<EndpointRequest> del = ParseEndpointRequest(wire.dump());
+  ASSERT_FALSE(del.ok());
+  EXPECT_EQ(CniFailureFromStatus(del.status()).code, api::kCniInvalidEnvironment);
+  EXPECT_THAT(del.status().message(), HasSubstr("takes no network namespace descriptor"));
+}
+
+TEST(EndpointRequest, AContainerIdTooLongForTheAgentsRecordIsInvalidEnvironment) {
+  // "<id>-<ifname>.json.tmp" must fit a 255-byte file name.
+  EndpointRequest add = AddRequest();
+  add.container_id = std::string(kMaxAttachmentKeyBytes - add.if_name.size(), 'c');
+  EXPECT_TRUE(ParseEndpointRequest(EncodeRequest(add).dump()).ok());
+  add.container_id += "c";
+  absl::StatusOr<EndpointRequest> parsed = ParseEndpointRequest(EncodeRequest(add).dump());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_EQ(CniFailureFromStatus(parsed.status()).code, api::kCniInvalidEnvironment);
+  EXPECT_THAT(parsed.status().message(), HasSubstr("CNI_CONTAINERID is too long"));
+  EXPECT_EQ(kMaxAttachmentKeyBytes, 245u);
+}
+
 TEST(EndpointRequest, GcAndStatusNeedNoAttachmentParameters) {
   for (const char* command : {"GC", "STATUS"}) {
     json wire = {{"command", command}, {"config", Config()}};

@@ -124,6 +124,18 @@ TEST(ParseNetConf, UnsupportedCniVersionIsIncompatibleVersion) {
   }
 }
 
+TEST(ParseNetConf, PrevResultOfAnUnsupportedVersionIsIncompatibleVersion) {
+  json config = MinimalConfig("1.1.0");
+  config["prevResult"] = {{"cniVersion", "9.9.9"}, {"ips", json::array()}};
+  EXPECT_EQ(ParseCode(config), api::kCniIncompatibleVersion);
+  config["prevResult"]["cniVersion"] = 7;
+  EXPECT_EQ(ParseCode(config), api::kCniIncompatibleVersion);
+  config["prevResult"]["cniVersion"] = "0.4.0";
+  EXPECT_EQ(ParseCode(config), 0);
+  config["prevResult"].erase("cniVersion");
+  EXPECT_EQ(ParseCode(config), 0);
+}
+
 TEST(ParseNetConf, EverySupportedVersionParses) {
   for (std::string_view version : SupportedVersions()) {
     EXPECT_EQ(ParseCode(MinimalConfig(version)), 0) << version;

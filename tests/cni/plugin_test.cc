@@ -1,6 +1,7 @@
 // Runs the real sluice-cni binary the way a container runtime does (controlled environment,
 // configuration on stdin) against a test-owned endpoint socket.
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -153,6 +154,11 @@ class FakeAgent {
     return request_.has_value() ? json::parse(*request_, nullptr, false) : json();
   }
   [[nodiscard]] const std::string& path() const { return path_; }
+  // Inodes of the descriptors that came with the request (SCM_RIGHTS).
+  [[nodiscard]] std::vector<ino_t> ReceivedInodes() {
+    Join();
+    return received_inodes_;
+  }
 
  private:
   void Serve() {
@@ -163,7 +169,28 @@ class FakeAgent {
     std::string request;
     char buffer[4096];
     ssize_t n;
-    while ((n = read(fd, buffer, sizeof(buffer))) > 0) request.append(buffer, n);
+    while (true) {
+      iovec iov = {.iov_base = buffer, .iov_len = sizeof(buffer)};
+      alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * 4)];
+      msghdr msg = {};
+      msg.msg_iov = &iov;
+      msg.msg_iovlen = 1;
+      msg.msg_control = control;
+      msg.msg_controllen = sizeof(control);
+      n = recvmsg(fd, &msg, MSG_CMSG_CLOEXEC);
+      if (n <= 0) break;
+      for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c != nullptr; c = CMSG_NXTHDR(&msg, c)) {
+        if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+        for (size_t i = 0; i < (c->cmsg_len - CMSG_LEN(0)) / sizeof(int); ++i) {
+          int received;
+          memcpy(&received, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+          struct stat st = {};
+          if (fstat(received, &st) == 0) received_inodes_.push_back(st.st_ino);
+          close(received);
+        }
+      }
+      request.append(buffer, n);
+    }
     request_ = request;
     const std::string reply = reply_(request);
     if (write(fd, reply.data(), reply.size()) < 0) ADD_FAILURE() << "reply: " << strerror(errno);
@@ -174,6 +201,7 @@ class FakeAgent {
   ReplyFn reply_;
   int listen_fd_ = -1;
   std::optional<std::string> request_;
+  std::vector<ino_t> received_inodes_;
   std::thread thread_;
 };
 
@@ -183,6 +211,35 @@ FakeAgent::ReplyFn Reply(const json& reply) {
 
 class PluginTest : public ::testing::Test {
  protected:
+  // The pod: a child process in a network namespace of its own, named by /proc/PID/ns/net (the
+  // plugin opens CNI_NETNS of ADD and CHECK itself).
+  static void SetUpTestSuite() {
+    int ready[2];
+    ASSERT_EQ(pipe2(ready, O_CLOEXEC), 0);
+    pod_pid_ = fork();
+    if (pod_pid_ == 0) {
+      if (unshare(CLONE_NEWNET) != 0 && unshare(CLONE_NEWUSER | CLONE_NEWNET) != 0) _exit(1);
+      if (write(ready[1], "x", 1) != 1) _exit(1);
+      pause();
+      _exit(0);
+    }
+    close(ready[1]);
+    char c;
+    ASSERT_EQ(read(ready[0], &c, 1), 1) << "no network namespace for the test pod";
+    close(ready[0]);
+    pod_netns_ = "/proc/" + std::to_string(pod_pid_) + "/ns/net";
+  }
+  static void TearDownTestSuite() {
+    kill(pod_pid_, SIGKILL);
+    waitpid(pod_pid_, nullptr, 0);
+  }
+  static ino_t PodInode() {
+    struct stat st = {};
+    return stat(pod_netns_.c_str(), &st) == 0 ? st.st_ino : 0;
+  }
+  static inline pid_t pod_pid_ = -1;
+  static inline std::string pod_netns_;
+
   [[nodiscard]] std::string SocketPath() const { return scratch_.path() + "/agent.sock"; }
 
   [[nodiscard]] json Config(std::string_view version = "1.0.0") const {
@@ -196,7 +253,7 @@ class PluginTest : public ::testing::Test {
   [[nodiscard]] static Env AttachmentEnv(std::string_view command) {
     return Env{{"CNI_COMMAND", std::string(command)},
                {"CNI_CONTAINERID", "0123456789abcdef"},
-               {"CNI_NETNS", "/var/run/netns/pod-1"},
+               {"CNI_NETNS", pod_netns_},
                {"CNI_IFNAME", "eth0"},
                {"CNI_PATH", "/opt/cni/bin"},
                {"CNI_ARGS", "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0"}};
@@ -380,6 +437,61 @@ TEST_F(PluginTest, NetnsThatIsNotAFileIsInvalidEnvironmentAndNeverBlocks) {
   }
 }
 
+TEST_F(PluginTest, AddOfAMissingNetnsIsInvalidEnvironmentFromThePlugin) {
+  Env env = AttachmentEnv("ADD");
+  env["CNI_NETNS"] = scratch_.path() + "/absent";
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment, "does not exist");
+}
+
+TEST_F(PluginTest, DelNeverOpensTheNetns) {
+  // A FIFO would block an open for reading; DEL forwards the path and no descriptor.
+  const std::string fifo = scratch_.path() + "/del-fifo";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0) << strerror(errno);
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+  Env env = AttachmentEnv("DEL");
+  env["CNI_NETNS"] = fifo;
+  PluginRun run = RunPlugin(env, Config().dump());
+  EXPECT_EQ(run.exit_code, 0) << run.stdout_text << run.stderr_text;
+  EXPECT_EQ(agent.Request()["netns"], fifo);
+  EXPECT_TRUE(agent.ReceivedInodes().empty());
+}
+
+TEST_F(PluginTest, AContainerIdTooLongForTheAgentsRecordIsRefusedUpFront) {
+  // "<id>-eth0.json.tmp" must fit NAME_MAX (255): 241 characters do, 242 do not.
+  Env env = AttachmentEnv("ADD");
+  env["CNI_CONTAINERID"] = std::string(242, 'c');
+  ExpectCniError(RunPlugin(env, Config().dump()), api::kCniInvalidEnvironment,
+                 "CNI_CONTAINERID is too long");
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+  env["CNI_COMMAND"] = "CHECK";
+  env["CNI_CONTAINERID"] = std::string(241, 'c');
+  EXPECT_EQ(RunPlugin(env, Config().dump()).exit_code, 0);
+}
+
+TEST_F(PluginTest, HelpNamesTheConfigKeyThePluginReads) {
+  std::string path = PluginPath();
+  FILE* p = popen(("env -u CNI_COMMAND " + path + " --help").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string help;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), p)) > 0) help.append(buffer, n);
+  pclose(p);
+  EXPECT_THAT(help, HasSubstr("\"socketPath\""));
+  EXPECT_THAT(help, ::testing::Not(HasSubstr("\"socket\"")));
+  // And the key it names is the one that is read: the request reaches the socket it gives.
+  FakeAgent agent(SocketPath(), Reply({{"ok", true}}));
+  EXPECT_EQ(RunPlugin(AttachmentEnv("CHECK"), Config().dump()).exit_code, 0);
+  EXPECT_EQ(agent.Request()["command"], "CHECK");
+}
+
+TEST_F(PluginTest, CheckWithAPrevResultOfAnUnknownVersionIsIncompatibleVersion) {
+  json config = Config();
+  config["prevResult"] = {{"cniVersion", "9.9.9"}, {"ips", json::array()}};
+  ExpectCniError(RunPlugin(AttachmentEnv("CHECK"), config.dump()), api::kCniIncompatibleVersion,
+                 "incompatible CNI versions");
+}
+
 // --- Configuration --------------------------------------------------------------------------
 
 TEST_F(PluginTest, AddWithNonJsonConfigIsDecodeFailure) {
@@ -475,7 +587,10 @@ TEST_F(PluginTest, AddForwardsTheRequestAndPrintsTheAgentsResult) {
   json request = agent.Request();
   EXPECT_EQ(request["command"], "ADD");
   EXPECT_EQ(request["containerID"], "0123456789abcdef");
-  EXPECT_EQ(request["netns"], "/var/run/netns/pod-1");
+  EXPECT_EQ(request["netns"], pod_netns_);
+  // The namespace goes with the request as a descriptor the plugin opened.
+  EXPECT_EQ(request["netnsFd"], true);
+  EXPECT_THAT(agent.ReceivedInodes(), ::testing::ElementsAre(PodInode()));
   EXPECT_EQ(request["ifName"], "eth0");
   EXPECT_EQ(request["args"], "IgnoreUnknown=1;K8S_POD_NAMESPACE=default;K8S_POD_NAME=web-0");
   EXPECT_EQ(request["config"], config);
@@ -506,6 +621,8 @@ TEST_F(PluginTest, CheckSuccessPrintsNothing) {
   json request = agent.Request();
   EXPECT_EQ(request["command"], "CHECK");
   EXPECT_EQ(request["config"]["prevResult"], config["prevResult"]);
+  EXPECT_EQ(request["netnsFd"], true);
+  EXPECT_THAT(agent.ReceivedInodes(), ::testing::ElementsAre(PodInode()));
 }
 
 TEST_F(PluginTest, DelWithoutNetnsIsForwardedWithEmptyNetns) {
@@ -518,6 +635,8 @@ TEST_F(PluginTest, DelWithoutNetnsIsForwardedWithEmptyNetns) {
   json request = agent.Request();
   EXPECT_EQ(request["command"], "DEL");
   EXPECT_EQ(request["netns"], "");
+  EXPECT_FALSE(request.contains("netnsFd"));
+  EXPECT_TRUE(agent.ReceivedInodes().empty());
   EXPECT_EQ(request["containerID"], "0123456789abcdef");
 }
 

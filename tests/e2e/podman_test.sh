@@ -8,12 +8,12 @@
 # Where podman runs: the node is the namespace $NODE, and the agent creates host-side veths in it.
 # podman runs with only its network namespace switched into $NODE (`nsenter --net`), so libcni
 # and the chained plugins (portmap's iptables DNAT rules in particular) act on the node, and
-# 10.99.0.2:HOSTPORT really is "the node's port". It deliberately does NOT use `ip netns exec`:
-# that also gives podman a private, slave mount namespace, so the nsfs bind mount podman makes at
-# /run/netns/netns-* stays invisible to the agent, which opens CNI_NETNS by path from its own
-# mount namespace and finds the bare placeholder file (ADD fails: "query namespace type of
-# /run/netns/netns-...: Inappropriate ioctl for device"). In the root mount namespace podman's
-# /run/netns mounts propagate to the agent's (slave) mount namespace, as a kubelet's would.
+# 10.99.0.2:HOSTPORT really is "the node's port". It does not use `ip netns exec`, which gives
+# every podman invocation a private mount namespace of its own: the nsfs bind mount one
+# `podman run` makes at /run/netns/netns-* would be invisible to the next invocation. The agent
+# no longer minds where the runtime mounts it (sluice-cni opens CNI_NETNS where podman runs and
+# passes the descriptor; tests/e2e/cni_netns_fd_test.sh runs the plugin in a mount namespace the
+# agent cannot see).
 #
 # Everything podman owns lives under $ROOT: a private containers.conf (CONTAINERS_CONF), storage
 # (--root/--runroot, vfs driver so there are no overlay mounts), tmp dir, file locks, event log,

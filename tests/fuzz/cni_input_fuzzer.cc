@@ -31,7 +31,7 @@ namespace sluice::cni {
 
 // The agent's side of one exchange, as agent/endpoint/api_server.cc and EndpointService::Handle decode it.
 absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_view request,
-                                      const AgentCallTimeouts&) {
+                                      const AgentCallTimeouts&, int pass_fd) {
   (void)socket_path;
   const nlohmann::json parsed = nlohmann::json::parse(request, nullptr, false);
   if (parsed.is_discarded() || !parsed.is_object()) {
@@ -42,6 +42,13 @@ absl::StatusOr<std::string> CallAgent(std::string_view socket_path, std::string_
   if (!req.ok()) {
     fprintf(stderr, "cni_input_fuzzer: the agent refuses a request the plugin accepted: %s\n",
             req.status().ToString().c_str());
+    abort();
+  }
+  // ADD and CHECK come with the namespace the plugin opened, and say so; nothing else does.
+  const bool wants_fd = req->command == kCommandAdd || req->command == kCommandCheck;
+  if (wants_fd != (pass_fd >= 0) || wants_fd != req->netns_fd) {
+    fprintf(stderr, "cni_input_fuzzer: %s sent with descriptor %d, netnsFd %d\n",
+            req->command.c_str(), pass_fd, req->netns_fd ? 1 : 0);
     abort();
   }
   absl::StatusOr<NetConf> conf = NetConfFromJson(req->config);

@@ -1,5 +1,6 @@
 #include "agent/endpoint/api_server.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -78,6 +79,45 @@ json Call(const std::string& path, const std::string& request) {
   return j;
 }
 
+// Call(), with `fds` sent along with the request's bytes (SCM_RIGHTS), as sluice-cni passes the
+// pod's network namespace.
+json CallWithFds(const std::string& path, const std::string& request, const std::vector<int>& fds) {
+  int fd = Connect(path);
+  if (fd < 0) return json{{"client_error", absl::StrCat("connect: ", std::strerror(errno))}};
+  iovec iov = {.iov_base = const_cast<char*>(request.data()), .iov_len = request.size()};
+  std::vector<char> control(CMSG_SPACE(sizeof(int) * fds.size()));
+  msghdr msg = {};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control.data();
+  msg.msg_controllen = control.size();
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int) * fds.size());
+  std::memcpy(CMSG_DATA(c), fds.data(), sizeof(int) * fds.size());
+  if (sendmsg(fd, &msg, MSG_NOSIGNAL) != static_cast<ssize_t>(request.size())) {
+    close(fd);
+    return json{{"client_error", absl::StrCat("sendmsg: ", std::strerror(errno))}};
+  }
+  shutdown(fd, SHUT_WR);
+  std::string reply = ReadAll(fd);
+  close(fd);
+  json j = json::parse(reply, nullptr, false);
+  if (j.is_discarded()) return json{{"client_error", "bad reply: " + reply}};
+  return j;
+}
+
+size_t OpenFdCount() {
+  return static_cast<size_t>(std::distance(fs::directory_iterator("/proc/self/fd"),
+                                           fs::directory_iterator()));
+}
+
+ino_t Inode(int fd) {
+  struct stat st = {};
+  return fstat(fd, &st) == 0 ? st.st_ino : 0;
+}
+
 class ApiServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -111,6 +151,38 @@ TEST_F(ApiServerTest, RoundTripsARequestThroughTheHandler) {
   json reply = Call(options_.socket_path, R"({"command":"ADD","containerID":"c1"})");
   EXPECT_EQ(reply, (json{{"ok", true}, {"result", {{"command", "ADD"}}}}));
   EXPECT_EQ(server.stats().served, 1u);
+}
+
+TEST_F(ApiServerTest, HandsTheRequestsDescriptorToTheHandlerAndClosesEveryOneItReceives) {
+  const std::string file = dir_ + "/netns-stand-in";
+  { std::FILE* f = std::fopen(file.c_str(), "w"); std::fclose(f); }
+  const int sent = open(file.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(sent, 0);
+  std::atomic<int> calls = 0, seen_inode_ok = 0, without_fd = 0;
+  EndpointApiServer server(options_);
+  ASSERT_TRUE(server.Start([&](const json& r, int fd) {
+                      ++calls;
+                      if (fd < 0) ++without_fd;
+                      if (fd >= 0 && Inode(fd) == Inode(sent)) ++seen_inode_ok;
+                      return Echo(r);
+                    }).ok());
+  const size_t before = OpenFdCount();
+  constexpr int kRounds = 100;
+  for (int i = 0; i < kRounds; ++i) {
+    ASSERT_EQ(CallWithFds(options_.socket_path, R"({"command":"ADD"})", {sent})["ok"], true);
+    json two = CallWithFds(options_.socket_path, R"({"command":"ADD"})", {sent, sent});
+    ASSERT_EQ(two["code"], kCniInvalidEnvironment) << two;
+    ASSERT_THAT(two.value("msg", ""), HasSubstr("at most one file descriptor"));
+    ASSERT_EQ(Call(options_.socket_path, R"({"command":"DEL"})")["ok"], true);
+  }
+  EXPECT_EQ(calls, 2 * kRounds);  // the doubled ones never reached the handler
+  EXPECT_EQ(seen_inode_ok, kRounds);
+  EXPECT_EQ(without_fd, kRounds);
+  EXPECT_EQ(server.stats().bad_fds, static_cast<uint64_t>(kRounds));
+  // Every descriptor received (300 of them) is closed once its request is answered.
+  EXPECT_TRUE(Eventually([&] { return OpenFdCount() <= before; }))
+      << OpenFdCount() << " descriptors open, " << before << " before";
+  close(sent);
 }
 
 TEST_F(ApiServerTest, InvalidJsonGetsDecodeFailureWithoutReachingTheHandler) {

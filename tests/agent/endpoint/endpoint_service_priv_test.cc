@@ -4,6 +4,7 @@
 // named "cnihard-<pid>-<n>-...".
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -102,6 +103,19 @@ class EndpointServicePrivTest : public ::testing::Test {
     return reply.ok() ? *reply : json();
   }
 
+  // Call(), with the namespace passed the way sluice-cni passes it: `fd` beside the request
+  // ("netnsFd"), while `netns` is only the path the runtime named.
+  json CallWithFd(const std::string& command, const std::string& netns, int fd,
+                  const std::string& container_id = "ctr1") {
+    json request = {{"command", command}, {"containerID", container_id}, {"netns", netns},
+                    {"ifName", "eth0"},   {"args", "K8S_POD_NAME=p"},    {"config", Config()},
+                    {"netnsFd", true}};
+    absl::StatusOr<json> reply =
+        InNode([&]() -> absl::StatusOr<json> { return service_->Handle(request, fd); });
+    EXPECT_TRUE(reply.ok()) << reply.status();
+    return reply.ok() ? *reply : json();
+  }
+
   static int Code(const json& reply) { return reply.value("code", 0); }
   static std::string Msg(const json& reply) {
     return reply.value("msg", "") + " | " + reply.value("details", "");
@@ -164,6 +178,50 @@ TEST_F(EndpointServicePrivTest, NetnsThatIsNotANamespaceIsInvalidEnvironmentAndN
   EXPECT_EQ(Call("GC", "", Config(json::array(), true))["ok"], true);
   json added = Call("ADD", PodPath());
   EXPECT_EQ(added["ok"], true) << added;
+}
+
+TEST_F(EndpointServicePrivTest, AddAndCheckUseThePassedDescriptorAndNeverOpenThePath) {
+  // A path the agent cannot resolve (the runtime's private mount): only the descriptor works.
+  const std::string hidden = state_dir_ + "/runtime-only/pod";
+  const int pod = open(PodPath().c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(pod, 0);
+  json added = CallWithFd("ADD", hidden, pod);
+  ASSERT_EQ(added["ok"], true) << added;
+  EXPECT_EQ(added["result"]["interfaces"][1]["sandbox"], hidden);
+  EXPECT_EQ(Recorded().netns, hidden);
+  EXPECT_EQ(Sh("ip -n " + base_ + "-pod link show eth0"), 0);
+  EXPECT_EQ(CallWithFd("CHECK", hidden, pod)["ok"], true);
+  // The same request without its descriptor, or with one that is no network namespace, is 4.
+  EXPECT_EQ(Code(CallWithFd("CHECK", hidden, -1)), api::kCniInvalidEnvironment);
+  const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  json refused = CallWithFd("CHECK", hidden, null);
+  EXPECT_EQ(Code(refused), api::kCniInvalidEnvironment) << refused;
+  EXPECT_THAT(Msg(refused), HasSubstr(hidden));
+  EXPECT_EQ(Code(CallWithFd("ADD", hidden, null, "ctr2")), api::kCniInvalidEnvironment);
+  // The node's own namespace by descriptor is refused like by path.
+  const int node = open(NodePath().c_str(), O_RDONLY | O_CLOEXEC);
+  EXPECT_THAT(Msg(CallWithFd("ADD", hidden, node, "ctr3")), HasSubstr("must not be the same"));
+  EXPECT_EQ(service_->stats().bad_netns, 4u);
+  EXPECT_EQ(ipam_->Allocated().size(), 1u);
+  // DEL carries none and needs none.
+  EXPECT_EQ(Call("DEL", hidden)["ok"], true);
+  EXPECT_EQ(store_->size(), 0u);
+  for (int fd : {pod, null, node}) close(fd);
+}
+
+TEST_F(EndpointServicePrivTest, AnotherNetworksAddOfALiveInterfaceFailsAndItsDelLeavesIt) {
+  json added = Call("ADD", PodPath());
+  ASSERT_EQ(added["ok"], true) << added;
+  json other = Config();
+  other["name"] = "other-net";
+  json again = Call("ADD", PodPath(), other);
+  EXPECT_EQ(Code(again), api::kSluiceInterfaceExists) << again;
+  EXPECT_EQ(Code(Call("CHECK", PodPath(), other)), api::kCniUnknownContainer);
+  EXPECT_EQ(Call("DEL", PodPath(), other)["ok"], true);
+  EXPECT_EQ(Recorded().network_name, "cnihard-net");
+  EXPECT_EQ(Recorded().ipv4 + "/32", added["result"]["ips"][0]["address"]);
+  EXPECT_EQ(Call("CHECK", PodPath())["ok"], true);
+  EXPECT_EQ(service_->stats().other_network_requests, 2u);
 }
 
 // The policy hook as the agent wires it (a PolicyReconciler on the real maps), recording whether

@@ -1,8 +1,10 @@
 #include "agent/endpoint/endpoint_store.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -15,6 +17,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "support/eventually.h"
 #include "support/temp_dir.h"
 
 namespace sluice::agent {
@@ -267,6 +270,95 @@ TEST_F(EndpointStoreTest, ConcurrentPutsGetDistinctIds) {
   EXPECT_EQ(ids.size(), 40u);
   EXPECT_EQ(*ids.begin(), 1u);
   EXPECT_EQ(*ids.rbegin(), 40u);
+}
+
+}  // namespace
+}  // namespace sluice::agent
+
+namespace sluice::agent {
+namespace {
+
+class EndpointStorePersistTest : public ::testing::Test {
+ protected:
+  static Endpoint Make(std::string id) {
+    Endpoint ep;
+    ep.container_id = std::move(id);
+    ep.ifname = "eth0";
+    ep.network_name = "sluice";
+    ep.host_ifname = HostInterfaceName(ep.container_id, ep.ifname);
+    ep.host_ifindex = 42;
+    ep.ipv4 = "10.244.0.5";
+    ep.mac = "02:00:0a:f4:00:05";
+    ep.host_mac = "02:00:00:00:00:01";
+    return ep;
+  }
+  std::string File(const std::string& id) const {
+    return dir_ + "/endpoints/" + EndpointStore::FileName(id, "eth0");
+  }
+  sluice::testing::TempDir tmp_{"sluice-endpoints-persist-test"};
+  const std::string dir_ = tmp_.path();
+};
+
+TEST_F(EndpointStorePersistTest, VerifyPersistedNoticesALostOrChangedRecord) {
+  auto store = EndpointStore::Open(dir_);
+  ASSERT_TRUE(store.ok()) << store.status();
+  auto ep = (*store)->Put(Make("a"));
+  ASSERT_TRUE(ep.ok()) << ep.status();
+  EXPECT_TRUE((*store)->VerifyPersisted(*ep).ok());
+  Endpoint moved = *ep;
+  moved.ipv4 = "10.244.0.6";
+  EXPECT_EQ((*store)->VerifyPersisted(moved).code(), absl::StatusCode::kDataLoss);
+  ASSERT_EQ(unlink(File("a").c_str()), 0);
+  EXPECT_EQ((*store)->VerifyPersisted(*ep).code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(EndpointStorePersistTest, AStalledWriteHoldsUpOnlyThePutMakingIt) {
+  auto opened = EndpointStore::Open(dir_);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EndpointStore& store = **opened;
+  ASSERT_TRUE(store.Put(Make("other")).ok());
+  // A FIFO where the record's temporary file goes: opening it for writing waits for a reader.
+  const std::string fifo = File("stalled") + ".tmp";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> written = false;
+  std::atomic<pid_t> tid = 0;
+  absl::Status stalled_result;
+  std::thread stalled([&] {
+    tid = gettid();
+    // Once a reader comes it fails (fsync(2) of a FIFO is EINVAL): what matters is who waited.
+    stalled_result = store.Put(Make("stalled")).status();
+    written = true;
+  });
+  // The Put is stuck once its thread sits in openat(2) (x86-64 syscall 257) on the FIFO.
+  ASSERT_TRUE(sluice::testing::Eventually([&] {
+    if (tid == 0) return false;
+    std::ifstream syscall(absl::StrCat("/proc/self/task/", tid.load(), "/syscall"));
+    std::string number;
+    syscall >> number;
+    return number == "257";
+  }));
+  // A second Put of the same record says it is being written.
+  EXPECT_TRUE(absl::IsUnavailable(store.Put(Make("stalled")).status()));
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(store.Get("other", "eth0").has_value());  // CHECK and DEL of other pods
+  EXPECT_EQ(store.List().size(), 1u);
+  auto third = store.Put(Make("third"));                // another ADD
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_TRUE(store.Remove("other", "eth0").ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_FALSE(written);
+  int reader = open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  stalled.join();
+  close(reader);
+  EXPECT_TRUE(written);
+  EXPECT_FALSE(stalled_result.ok());
+  // The failed write left nothing: no record, and its endpoint id is free again.
+  EXPECT_FALSE(store.Get("stalled", "eth0").has_value());
+  unlink(fifo.c_str());
+  auto retried = store.Put(Make("stalled"));
+  ASSERT_TRUE(retried.ok()) << retried.status();
+  EXPECT_NE(retried->endpoint_id, third->endpoint_id);
 }
 
 }  // namespace

@@ -1,8 +1,10 @@
 #include "agent/endpoint/ipam.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "support/eventually.h"
 #include "support/temp_dir.h"
 
 namespace sluice::agent {
@@ -296,6 +299,102 @@ TEST_F(IpamTest, ConcurrentAllocationsNeverShareAnAddress) {
   }
   EXPECT_EQ(total, 100u);
   EXPECT_EQ(all.size(), 100u);
+}
+
+}  // namespace
+}  // namespace sluice::agent
+
+namespace sluice::agent {
+namespace {
+
+class IpamReconcileTest : public ::testing::Test {
+ protected:
+  static IpAddress Ip(absl::string_view s) { return *IpAddress::Parse(s); }
+  static Ipam::Owner Pod(std::string id) { return Ipam::Owner{"sluice", std::move(id), "eth0"}; }
+  std::unique_ptr<Ipam> Open() {
+    absl::StatusOr<std::unique_ptr<Ipam>> ipam = Ipam::Open(dir_, *IpPrefix::Parse("10.9.0.0/28"));
+    EXPECT_TRUE(ipam.ok()) << ipam.status();
+    return ipam.ok() ? *std::move(ipam) : nullptr;
+  }
+  std::string File(absl::string_view addr) const {
+    return absl::StrCat(dir_, "/ipam/10.9.0.0_28/", addr);
+  }
+
+  sluice::testing::TempDir tmp_{"sluice-ipam-reconcile-test"};
+  const std::string dir_ = tmp_.path();
+};
+
+TEST_F(IpamReconcileTest, VerifyPersistedNoticesALostOrForeignReservationFile) {
+  auto ipam = Open();
+  ASSERT_NE(ipam, nullptr);
+  auto a = ipam->Allocate(Pod("a"));
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_TRUE(ipam->VerifyPersisted(Pod("a"), *a).ok());
+  EXPECT_EQ(ipam->VerifyPersisted(Pod("b"), *a).code(), absl::StatusCode::kDataLoss);
+  ASSERT_EQ(unlink(File(a->ToString()).c_str()), 0);
+  EXPECT_EQ(ipam->VerifyPersisted(Pod("a"), *a).code(), absl::StatusCode::kNotFound);
+  // In memory it is still held; the owner asking again writes the file back.
+  EXPECT_EQ(ipam->Lookup(Pod("a")), *a);
+  EXPECT_EQ(*ipam->Allocate(Pod("a")), *a);
+  EXPECT_TRUE(ipam->VerifyPersisted(Pod("a"), *a).ok());
+}
+
+TEST_F(IpamReconcileTest, ReserveHoldsALiveEndpointsAddressWhoseFileWasLostAcrossARestart) {
+  IpAddress held;
+  {
+    auto ipam = Open();
+    ASSERT_NE(ipam, nullptr);
+    held = *ipam->Allocate(Pod("live"));
+    ASSERT_EQ(unlink(File(held.ToString()).c_str()), 0);
+  }
+  auto ipam = Open();
+  ASSERT_NE(ipam, nullptr);
+  EXPECT_FALSE(ipam->Lookup(Pod("live")).has_value());  // the file was all there was
+  ASSERT_TRUE(ipam->Reserve(Pod("live"), held).ok());
+  EXPECT_EQ(ipam->Lookup(Pod("live")), held);
+  EXPECT_TRUE(ipam->VerifyPersisted(Pod("live"), held).ok());
+  for (int i = 0; i < 10; ++i) {
+    auto other = ipam->Allocate(Pod(absl::StrCat("new", i)));
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_NE(*other, held);
+  }
+  // Another owner's address is not taken over; nothing changes.
+  auto taken = ipam->Lookup(Pod("new0"));
+  EXPECT_EQ(ipam->Reserve(Pod("live"), *taken).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ipam->Lookup(Pod("live")), held);
+  EXPECT_EQ(ipam->Reserve(Pod("live"), Ip("10.9.1.5")).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(IpamReconcileTest, AStalledWriteHoldsUpOnlyTheAllocationMakingIt) {
+  auto ipam = Open();
+  ASSERT_NE(ipam, nullptr);
+  ASSERT_TRUE(ipam->Allocate(Pod("other")).ok());
+  // A FIFO where the cursor is written: opening it for writing waits for a reader.
+  const std::string fifo = File("last_reserved.tmp");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  std::atomic<bool> allocated = false;
+  std::thread stalled([&] {
+    EXPECT_TRUE(ipam->Allocate(Pod("stalled")).ok());
+    allocated = true;
+  });
+  // The stalled allocation has its address once its file exists.
+  ASSERT_TRUE(sluice::testing::Eventually([&] { return ipam->Lookup(Pod("stalled")).has_value(); }));
+  EXPECT_FALSE(allocated);
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(ipam->Allocated().size(), 2u);                 // STATUS
+  EXPECT_TRUE(ipam->Lookup(Pod("other")).has_value());     // CHECK
+  EXPECT_TRUE(ipam->Release(Pod("other")).ok());           // DEL
+  auto third = ipam->Allocate(Pod("third"));               // another ADD
+  ASSERT_TRUE(third.ok()) << third.status();
+  EXPECT_NE(*third, *ipam->Lookup(Pod("stalled")));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(2));
+  EXPECT_FALSE(allocated);
+  // A reader lets the stalled write finish.
+  int reader = open(fifo.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(reader, 0);
+  stalled.join();
+  close(reader);
+  EXPECT_TRUE(allocated);
 }
 
 }  // namespace
