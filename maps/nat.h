@@ -49,4 +49,20 @@ SLUICE_ASSERT_OFFSET(struct sluice_nat4_entry, port, 4);
 SLUICE_ASSERT_OFFSET(struct sluice_nat4_entry, flags, 6);
 SLUICE_ASSERT_OFFSET(struct sluice_nat4_entry, last_seen_ns, 8);
 
+/* The key of a mapping's reply entry (sluice_rnat4) from its leaving entry's key (sluice_snat4)
+ * and the node address and port that tuple was given: the remote answers them. The datapath
+ * writes and finds reply entries by it; the agent's GC and sluicectl pair the two entries by it. */
+static inline void sluice_nat4_reply_key(struct sluice_nat4_key *r, const struct sluice_nat4_key *k,
+					 __be32 node_addr, __be16 node_port)
+{
+	r->saddr = k->daddr;
+	r->daddr = node_addr;
+	r->sport = k->dport;
+	r->dport = node_port;
+	r->proto = k->proto;
+	r->pad[0] = 0;
+	r->pad[1] = 0;
+	r->pad[2] = 0;
+}
+
 #endif

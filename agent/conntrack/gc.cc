@@ -100,18 +100,6 @@ uint64_t SumStat(maps::CtStatsMap& stats, uint32_t slot) {
 using NatKey = std::tuple<uint32_t, uint32_t, uint16_t, uint16_t, uint8_t>;
 NatKey PackNat(const sluice_nat4_key& k) { return {k.saddr, k.daddr, k.sport, k.dport, k.proto}; }
 
-// The reply key of the leaving entry (k, v): the remote answers the node address and port the
-// pod's tuple was given (bpf/lib/nat.h, nat4_allocate).
-sluice_nat4_key ReplyKeyOf(const sluice_nat4_key& k, const sluice_nat4_entry& v) {
-  sluice_nat4_key r{};
-  r.saddr = k.daddr;
-  r.daddr = v.addr;
-  r.sport = k.dport;
-  r.dport = v.port;
-  r.proto = k.proto;
-  return r;
-}
-
 // The conntrack state a mapping's flags stand for: a TCP mapping written by programs that kept
 // no state (SLUICE_NAT_F_STATEFUL unset) is taken as established, so an upgrade never cuts a
 // live idle connection's mapping short.
@@ -252,7 +240,8 @@ absl::Status ConntrackGc::CollectNatMappings(uint64_t now, uint64_t* found) {
 
   for (size_t i = 0; i < leaving.size(); ++i) {
     const NatEntry& e = leaving[i];
-    const sluice_nat4_key rkey = ReplyKeyOf(e.key, e.value);
+    sluice_nat4_key rkey;
+    sluice_nat4_reply_key(&rkey, &e.key, e.value.addr, e.value.port);
     std::optional<size_t> r;
     if (auto it = reply_at.find(PackNat(rkey)); it != reply_at.end()) {
       r = it->second;

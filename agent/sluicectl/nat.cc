@@ -29,12 +29,8 @@ int Nat() {
     std::string name = it == pods.end() ? "-" : it->second;
     if (!PodSelected(name)) return;
     // The reply's entry: the remote answering the node address and port.
-    sluice_nat4_key rkey{};
-    rkey.saddr = k.daddr;
-    rkey.daddr = v.addr;
-    rkey.sport = k.dport;
-    rkey.dport = v.port;
-    rkey.proto = k.proto;
+    sluice_nat4_key rkey;
+    sluice_nat4_reply_key(&rkey, &k, v.addr, v.port);
     uint8_t state = v.flags;
     uint64_t last_seen = v.last_seen_ns;
     auto reply = rnat.Lookup(rkey);

@@ -114,7 +114,7 @@ static __always_inline int ip4_in_prefix(__be32 addr, __be32 net, __u8 len)
 __attribute__((noinline)) int sluice_nat_seen(struct sluice_nat4_entry *e, __u8 tcp_flags,
 					      int reply, const struct sluice_nat4_key *key)
 {
-	struct sluice_nat4_key rkey = {};
+	struct sluice_nat4_key rkey;
 	struct sluice_nat4_entry *r;
 	__u64 now = sluice_ct_now();
 	__u8 flags;
@@ -128,11 +128,7 @@ __attribute__((noinline)) int sluice_nat_seen(struct sluice_nat4_entry *e, __u8 
 	if (!reply && (e->flags & SLUICE_CT_F_CLOSING) &&
 	    (tcp_flags & (CT4_TCP_SYN | CT4_TCP_ACK)) == CT4_TCP_SYN) {
 		e->flags = SLUICE_NAT_F_STATEFUL;
-		rkey.saddr = key->daddr;
-		rkey.daddr = e->addr;
-		rkey.sport = key->dport;
-		rkey.dport = e->port;
-		rkey.proto = key->proto;
+		sluice_nat4_reply_key(&rkey, key, e->addr, e->port);
 		r = bpf_map_lookup_elem(&sluice_rnat4, &rkey);
 		if (r)
 			r->flags = SLUICE_NAT_F_STATEFUL;
@@ -157,15 +153,12 @@ static __always_inline int nat4_allocate(const struct sluice_node_config *cfg,
 		.flags = SLUICE_NAT_F_STATEFUL | ct4_closing_flag(p->tcp_flags),
 		.last_seen_ns = sluice_ct_now(),
 	};
-	struct sluice_nat4_key rkey = {
-		.saddr = p->key.daddr,
-		.daddr = cfg->node_ip4,
-		.sport = p->key.dport,
-		.proto = p->key.proto,
-	};
+	struct sluice_nat4_key rkey;
 	__u32 min = cfg->nat_port_min, max = cfg->nat_port_max;
 	__u32 range, start;
 	int i;
+
+	sluice_nat4_reply_key(&rkey, &p->key, cfg->node_ip4, 0); /* the port is the one tried */
 
 	if (min == 0 || max < min)
 		return -SLUICE_DROP_NO_NODE_CONFIG;
