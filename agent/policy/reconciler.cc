@@ -134,12 +134,12 @@ absl::Status PolicyReconciler::ReadMapsLocked() {
 absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const EndpointOwner& owner) {
   absl::MutexLock l(&mu_);
   // What the maps hold now: read once, then kept as written (nothing else writes these maps).
-  // A failed write leaves the maps in a state the copy may not know: read again next time.
+  // A failed write keeps the copy right too: each write is recorded as it succeeds, and one the
+  // kernel refused (a full map: E2BIG) changed nothing. Reading the maps again after it would
+  // make every retry against a full sluice_policy4 walk its million entries (~25 s), not wait
+  // the controller's 1 s.
   if (!known_) RETURN_IF_ERROR(ReadMapsLocked());
-  known_ = false;
-  RETURN_IF_ERROR(ApplyLocked(full, owner));
-  known_ = true;
-  return absl::OkStatus();
+  return ApplyLocked(full, owner);
 }
 
 absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
@@ -232,15 +232,15 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     RETURN_IF_ERROR(
         Context(maps_.DeleteEndpoint(id), absl::StrCat("policy entry of gone endpoint ", id)));
     ++stats_.endpoint_deletes;
+    endpoints.erase(id);
   }
-  // (The copy loses the gone entries after the loop below, which still needs to know them.)
   // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
   // any entry (left over). An endpoint that exists but is not in the translation keeps its own.
   static const std::vector<PolicyAllow> kNone;
   for (auto& [id, have] : allows) {
     auto dit = desired.find(id);
     bool managed = dit != desired.end();
-    bool kept = !managed && endpoints.contains(id) && !gone.contains(id);
+    bool kept = !managed && endpoints.contains(id);
     if (kept) continue;
     const std::vector<PolicyAllow>& want = managed ? dit->second.allows() : kNone;
     std::vector<PolicyAllow> stale;
@@ -253,7 +253,6 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
       have.erase(a);
     }
   }
-  for (uint32_t id : gone) endpoints.erase(id);
   std::erase_if(allows, [](const auto& kv) { return kv.second.empty(); });
   // 5. Stale ipcache prefixes (one walk again).
   std::vector<IpPrefix> stale_prefixes;
