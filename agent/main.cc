@@ -155,7 +155,8 @@ ABSL_FLAG(std::string, ui_address, "",
           "give it a loopback address");
 ABSL_FLAG(std::string, health_address, "127.0.0.1:9879",
           "HOST:PORT serving GET /healthz (liveness), /readyz (readiness: watches synced, "
-          "datapath loaded, CNI installed) and /config (the running configuration); empty: off");
+          "datapath loaded, CNI installed, state dir writable) and /config (the running "
+          "configuration); empty: off");
 ABSL_FLAG(std::string, metrics_address, "",
           "HOST:PORT serving GET /metrics (Prometheus text format), e.g. 0.0.0.0:9962; empty: "
           "off. Keep it off the pod network");
@@ -404,6 +405,8 @@ int Run() {
   if (!ipam.ok()) return Fail(ipam.status(), "open IPAM");
   auto store = EndpointStore::Open(absl::GetFlag(FLAGS_state_dir));
   if (!store.ok()) return Fail(store.status(), "open endpoint store");
+  // Every ADD writes there: a full or read-only file system makes the node not ready.
+  ready.RequireWritableStateDir(absl::GetFlag(FLAGS_state_dir));
   metrics::ScopedCollector endpoint_metrics(
       metrics::Default(), metrics::AddEndpointCountCollector(
                               metrics::Default(), [s = store->get()] { return s->size(); }));
