@@ -127,7 +127,7 @@ absl::Status PolicyReconciler::ReadMapsLocked() {
   }),
                           "read sluice_policy_ep"));
   known_ = true;
-  ++stats_.map_reads;
+  Count(&PolicyApplyStats::map_reads);
   return absl::OkStatus();
 }
 
@@ -180,7 +180,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
       if (h != have.end() && *h == a) continue;
       RETURN_IF_ERROR(
           Context(maps_.UpsertAllow(id, a), absl::StrCat("allow for endpoint ", id)));
-      ++stats_.allow_writes;
+      Count(&PolicyApplyStats::allow_writes);
       h = std::next(have.insert(h, a));
     }
   }
@@ -199,7 +199,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
       if (it != ipcache.end() && it->first == e.prefix && it->second == e.identity) continue;
       RETURN_IF_ERROR(Context(maps_.UpsertIpcache(e.prefix, e.identity),
                               absl::StrCat("ipcache entry ", e.prefix.ToString())));
-      ++stats_.ipcache_writes;
+      Count(&PolicyApplyStats::ipcache_writes);
       if (it != ipcache.end() && it->first == e.prefix) {
         it->second = e.identity;
       } else {
@@ -219,7 +219,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     }
     RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(id, want),
                             absl::StrCat("policy entry of endpoint ", id)));
-    ++stats_.endpoint_writes;
+    Count(&PolicyApplyStats::endpoint_writes);
     endpoints[id] = want;
   }
   // Endpoints with an entry the translation does not know: still there (newer than the
@@ -231,7 +231,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   for (uint32_t id : gone) {
     RETURN_IF_ERROR(
         Context(maps_.DeleteEndpoint(id), absl::StrCat("policy entry of gone endpoint ", id)));
-    ++stats_.endpoint_deletes;
+    Count(&PolicyApplyStats::endpoint_deletes);
     endpoints.erase(id);
   }
   // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
@@ -249,7 +249,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     for (const PolicyAllow& a : stale) {
       RETURN_IF_ERROR(
           Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
-      ++stats_.allow_deletes;
+      Count(&PolicyApplyStats::allow_deletes);
       have.erase(a);
     }
   }
@@ -266,7 +266,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   for (const IpPrefix& prefix : stale_prefixes) {
     RETURN_IF_ERROR(Context(maps_.DeleteIpcache(prefix),
                             absl::StrCat("stale ipcache entry ", prefix.ToString())));
-    ++stats_.ipcache_deletes;
+    Count(&PolicyApplyStats::ipcache_deletes);
     ipcache.erase(prefix);
   }
   return absl::OkStatus();
@@ -284,11 +284,11 @@ absl::Status PolicyReconciler::WriteNewEndpoint(uint32_t endpoint_id, bool open)
     host.identity = SLUICE_IDENTITY_HOST;
     host.direction = SLUICE_POLICY_INGRESS;
     RETURN_IF_ERROR(maps_.UpsertAllow(endpoint_id, host));
-    ++stats_.allow_writes;
+    Count(&PolicyApplyStats::allow_writes);
     e.flags = SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS;
   }
   RETURN_IF_ERROR(maps_.UpsertEndpoint(endpoint_id, e));
-  ++stats_.endpoint_writes;
+  Count(&PolicyApplyStats::endpoint_writes);
   if (known) {
     if (!open) allows_[endpoint_id].insert(host);
     endpoints_[endpoint_id] = e;
@@ -302,7 +302,7 @@ absl::Status PolicyReconciler::RemoveEndpoint(uint32_t endpoint_id) {
   const bool known = known_;
   known_ = false;  // until every write below succeeded
   RETURN_IF_ERROR(maps_.DeleteEndpoint(endpoint_id));
-  ++stats_.endpoint_deletes;
+  Count(&PolicyApplyStats::endpoint_deletes);
   std::vector<PolicyAllow> mine;
   if (known) {
     auto it = allows_.find(endpoint_id);
@@ -314,7 +314,7 @@ absl::Status PolicyReconciler::RemoveEndpoint(uint32_t endpoint_id) {
   }
   for (const PolicyAllow& a : mine) {
     RETURN_IF_ERROR(maps_.DeleteAllow(endpoint_id, a));
-    ++stats_.allow_deletes;
+    Count(&PolicyApplyStats::allow_deletes);
   }
   if (known) {
     endpoints_.erase(endpoint_id);

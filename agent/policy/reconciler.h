@@ -107,12 +107,18 @@ class PolicyReconciler {
   // An endpoint that is gone: its sluice_policy_ep entry, then its allows.
   [[nodiscard]] absl::Status RemoveEndpoint(uint32_t endpoint_id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  PolicyApplyStats stats() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+  // Never waits for an Apply under way (a /metrics scrape reads it: reading full maps takes ~25 s).
+  PolicyApplyStats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_) {
+    absl::MutexLock l(&stats_mu_);
     return stats_;
   }
 
  private:
+  void Count(uint64_t PolicyApplyStats::*field) ABSL_LOCKS_EXCLUDED(stats_mu_) {
+    absl::MutexLock l(&stats_mu_);
+    ++(stats_.*field);
+  }
+
   absl::Status ReadMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyLocked(const PolicyTranslation& t, const EndpointOwner& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -120,7 +126,8 @@ class PolicyReconciler {
   // The controller's thread applies, CNI requests add and remove endpoints: one at a time.
   mutable absl::Mutex mu_;
   PolicyMaps& maps_;
-  PolicyApplyStats stats_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  PolicyApplyStats stats_ ABSL_GUARDED_BY(stats_mu_);
   // What the maps hold, while known_ (see the top of this file).
   bool known_ ABSL_GUARDED_BY(mu_) = false;
   std::map<IpPrefix, uint32_t> ipcache_ ABSL_GUARDED_BY(mu_);

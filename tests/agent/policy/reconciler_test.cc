@@ -10,9 +10,11 @@
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -37,9 +39,16 @@ class RecordingPolicyMaps : public PolicyMaps {
   std::map<uint32_t, sluice_policy_ep_entry> endpoints;
   int reads = 0;                 // ForEach* calls
   int fail_ipcache_upserts = 0;  // the next n UpsertIpcache calls fail
+  // When set, ForEachIpcache notifies `reading` and waits for `release` (a read that takes long).
+  absl::Notification* reading = nullptr;
+  absl::Notification* release = nullptr;
 
   absl::Status ForEachIpcache(const IpcacheFn& fn) override {
     ++reads;
+    if (reading != nullptr) {
+      reading->Notify();
+      release->WaitForNotification();
+    }
     for (const auto& [p, id] : ipcache) fn(p, id);
     return absl::OkStatus();
   }
@@ -267,6 +276,30 @@ TEST_F(PolicyReconcilerTest, FailedWriteKeepsTheCopyAndTheRetryCompletesTheBatch
   EXPECT_EQ(rec_.stats().map_reads, 1u);
   EXPECT_THAT(maps_.ops, ElementsAre("ipcache+ 10.244.0.10/32 id300",
                                      "ipcache+ 10.244.0.11/32 id301", "ep+ 7 id301 flags1"));
+}
+
+// /metrics reads the reconciler's counters: a scrape must not wait for an Apply under way (a
+// first read of full maps takes ~25 s, and a big batch of writes seconds).
+TEST_F(PolicyReconcilerTest, StatsDoNotWaitForAnApplyUnderWay) {
+  absl::Notification reading, release;
+  maps_.reading = &reading;
+  maps_.release = &release;
+  PolicyTranslation t;
+  t.ipcache = {{Pfx("10.244.0.10/32"), 300}};
+  std::thread apply([&] { EXPECT_TRUE(rec_.Apply(t, Owner).ok()); });
+  reading.WaitForNotification();  // Apply holds the reconciler's lock, reading the maps
+  absl::Notification got;
+  std::thread scrape([&] {
+    EXPECT_EQ(rec_.stats().map_reads, 0u);
+    got.Notify();
+  });
+  EXPECT_TRUE(got.WaitForNotificationWithTimeout(absl::Seconds(10)))
+      << "stats() waited for the Apply";
+  release.Notify();
+  apply.join();
+  scrape.join();
+  EXPECT_EQ(rec_.stats().map_reads, 1u);
+  EXPECT_EQ(rec_.stats().ipcache_writes, 1u);
 }
 
 TEST(PolicyAllowKeyTest, KeyRoundTripsThroughAllowOfKey) {
