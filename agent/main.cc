@@ -33,6 +33,7 @@
 #include "agent/k8s/watches.h"
 #include "agent/kernel/netlink.h"
 #include "agent/kernel/netns.h"
+#include "agent/kernel/sock_destroy.h"
 #include "agent/metrics/agent_endpoints.h"
 #include "agent/metrics/agent_metrics.h"
 #include "agent/metrics/datapath_metrics.h"
@@ -578,6 +579,11 @@ int Run() {
         (*dp)->lb4_source_ranges(), (*dp)->ct4_any(), &(*dp)->lb4_affinity(), &(*dp)->ct4(),
         &(*dp)->lb4_non_backend_ports(), &(*dp)->lb4_slot_records());
     lb_maps->OnPairsWritten([&ct_gc] { return ct_gc.PairsWritten(); });
+    // A connected UDP socket socket LB sent to a backend that goes is closed: its send() runs
+    // no hook that could send it elsewhere (agent/kernel/sock_destroy.h).
+    if (absl::GetFlag(FLAGS_socket_lb)) {
+      lb_maps->CloseSocketLbUdpWith(&(*dp)->sock4_revnat(), DestroyConnectedUdp4Sockets);
+    }
     auto reconciler = ServiceReconciler::Create(*lb_maps);
     if (!reconciler.ok()) return Fail(reconciler.status(), "restore service maps");
     lb_reconciler = std::move(*reconciler);
