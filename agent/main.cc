@@ -33,6 +33,7 @@
 #include "agent/k8s/watches.h"
 #include "agent/kernel/netlink.h"
 #include "agent/kernel/netns.h"
+#include "agent/kernel/sock_destroy.h"
 #include "agent/metrics/agent_endpoints.h"
 #include "agent/metrics/agent_metrics.h"
 #include "agent/metrics/datapath_metrics.h"
@@ -155,7 +156,8 @@ ABSL_FLAG(std::string, ui_address, "",
           "give it a loopback address");
 ABSL_FLAG(std::string, health_address, "127.0.0.1:9879",
           "HOST:PORT serving GET /healthz (liveness), /readyz (readiness: watches synced, "
-          "datapath loaded, CNI installed) and /config (the running configuration); empty: off");
+          "datapath loaded, CNI installed, state dir writable) and /config (the running "
+          "configuration); empty: off");
 ABSL_FLAG(std::string, metrics_address, "",
           "HOST:PORT serving GET /metrics (Prometheus text format), e.g. 0.0.0.0:9962; empty: "
           "off. Keep it off the pod network");
@@ -404,6 +406,8 @@ int Run() {
   if (!ipam.ok()) return Fail(ipam.status(), "open IPAM");
   auto store = EndpointStore::Open(absl::GetFlag(FLAGS_state_dir));
   if (!store.ok()) return Fail(store.status(), "open endpoint store");
+  // Every ADD writes there: a full or read-only file system makes the node not ready.
+  ready.RequireWritableStateDir(absl::GetFlag(FLAGS_state_dir));
   metrics::ScopedCollector endpoint_metrics(
       metrics::Default(), metrics::AddEndpointCountCollector(
                               metrics::Default(), [s = store->get()] { return s->size(); }));
@@ -575,6 +579,11 @@ int Run() {
         (*dp)->lb4_source_ranges(), (*dp)->ct4_any(), &(*dp)->lb4_affinity(), &(*dp)->ct4(),
         &(*dp)->lb4_non_backend_ports(), &(*dp)->lb4_slot_records());
     lb_maps->OnPairsWritten([&ct_gc] { return ct_gc.PairsWritten(); });
+    // A connected UDP socket socket LB sent to a backend that goes is closed: its send() runs
+    // no hook that could send it elsewhere (agent/kernel/sock_destroy.h).
+    if (absl::GetFlag(FLAGS_socket_lb)) {
+      lb_maps->CloseSocketLbUdpWith(&(*dp)->sock4_revnat(), DestroyConnectedUdp4Sockets);
+    }
     auto reconciler = ServiceReconciler::Create(*lb_maps);
     if (!reconciler.ok()) return Fail(reconciler.status(), "restore service maps");
     lb_reconciler = std::move(*reconciler);

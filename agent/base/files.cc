@@ -83,6 +83,18 @@ absl::Status WriteFileAtomically(const std::string& dir, const std::string& name
   return sync ? SyncDir(dir) : absl::OkStatus();
 }
 
+absl::Status ProbeWritable(const std::string& dir) {
+  static const std::string kProbe(1024, 'x');
+  if (absl::Status st =
+          WriteFileAtomically(dir, ".write-probe", kProbe, 0600, Durability::kProcessCrash);
+      !st.ok()) {
+    return st;
+  }
+  const std::string path = absl::StrCat(dir, "/.write-probe");
+  if (unlink(path.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("remove ", path));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::string> ReadSmallFile(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) return ErrnoStatus(errno, absl::StrCat("read ", path));

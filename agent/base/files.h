@@ -39,6 +39,11 @@ enum class Durability {
                                                absl::string_view data, mode_t mode = 0600,
                                                Durability durability = Durability::kPowerLoss);
 
+// Whether state can be written in `dir` now (readiness): writes, as WriteFileAtomically without
+// fsync, and removes "<dir>/.write-probe" of 1 KiB (an endpoint record's order of size). A full
+// file system fails it with ENOSPC, a read-only one with EROFS.
+[[nodiscard]] absl::Status ProbeWritable(const std::string& dir);
+
 // Reads a file of at most 1 MiB. Never waits for a writer: a FIFO put in a file's place reads
 // as empty or fails (O_NONBLOCK).
 [[nodiscard]] absl::StatusOr<std::string> ReadSmallFile(const std::string& path);

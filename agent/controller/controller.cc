@@ -103,7 +103,8 @@ void Controller::Run() {
     absl::MutexLock l(&k->mu_);
     k->reconciled_ += batch.keys.size();
     if (!st.ok()) {
-      spdlog::warn("{}: {}; retrying in {}", options_.name, st.ToString(),
+      spdlog::warn("{}: {} (after {}); retrying in {}", options_.name, st.ToString(),
+                   absl::FormatDuration(absl::Now() - started),
                    absl::FormatDuration(options_.retry_delay));
       for (const std::string& key : batch.keys) k->dirty_.insert(key);
       k->retry_ = true;

@@ -59,7 +59,8 @@ Reflector::Reflector(HttpClient* http, std::unique_ptr<ReflectorSink> sink, Refl
       opts_(std::move(opts)),
       clock_(opts_.clock != nullptr ? opts_.clock : RealClock::Get()),
       random_(opts_.random ? opts_.random : DefaultRandom()),
-      backoff_(opts_.backoff, clock_, random_) {}
+      backoff_(opts_.backoff, clock_, random_),
+      expired_backoff_(opts_.backoff, clock_, random_) {}
 
 Reflector::~Reflector() { Stop(); }
 
@@ -132,10 +133,27 @@ bool Reflector::BackoffSleep() {
   return clock_->SleepFor(d, stop_);
 }
 
+bool Reflector::WaitBeforeExpiredRelist() {
+  if (!expired_since_healthy_watch_) {
+    // The first 410 since a healthy watch is news (a compaction, a watch that fell behind): the
+    // relist is what brings the store up to date, so it goes at once.
+    expired_since_healthy_watch_ = true;
+    return true;
+  }
+  const absl::Duration d = expired_backoff_.Next();
+  ++c_.backoffs;
+  spdlog::info("k8s {}: relisting in {} (410 Gone)", std::string(kind()), absl::FormatDuration(d));
+  return clock_->SleepFor(d, stop_);
+}
+
 void Reflector::Run() {
   Next next = Next::kRelistNow;
   while (!stopping()) {
     switch (next) {
+      case Next::kExpiredRelist:
+        if (!WaitBeforeExpiredRelist()) return;
+        next = List();
+        break;
       case Next::kBackoffRelist:
         if (!BackoffSleep()) return;
         [[fallthrough]];
@@ -291,6 +309,7 @@ Reflector::Next Reflector::Watch() {
   std::optional<Next> outcome;  // decided by an ERROR event
   uint64_t events = 0;
   uint64_t delivered = 0;  // object events and bookmarks: the stream was healthy
+  bool expired = false;    // ended by an ERROR 410
 
   auto on_event = [&](std::string_view json) -> absl::Status {
     RawEvent ev;
@@ -349,7 +368,8 @@ Reflector::Next Reflector::Watch() {
           ++c_.expired;
           spdlog::info("k8s {}: watch from {} expired ({}); relisting", kind_name, from_rv,
                        st.message);
-          outcome = Next::kRelistNow;
+          expired = true;
+          outcome = Next::kExpiredRelist;
         } else if (st.IsTooLargeResourceVersion()) {
           rv_unavailable_ = true;
           outcome = Next::kBackoffRelist;
@@ -391,8 +411,16 @@ Reflector::Next Reflector::Watch() {
       &canceller_);
   if (stopping() || r.cancelled) return Next::kStopped;
   if (delivered > 0) backoff_.Reset();
+  // A watch that streamed for a while is healthy even if its kind was quiet: a 410 after it is
+  // news (a compaction), not the server expiring every watch at once.
+  const bool streamed =
+      r.status >= 200 && r.status < 300 && clock_->Now() - start >= opts_.min_watch_duration;
+  if (delivered > 0 || streamed) {
+    expired_since_healthy_watch_ = false;
+    expired_backoff_.Reset();
+  }
   if (outcome.has_value()) {
-    if (*outcome == Next::kRelistNow) internal_errors_since_.reset();
+    if (expired) internal_errors_since_.reset();
     return *outcome;
   }
   if (!stream_error.ok()) {
@@ -422,7 +450,7 @@ Reflector::Next Reflector::Watch() {
   if (st.IsExpired()) {
     ++c_.expired;
     spdlog::info("k8s {}: watch from {} got HTTP {}; relisting", kind_name, from_rv, r.status);
-    return Next::kRelistNow;
+    return Next::kExpiredRelist;
   }
   ++c_.http_errors;
   retry_after_ = r.retry_after;

@@ -1,7 +1,13 @@
 // The reflector: client-go's ListAndWatch for one kind. Paginated LIST (limit + continue) into
 // Store::Replace, then WATCH from the list's resourceVersion with bookmarks, re-watching from the
 // last seen resourceVersion when a stream ends, relisting on 410 Expired, and backing off
-// (jittered, exponential) on everything else. resourceVersions are opaque strings.
+// (jittered, exponential) on everything else. The first relist after a 410 since a healthy watch
+// (one that delivered events, or streamed for min_watch_duration) goes at once: a compaction is
+// no failure, and the relist is what converges the node. Every further one waits out a back-off
+// of its own, so a server that answers every watch with 410 gets one list per 0.8-1.6, 1.6-3.2,
+// ... 30 s, not a list-watch loop (29 cycles in 0.21 s before). client-go backs off before the
+// first relist too (its ListAndWatch returns into wait.BackoffUntil), which costs 0.8-1.6 s of
+// convergence after every compaction. resourceVersions are opaque strings.
 #pragma once
 
 #include <atomic>
@@ -74,7 +80,8 @@ struct ReflectorOptions {
   absl::Duration watch_idle_slack = absl::Seconds(30);
   // Per list page (a slow apiserver must still finish a page within it).
   absl::Duration list_page_timeout = absl::Minutes(5);
-  // A watch that ends cleanly sooner than this with no event counts as a failure.
+  // A watch that ends cleanly sooner than this with no event counts as a failure; one that
+  // streamed this long restarts the back-off of relists after 410.
   absl::Duration min_watch_duration = absl::Seconds(1);
   // Watch ERROR events with code 500 are retried by re-watching for this long, then relist.
   absl::Duration max_internal_error_retry = absl::Seconds(30);
@@ -232,12 +239,21 @@ class Reflector {
   std::string_view kind() const { return sink_->kind(); }
 
  private:
-  enum class Next { kWatch, kRewatchNow, kBackoffRewatch, kRelistNow, kBackoffRelist, kStopped };
+  enum class Next {
+    kWatch,
+    kRewatchNow,
+    kBackoffRewatch,
+    kRelistNow,
+    kBackoffRelist,
+    kExpiredRelist,  // after 410 Gone: relist at once, or after expired_backoff_ (see the top)
+    kStopped
+  };
 
   void Run();
   Next List();
   Next Watch();
   bool BackoffSleep();
+  bool WaitBeforeExpiredRelist();
   std::string Query(std::initializer_list<std::pair<std::string_view, std::string>> params) const;
   void SetLastRv(std::string rv);
   bool stopping() const { return stop_.HasBeenNotified(); }
@@ -248,6 +264,10 @@ class Reflector {
   const Clock* const clock_;
   const RandomFn random_;
   Backoff backoff_;
+  // Relists after 410 Gone have a sequence of their own, so that the back-off of a cut stream
+  // before the 410 does not lengthen the relist after it.
+  Backoff expired_backoff_;
+  bool expired_since_healthy_watch_ = false;  // a 410 relist went since the last healthy watch
   Decoder decoder_;  // reflector thread only
   Canceller canceller_;
   absl::Notification stop_;

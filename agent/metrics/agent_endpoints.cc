@@ -3,6 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "agent/base/cli.h"
+#include "agent/base/files.h"
 #include "agent/base/version.h"
 #include "agent/k8s/watches.h"
 #include "agent/metrics/drop_window.h"
@@ -27,6 +28,16 @@ AgentReadiness::AgentReadiness(bool with_kubernetes) {
   }
   readiness_.Require("cni", [this] {
     return cni_installed.reached() ? "" : "endpoint API or CNI configuration not in place yet";
+  });
+}
+
+void AgentReadiness::RequireWritableStateDir(const std::string& state_dir) {
+  readiness_.Require("state", [this, state_dir] {
+    absl::MutexLock l(&probe_mu_);
+    absl::Status st = agent::ProbeWritable(state_dir);
+    return st.ok() ? std::string()
+                   : absl::StrCat("cannot write ", state_dir,
+                                  " (every CNI ADD would fail): ", st.message());
   });
 }
 

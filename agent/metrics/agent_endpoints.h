@@ -9,6 +9,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "agent/metrics/health.h"
 #include "agent/metrics/http_server.h"
 #include "agent/metrics/registry.h"
@@ -27,6 +28,9 @@ class AgentReadiness {
  public:
   explicit AgentReadiness(bool with_kubernetes);
   Milestone datapath_loaded, cni_installed;
+  // Requires that the agent's state (IPAM reservations, endpoint records), which every CNI ADD
+  // writes, can be written in `state_dir`: a write probe at every check (agent/base/files.h).
+  void RequireWritableStateDir(const std::string& state_dir);
   void SetKubernetes(agent::KubernetesState* k8s) { k8s_.store(k8s); }
   agent::KubernetesState* kubernetes() const { return k8s_.load(); }
   const Readiness& readiness() const { return readiness_; }
@@ -34,6 +38,7 @@ class AgentReadiness {
  private:
   Readiness readiness_;
   std::atomic<agent::KubernetesState*> k8s_{nullptr};
+  absl::Mutex probe_mu_;  // one probe at a time: they write the same file
 };
 
 struct AgentEndpointOptions {

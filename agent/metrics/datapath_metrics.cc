@@ -11,6 +11,7 @@
 #include "agent/base/errno.h"
 #include "loader/datapath.h"
 #include "maps/sluice_maps.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::metrics {
 namespace {
@@ -20,12 +21,14 @@ bool IsArray(uint32_t type) {
 }
 
 // Keys counted with get_next_key: one syscall per entry, no values copied.
-absl::StatusOr<uint64_t> CountEntries(int fd, uint32_t key_size) {
+absl::StatusOr<uint64_t> CountEntries(int fd, uint32_t key_size, const std::atomic<bool>* stop) {
   std::vector<uint8_t> cur(key_size), next(key_size);
   uint64_t n = 0;
   void* prev = nullptr;
   while (bpf_map_get_next_key(fd, prev, next.data()) == 0) {
-    ++n;
+    if (++n % 4096 == 0 && stop != nullptr && stop->load(std::memory_order_relaxed)) {
+      return absl::CancelledError("map count cancelled");
+    }
     cur.swap(next);
     prev = cur.data();
   }
@@ -62,7 +65,8 @@ std::string MapNameOf(const char* kernel_name) {
 
 void CountMapUpdateFailures() { maps::update_failure_hook.store(&OnUpdateFailure); }
 
-absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root) {
+absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root,
+                                                 const std::atomic<bool>* stop) {
   std::vector<MapFill> out;
   for (const char* name : maps::kAllMapNames) {
     std::string path = maps::PinPath(bpffs_root, name);
@@ -96,7 +100,7 @@ absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root) 
         }
       } else if (f.is_array) {
         f.entries = info.max_entries;
-      } else if (auto n = CountEntries(fd, info.key_size); n.ok()) {
+      } else if (auto n = CountEntries(fd, info.key_size, stop); n.ok()) {
         f.entries = *n;
       } else {
         st = n.status();
@@ -109,8 +113,60 @@ absl::StatusOr<std::vector<MapFill>> ReadMapFill(const std::string& bpffs_root) 
   return out;
 }
 
+MapFillCounter::MapFillCounter(Options options)
+    : options_(std::move(options)), thread_([this] { Run(); }) {}
+
+MapFillCounter::~MapFillCounter() {
+  stop_ = true;
+  {
+    absl::MutexLock l(&mu_);
+    wanted_ = true;  // wakes the thread
+  }
+  thread_.join();
+}
+
+void MapFillCounter::Run() {
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(&wanted_));
+      if (stop_) return;
+      wanted_ = false;
+      running_ = true;
+    }
+    const absl::Time start = absl::Now();
+    auto fill = ReadMapFill(options_.bpffs_root, &stop_);
+    const absl::Time end = absl::Now();
+    absl::MutexLock l(&mu_);
+    running_ = false;
+    ++walks_;
+    last_end_ = end;
+    last_took_ = end - start;
+    if (fill.ok()) {
+      latest_ = Count{.fill = *std::move(fill), .finished = end, .took = end - start};
+    } else if (!stop_) {
+      spdlog::warn("count map entries for /metrics: {}", fill.status().ToString());
+    }
+  }
+}
+
+std::optional<MapFillCounter::Count> MapFillCounter::Latest() {
+  absl::MutexLock l(&mu_);
+  if (!running_ && !wanted_ && absl::Now() - last_end_ >= options_.idle_factor * last_took_) {
+    wanted_ = true;
+  }
+  if (running_ || wanted_) {
+    const uint64_t target = walks_ + 1;
+    auto done = [this, target]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return walks_ >= target; };
+    mu_.AwaitWithTimeout(absl::Condition(&done), options_.scrape_wait);
+  }
+  return latest_;
+}
+
 int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
-  return registry.AddCollector([bpffs_root](ScrapeSink& out) {
+  auto counter =
+      std::make_shared<MapFillCounter>(MapFillCounter::Options{.bpffs_root = bpffs_root});
+  return registry.AddCollector([bpffs_root, counter](ScrapeSink& out) {
     if (auto drops = maps::DropMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_drops));
         drops.ok()) {
       if (auto totals = loader::ReadDropTotals(*drops); totals.ok()) {
@@ -160,8 +216,7 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
       out.Counter("sluice_policy_drop_count_total", "", {{"direction", "egress"}},
                   static_cast<double>(packets[SLUICE_POLICY_EGRESS]));
     }
-    if (auto stats =
-            maps::CtStatsMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_ct_stats));
+    if (auto stats = maps::CtStatsMap::Open(maps::PinPath(bpffs_root, maps::name::sluice_ct_stats));
         stats.ok()) {
       auto sum = [&](uint32_t slot) {
         uint64_t n = 0;
@@ -186,26 +241,37 @@ int AddDatapathCollector(Registry& registry, const std::string& bpffs_root) {
                     {{"map_name", map}}, sum(crossed));
       }
     }
-    auto fill = ReadMapFill(bpffs_root);
-    if (!fill.ok()) return;
-    for (const MapFill& f : *fill) {
+    std::optional<MapFillCounter::Count> count = counter->Latest();
+    if (!count) return;
+    out.Gauge("sluice_bpf_map_count_timestamp_seconds",
+              "When the map entries reported (sluice_bpf_map_entries, sluice_bpf_map_pressure, "
+              "sluice_datapath_conntrack_entries) were counted, in seconds since the epoch",
+              {}, absl::ToDoubleSeconds(count->finished - absl::UnixEpoch()));
+    out.Gauge("sluice_bpf_map_count_duration_seconds",
+              "How long that count of every map's entries took", {},
+              absl::ToDoubleSeconds(count->took));
+    for (const MapFill& f : count->fill) {
       Labels l = {{"map_name", f.name}};
       out.Gauge("sluice_bpf_map_capacity", "Maximum entries of each pinned BPF map", l, f.capacity);
       if (f.is_array) continue;  // full by construction: no pressure to report
-      out.Gauge("sluice_bpf_map_entries", "Entries in each pinned BPF map (arrays left out)", l,
-                static_cast<double>(f.entries));
+      out.Gauge("sluice_bpf_map_entries",
+                "Entries in each pinned BPF map (arrays left out), as of the last count "
+                "(sluice_bpf_map_count_timestamp_seconds)",
+                l, static_cast<double>(f.entries));
       out.Gauge("sluice_bpf_map_pressure",
-                "Fill level of each pinned BPF map, entries / capacity (0..1)", l,
-                f.capacity == 0 ? 0 : static_cast<double>(f.entries) / f.capacity);
+                "Fill level of each pinned BPF map, entries / capacity (0..1), as of the last "
+                "count (sluice_bpf_map_count_timestamp_seconds)",
+                l, f.capacity == 0 ? 0 : static_cast<double>(f.entries) / f.capacity);
     }
     uint64_t ct_entries = 0;
-    for (const MapFill& f : *fill) {
+    for (const MapFill& f : count->fill) {
       if (f.name == maps::name::sluice_ct4 || f.name == maps::name::sluice_ct4_any)
         ct_entries += f.entries;
     }
     out.Gauge("sluice_datapath_conntrack_entries",
               "Conntrack entries (sluice_ct4 and sluice_ct4_any: one per direction of each "
-              "balanced or policy-tracked flow)",
+              "balanced or policy-tracked flow), as of the last count "
+              "(sluice_bpf_map_count_timestamp_seconds)",
               {}, static_cast<double>(ct_entries));
   });
 }

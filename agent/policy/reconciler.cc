@@ -127,19 +127,19 @@ absl::Status PolicyReconciler::ReadMapsLocked() {
   }),
                           "read sluice_policy_ep"));
   known_ = true;
-  ++stats_.map_reads;
+  Count(&PolicyApplyStats::map_reads);
   return absl::OkStatus();
 }
 
 absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const EndpointOwner& owner) {
   absl::MutexLock l(&mu_);
   // What the maps hold now: read once, then kept as written (nothing else writes these maps).
-  // A failed write leaves the maps in a state the copy may not know: read again next time.
+  // A failed write keeps the copy right too: each write is recorded as it succeeds, and one the
+  // kernel refused (a full map: E2BIG) changed nothing. Reading the maps again after it would
+  // make every retry against a full sluice_policy4 walk its million entries (~25 s), not wait
+  // the controller's 1 s.
   if (!known_) RETURN_IF_ERROR(ReadMapsLocked());
-  known_ = false;
-  RETURN_IF_ERROR(ApplyLocked(full, owner));
-  known_ = true;
-  return absl::OkStatus();
+  return ApplyLocked(full, owner);
 }
 
 absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
@@ -180,7 +180,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
       if (h != have.end() && *h == a) continue;
       RETURN_IF_ERROR(
           Context(maps_.UpsertAllow(id, a), absl::StrCat("allow for endpoint ", id)));
-      ++stats_.allow_writes;
+      Count(&PolicyApplyStats::allow_writes);
       h = std::next(have.insert(h, a));
     }
   }
@@ -199,7 +199,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
       if (it != ipcache.end() && it->first == e.prefix && it->second == e.identity) continue;
       RETURN_IF_ERROR(Context(maps_.UpsertIpcache(e.prefix, e.identity),
                               absl::StrCat("ipcache entry ", e.prefix.ToString())));
-      ++stats_.ipcache_writes;
+      Count(&PolicyApplyStats::ipcache_writes);
       if (it != ipcache.end() && it->first == e.prefix) {
         it->second = e.identity;
       } else {
@@ -219,7 +219,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     }
     RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(id, want),
                             absl::StrCat("policy entry of endpoint ", id)));
-    ++stats_.endpoint_writes;
+    Count(&PolicyApplyStats::endpoint_writes);
     endpoints[id] = want;
   }
   // Endpoints with an entry the translation does not know: still there (newer than the
@@ -231,16 +231,16 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   for (uint32_t id : gone) {
     RETURN_IF_ERROR(
         Context(maps_.DeleteEndpoint(id), absl::StrCat("policy entry of gone endpoint ", id)));
-    ++stats_.endpoint_deletes;
+    Count(&PolicyApplyStats::endpoint_deletes);
+    endpoints.erase(id);
   }
-  // (The copy loses the gone entries after the loop below, which still needs to know them.)
   // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
   // any entry (left over). An endpoint that exists but is not in the translation keeps its own.
   static const std::vector<PolicyAllow> kNone;
   for (auto& [id, have] : allows) {
     auto dit = desired.find(id);
     bool managed = dit != desired.end();
-    bool kept = !managed && endpoints.contains(id) && !gone.contains(id);
+    bool kept = !managed && endpoints.contains(id);
     if (kept) continue;
     const std::vector<PolicyAllow>& want = managed ? dit->second.allows() : kNone;
     std::vector<PolicyAllow> stale;
@@ -249,11 +249,10 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     for (const PolicyAllow& a : stale) {
       RETURN_IF_ERROR(
           Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
-      ++stats_.allow_deletes;
+      Count(&PolicyApplyStats::allow_deletes);
       have.erase(a);
     }
   }
-  for (uint32_t id : gone) endpoints.erase(id);
   std::erase_if(allows, [](const auto& kv) { return kv.second.empty(); });
   // 5. Stale ipcache prefixes (one walk again).
   std::vector<IpPrefix> stale_prefixes;
@@ -267,7 +266,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   for (const IpPrefix& prefix : stale_prefixes) {
     RETURN_IF_ERROR(Context(maps_.DeleteIpcache(prefix),
                             absl::StrCat("stale ipcache entry ", prefix.ToString())));
-    ++stats_.ipcache_deletes;
+    Count(&PolicyApplyStats::ipcache_deletes);
     ipcache.erase(prefix);
   }
   return absl::OkStatus();
@@ -285,11 +284,11 @@ absl::Status PolicyReconciler::WriteNewEndpoint(uint32_t endpoint_id, bool open)
     host.identity = SLUICE_IDENTITY_HOST;
     host.direction = SLUICE_POLICY_INGRESS;
     RETURN_IF_ERROR(maps_.UpsertAllow(endpoint_id, host));
-    ++stats_.allow_writes;
+    Count(&PolicyApplyStats::allow_writes);
     e.flags = SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS;
   }
   RETURN_IF_ERROR(maps_.UpsertEndpoint(endpoint_id, e));
-  ++stats_.endpoint_writes;
+  Count(&PolicyApplyStats::endpoint_writes);
   if (known) {
     if (!open) allows_[endpoint_id].insert(host);
     endpoints_[endpoint_id] = e;
@@ -303,7 +302,7 @@ absl::Status PolicyReconciler::RemoveEndpoint(uint32_t endpoint_id) {
   const bool known = known_;
   known_ = false;  // until every write below succeeded
   RETURN_IF_ERROR(maps_.DeleteEndpoint(endpoint_id));
-  ++stats_.endpoint_deletes;
+  Count(&PolicyApplyStats::endpoint_deletes);
   std::vector<PolicyAllow> mine;
   if (known) {
     auto it = allows_.find(endpoint_id);
@@ -315,7 +314,7 @@ absl::Status PolicyReconciler::RemoveEndpoint(uint32_t endpoint_id) {
   }
   for (const PolicyAllow& a : mine) {
     RETURN_IF_ERROR(maps_.DeleteAllow(endpoint_id, a));
-    ++stats_.allow_deletes;
+    Count(&PolicyApplyStats::allow_deletes);
   }
   if (known) {
     endpoints_.erase(endpoint_id);

@@ -7,12 +7,14 @@
 //   4. allow entries no longer wanted (after the bit that needed them is cleared)
 //   5. ipcache prefixes no longer wanted; sluice_policy_ep entries of endpoints that are gone
 // Level-triggered: Apply writes the difference between the translation and what the maps hold.
-// The maps are read once (first Apply, and again after any failed write) and then known from
+// The maps are read once (first Apply, and again after a failed write of WriteNewEndpoint or
+// RemoveEndpoint, whose first write the copy records only with the second) and then known from
 // what this reconciler wrote: nothing else writes these three maps, and reading them (LPM tries
-// iterate at ~10 us an entry) would cost more than the rest of a batch. The endpoint service
-// owns the birth and death of an endpoint's entries (WriteClosed / RemoveEndpoint): Apply never
-// deletes the sluice_policy_ep entry of an endpoint that still exists, even one its translation
-// did not know yet.
+// iterate at ~10 us an entry) would cost more than the rest of a batch. An Apply that fails (a
+// full map) keeps the copy: its writes are recorded one by one, and a refused one changed nothing.
+// The endpoint service owns the birth and death of an endpoint's entries (WriteClosed /
+// RemoveEndpoint): Apply never deletes the sluice_policy_ep entry of an endpoint that still exists,
+// even one its translation did not know yet.
 #pragma once
 
 #include <cstdint>
@@ -78,7 +80,8 @@ struct PolicyApplyStats {
   uint64_t ipcache_writes = 0, ipcache_deletes = 0;
   uint64_t allow_writes = 0, allow_deletes = 0;
   uint64_t endpoint_writes = 0, endpoint_deletes = 0;
-  uint64_t map_reads = 0;  // times the three maps were read whole (start, after a failed write)
+  uint64_t map_reads = 0;  // times the three maps were read whole (start, after a failed write of
+                           // WriteNewEndpoint or RemoveEndpoint)
 };
 
 class PolicyReconciler {
@@ -104,12 +107,18 @@ class PolicyReconciler {
   // An endpoint that is gone: its sluice_policy_ep entry, then its allows.
   [[nodiscard]] absl::Status RemoveEndpoint(uint32_t endpoint_id) ABSL_LOCKS_EXCLUDED(mu_);
 
-  PolicyApplyStats stats() const ABSL_LOCKS_EXCLUDED(mu_) {
-    absl::MutexLock l(&mu_);
+  // Never waits for an Apply under way (a /metrics scrape reads it: reading full maps takes ~25 s).
+  PolicyApplyStats stats() const ABSL_LOCKS_EXCLUDED(stats_mu_) {
+    absl::MutexLock l(&stats_mu_);
     return stats_;
   }
 
  private:
+  void Count(uint64_t PolicyApplyStats::*field) ABSL_LOCKS_EXCLUDED(stats_mu_) {
+    absl::MutexLock l(&stats_mu_);
+    ++(stats_.*field);
+  }
+
   absl::Status ReadMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyLocked(const PolicyTranslation& t, const EndpointOwner& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -117,7 +126,8 @@ class PolicyReconciler {
   // The controller's thread applies, CNI requests add and remove endpoints: one at a time.
   mutable absl::Mutex mu_;
   PolicyMaps& maps_;
-  PolicyApplyStats stats_ ABSL_GUARDED_BY(mu_);
+  mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(mu_);
+  PolicyApplyStats stats_ ABSL_GUARDED_BY(stats_mu_);
   // What the maps hold, while known_ (see the top of this file).
   bool known_ ABSL_GUARDED_BY(mu_) = false;
   std::map<IpPrefix, uint32_t> ipcache_ ABSL_GUARDED_BY(mu_);

@@ -215,6 +215,25 @@ absl::StatusOr<size_t> BpfLbMaps::FlushUdpFlows(
   return n;
 }
 
+absl::StatusOr<size_t> BpfLbMaps::CloseUdpSockets(
+    const absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint16_t>>& backends) {
+  if (sock_revnat_ == nullptr || !destroy_sockets_) return 0;
+  // Every socket socket LB sent to one of the backends: connected UDP sockets (closed), and
+  // unconnected ones that sent a datagram there (left open: their next datagram picks again).
+  // TCP sockets have other frontends (rev_nat_ids) than the UDP ones listed.
+  // The entries stay (LRU): a late reply of a terminating backend to an unconnected socket
+  // still reads as the frontend.
+  absl::flat_hash_set<std::tuple<uint64_t, uint32_t, uint16_t>> sockets;
+  RETURN_IF_ERROR(
+      sock_revnat_->ForEach([&](const sluice_sock4_revnat_key& k, const sluice_sock4_revnat& v) {
+        if (backends.contains({v.rev_nat_id, k.addr, k.port})) {
+          sockets.insert({k.cookie, k.addr, k.port});
+        }
+      }));
+  if (sockets.empty()) return 0;
+  return destroy_sockets_(sockets);
+}
+
 absl::Status BpfLbMaps::FlushAffinity(
     const absl::flat_hash_set<uint32_t>& rev_nat_ids,
     const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) {
@@ -443,9 +462,17 @@ absl::StatusOr<uint32_t> ServiceReconciler::AcquireBackendLocked(const LbBackend
   return id;
 }
 
+void ServiceReconciler::FlushUdpBackendLocked(uint32_t rev_nat_id, uint32_t id) {
+  flush_udp_.insert({rev_nat_id, id});
+  auto it = backends_.find(id);
+  if (it == backends_.end()) return;
+  const auto& [addr, port, proto] = it->second.key;
+  if (proto == IPPROTO_UDP) close_udp_.insert({rev_nat_id, addr, htons(port)});
+}
+
 void ServiceReconciler::ReleaseBackendLocked(uint32_t id, Frontend& fe) {
   if (fe.held.erase(id) == 0) return;
-  if (fe.rev_nat_id != 0 && fe.master) flush_udp_.insert({fe.rev_nat_id, id});
+  if (fe.rev_nat_id != 0 && fe.master) FlushUdpBackendLocked(fe.rev_nat_id, id);
   auto it = backends_.find(id);
   if (it != backends_.end() && --it->second.refs <= 0) orphans_.insert(id);
 }
@@ -576,7 +603,7 @@ absl::Status ServiceReconciler::RemoveFrontendLocked(const FrontendKey& key) {
   }
   std::vector<uint32_t> held(fe.held.begin(), fe.held.end());
   for (uint32_t id : held) {
-    if (proto == IPPROTO_UDP && fe.rev_nat_id != 0) flush_udp_.insert({fe.rev_nat_id, id});
+    if (proto == IPPROTO_UDP && fe.rev_nat_id != 0) FlushUdpBackendLocked(fe.rev_nat_id, id);
     fe.held.erase(id);
     auto bit = backends_.find(id);
     if (bit != backends_.end() && --bit->second.refs <= 0) orphans_.insert(id);
@@ -667,6 +694,19 @@ absl::Status ServiceReconciler::FlushLocked() {
     }
     stats_.ct_flushed += *n;
     flush_udp_.clear();
+  }
+  if (!close_udp_.empty()) {
+    // Best effort: a socket that cannot be closed (a kernel without SOCK_DESTROY) keeps its
+    // backend, as before; that is no reason to fail and retry the reconcile.
+    absl::StatusOr<size_t> n = maps_.CloseUdpSockets(close_udp_);
+    if (n.ok()) {
+      stats_.udp_sockets_closed += *n;
+      if (*n > 0) spdlog::info("services: closed {} connected UDP sockets of removed backends", *n);
+    } else {
+      spdlog::warn("services: close connected UDP sockets of removed backends: {}",
+                   n.status().ToString());
+    }
+    close_udp_.clear();
   }
   if (!flush_affinity_.empty() || !flush_affinity_backends_.empty()) {
     absl::Status st = maps_.FlushAffinity(flush_affinity_, flush_affinity_backends_);

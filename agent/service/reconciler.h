@@ -62,6 +62,14 @@ class LbMaps {
   // reply entries stay for late replies (the GC ages them out). Returns how many entries went.
   virtual absl::StatusOr<size_t> FlushUdpFlows(
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) = 0;
+  // Socket LB: closes the connected UDP sockets of the node's processes that were sent to one of
+  // `backends` = {(rev_nat_id, backend address, backend port), network order}, which a
+  // connected socket would otherwise keep using (agent/kernel/sock_destroy.h). Returns how many
+  // were closed (default: none).
+  virtual absl::StatusOr<size_t> CloseUdpSockets(
+      const absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint16_t>>& /*backends*/) {
+    return 0;
+  }
   // Deletes session affinity entries of the frontends `rev_nat_ids`, and those of `backends` =
   // {(rev_nat_id, backend_id)} (a client must not stick to a backend that left the frontend).
   virtual absl::Status FlushAffinity(
@@ -115,6 +123,16 @@ class BpfLbMaps : public LbMaps {
   // PairsWritten: the datapath must look them up).
   void OnPairsWritten(std::function<absl::Status()> fn) { pairs_written_ = std::move(fn); }
 
+  // Socket LB is on: CloseUdpSockets finds the sockets in `revnat` (sluice_sock4_rnat: socket
+  // cookie and backend -> frontend) and closes them with `destroy`.
+  // Closes the sockets (cookie, peer address, peer port) that are still connected to that peer.
+  using SocketDestroyer = std::function<absl::StatusOr<size_t>(
+      const absl::flat_hash_set<std::tuple<uint64_t, uint32_t, uint16_t>>& sockets)>;
+  void CloseSocketLbUdpWith(maps::Sock4RevNatMap* revnat, SocketDestroyer destroy) {
+    sock_revnat_ = revnat;
+    destroy_sockets_ = std::move(destroy);
+  }
+
   // The slot records' state; none without records.
   SlotRecords::Stats slot_record_stats() const {
     return records_ ? records_->stats() : SlotRecords::Stats{};
@@ -133,6 +151,8 @@ class BpfLbMaps : public LbMaps {
   LbCapacity Capacity() const override;
   absl::StatusOr<size_t> FlushUdpFlows(
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& flows) override;
+  absl::StatusOr<size_t> CloseUdpSockets(
+      const absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint16_t>>& backends) override;
   absl::Status FlushAffinity(
       const absl::flat_hash_set<uint32_t>& rev_nat_ids,
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) override;
@@ -155,6 +175,8 @@ class BpfLbMaps : public LbMaps {
   maps::Lb4AffinityMap* aff_;
   maps::Ct4Map* ct_tcp_;
   std::function<absl::Status()> pairs_written_;
+  maps::Sock4RevNatMap* sock_revnat_ = nullptr;
+  SocketDestroyer destroy_sockets_;
   std::optional<loader::NonBackendPorts> nbport_;
   std::unique_ptr<SlotRecords> records_;
   std::vector<uint32_t> rnat_ids_;
@@ -167,6 +189,7 @@ struct ServiceReconcilerStats {
   uint64_t map_updates = 0;  // successful map writes (services, backends, rnat, ranges)
   uint64_t map_deletes = 0;
   uint64_t ct_flushed = 0;  // forward UDP conntrack entries deleted
+  uint64_t udp_sockets_closed = 0;  // socket LB: connected UDP sockets of removed backends
   uint64_t errors = 0;      // failed map operations
   uint64_t conflicts = 0;   // frontends skipped: the key is another Service's
   uint64_t frontends_removed = 0;
@@ -300,6 +323,9 @@ class ServiceReconciler {
   absl::StatusOr<uint32_t> AcquireBackendLocked(const LbBackend& b, Frontend& fe)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReleaseBackendLocked(uint32_t id, Frontend& fe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Backend `id` left frontend `rev_nat_id`: its UDP flows are flushed (and, with socket LB,
+  // connected UDP sockets sent to it closed) at the next flush.
+  void FlushUdpBackendLocked(uint32_t rev_nat_id, uint32_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status DeleteOrphanBackendsLocked(bool all) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status SyncWildcardsLocked(bool prune) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Writes what the maps hold back, then the pending conntrack / affinity flushes.
@@ -358,6 +384,8 @@ class ServiceReconciler {
   std::set<std::string> blocked_ ABSL_GUARDED_BY(mu_);
   // Pending conntrack/affinity flushes.
   absl::flat_hash_set<std::pair<uint32_t, uint32_t>> flush_udp_ ABSL_GUARDED_BY(mu_);
+  // The same removed UDP backends as (rev_nat_id, address, port), for LbMaps::CloseUdpSockets.
+  absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint16_t>> close_udp_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<uint32_t> flush_affinity_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<std::pair<uint32_t, uint32_t>> flush_affinity_backends_ ABSL_GUARDED_BY(mu_);
   uint32_t next_rev_nat_id_ ABSL_GUARDED_BY(mu_) = 1;

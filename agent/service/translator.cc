@@ -225,6 +225,10 @@ std::string_view RefusalReasonName(RefusalReason reason) {
       return "external_ip_invalid";
     case RefusalReason::kLoadBalancerIpInvalid:
       return "load_balancer_ip_invalid";
+    case RefusalReason::kProtocolUnsupported:
+      return "protocol_unsupported";
+    case RefusalReason::kAffinityTimeoutInvalid:
+      return "session_affinity_timeout_invalid";
     case RefusalReason::kCount:
       break;
   }
@@ -258,6 +262,18 @@ ServiceTranslation TranslateService(
   uint16_t common_flags = 0;
   uint32_t affinity_timeout = 0;
   if (service.session_affinity_client_ip) {
+    // The apiserver refuses a Service whose timeout is outside 1..86400
+    // (MaxClientIPServiceAffinitySeconds): programming it with some other timeout would serve a
+    // Service that cannot exist.
+    if (service.session_affinity_timeout_seconds < 0 ||
+        service.session_affinity_timeout_seconds > kMaxAffinityTimeoutSeconds) {
+      out.refused.push_back(
+          {RefusalReason::kAffinityTimeoutInvalid,
+           absl::StrCat("Service with sessionAffinityConfig.clientIP.timeoutSeconds ",
+                        service.session_affinity_timeout_seconds, " (the API allows 1..",
+                        kMaxAffinityTimeoutSeconds, ")")});
+      return out;
+    }
     common_flags |= SLUICE_SVC_F_AFFINITY;
     affinity_timeout = service.session_affinity_timeout_seconds > 0
                            ? static_cast<uint32_t>(service.session_affinity_timeout_seconds)
@@ -286,6 +302,14 @@ ServiceTranslation TranslateService(
     if (!proto.has_value()) {
       refused.insert({RefusalReason::kProtocolUnknown,
                       absl::StrCat("port '", sp.name, "' ", sp.port, ": unknown protocol")});
+      continue;
+    }
+    if (*proto == IPPROTO_SCTP) {
+      // The datapath balances TCP and UDP only: it neither looks SCTP packets up as Service
+      // traffic nor rewrites SCTP's CRC32c, so the frontend would catch nothing (Cilium likewise
+      // skips SCTP ports while its SCTP support is off).
+      refused.insert({RefusalReason::kProtocolUnsupported,
+                      absl::StrCat("port '", sp.name, "' ", sp.port, "/SCTP")});
       continue;
     }
     if (sp.port <= 0 || sp.port > 65535) {

@@ -77,6 +77,9 @@ enum class RefusalReason : uint8_t {
   kProtocolUnknown,        // not TCP, UDP or SCTP
   kExternalIpInvalid,      // spec.externalIPs: unparsable or one of the special ranges above
   kLoadBalancerIpInvalid,  // status.loadBalancer.ingress[].ip: likewise
+  kProtocolUnsupported,     // SCTP: the datapath balances TCP and UDP only
+  kAffinityTimeoutInvalid,  // sessionAffinityConfig.clientIP.timeoutSeconds outside 1..86400:
+                            // the whole Service (the apiserver refuses such a Service)
   kCount,
 };
 std::string_view RefusalReasonName(RefusalReason reason);  // "backend_loopback", ...
@@ -103,6 +106,7 @@ struct ServiceTranslation {
 };
 
 inline constexpr uint32_t kDefaultAffinityTimeoutSeconds = 10800;
+inline constexpr int32_t kMaxAffinityTimeoutSeconds = 86400;  // the apiserver's validation
 
 // Translates one Service (IPv4 only for now). Headless, ExternalName and Services without an IPv4
 // ClusterIP yield nothing. Slices not labelled for this Service (other namespace or service name),

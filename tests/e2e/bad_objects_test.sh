@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # Bad Kubernetes objects (issue 9), applied through the lab apiserver to a running agent, one at a
 # time: invalid IPs, IPv6 in an IPv4 slice, special addresses (loopback, unspecified, multicast),
-# ports 0 and 65536, an unknown protocol, invalid external and LoadBalancer IPs, an undecodable
-# value (a 2^40 affinity timeout, a port that is a string), a slice of 5000 endpoints, a Service of
-# 200 ports and names of 63 and 253 characters. For each: the agent counts it on /metrics
-# (sluice_service_refusals_total{reason} or sluice_k8s_decode_errors_total{resource}), never
-# exits (the lab would restart it: agentRestarts stays 0), and a valid Service next to them keeps
+# ports 0 and 65536, an unknown protocol, an SCTP port, a negative affinity timeout, invalid
+# external and LoadBalancer IPs, an undecodable value (a 2^40 affinity timeout, a port that is a
+# string), a slice of 5000 endpoints, a Service of 200 ports and names of 63 and 253 characters.
+# For each: the agent counts it on /metrics (sluice_service_refusals_total{reason} or
+# sluice_k8s_decode_errors_total{resource}), never exits (the lab would restart it: agentRestarts stays 0), and a valid Service next to them keeps
 # answering with unchanged maps. The big objects are programmed (they are valid), within bounds.
 set -euo pipefail
 NAME=flt-bad$$
@@ -96,6 +96,26 @@ manual_svc b-p0 0 | bad "Service port 0" refusals port_invalid
 manual_svc b-p65536 65536 | bad "Service port 65536" refusals port_invalid
 { manual_svc b-ep0; slice b-ep0-1 b-ep0 IPv4 0 10.244.9.9; } | bad "EndpointSlice port 0" refusals port_invalid
 manual_svc b-foo 80 FOO | bad "protocol FOO" refusals protocol_unknown
+# The datapath balances TCP and UDP only: an SCTP port is refused, not a frontend shown as '?'.
+manual_svc b-sctp 80 SCTP | bad "SCTP port" refusals protocol_unsupported
+# The apiserver refuses a timeout outside 1..86400 (this lab's stores it): the Service is refused.
+bad "negative affinity timeout" refusals session_affinity_timeout_invalid <<'YAML'
+apiVersion: v1
+kind: Service
+metadata: {name: b-neg-aff}
+spec:
+  selector: {app: good}
+  sessionAffinity: ClientIP
+  sessionAffinityConfig: {clientIP: {timeoutSeconds: -5}}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+YAML
+for svc in b-sctp b-neg-aff; do
+  ip=$(K get svc "$svc" -o jsonpath='{.spec.clusterIP}')
+  [ -n "$ip" ] || fail "$svc has no ClusterIP"
+  programmed=$("$SLUICECTL" --bpffs_root="$DIR/node1/bpf" services 2>/dev/null | awk -v f="$ip:" 'index($1, f) == 1')
+  [ -z "$programmed" ] || fail "$svc ($ip) is programmed: $programmed"
+done
+log "ok: the SCTP port and the Service with a negative affinity timeout have no frontend"
 bad "invalid external IP" refusals external_ip_invalid <<'YAML'
 apiVersion: v1
 kind: Service

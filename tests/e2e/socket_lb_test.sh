@@ -3,6 +3,7 @@
 # pod) reach ClusterIP Services through the cgroup programs of their node's agent.
 #   - TCP from node1 reaches backends on both nodes; getpeername() shows the ClusterIP;
 #   - UDP from node2 gets its reply from the ClusterIP:port it sent to;
+#   - a connected UDP socket of node2 is closed when its backend goes, and reconnects elsewhere;
 #   - a Service without endpoints, and a port the ClusterIP does not define, refuse at once;
 #   - every agent attached once, through links pinned in its own bpffs, all on the cgroup2 root;
 #   - node1's agent stopped: its programs stay and keep translating; restarted: the same links
@@ -103,6 +104,48 @@ case $got in
   "a $WEB:53" | "c $WEB:53") log "ok: UDP node2 -> web answered from the ClusterIP ($got)" ;;
   *) fail "UDP node2 -> web: got '$got'" ;;
 esac
+# A connected UDP socket of node2 stays on its backend: when that backend goes, node2's agent
+# closes the socket (its send() runs no hook that could move it), the application's next call
+# fails (send: EDESTADDRREQ, recv: ECONNABORTED), and a new connect() reaches the backend that is
+# left. (Before, the socket kept sending to the deleted pod.)
+lab exec node/node2 -- python3 -c "
+import errno, socket, sys, time
+def connect():
+    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    u.settimeout(0.5)
+    u.connect(('$WEB', 53))
+    return u
+u = connect()
+u.send(b'hostname')
+print('first', u.recv(100).decode().strip(), flush=True)
+start = time.time()
+while time.time() - start < 30:
+    try:
+        u.send(b'hostname')
+        u.recv(100)
+    except socket.timeout:
+        continue
+    except OSError as e:
+        # Closed: send() finds the socket no longer connected, recv() gets the abort.
+        if e.errno not in (errno.ECONNABORTED, errno.EDESTADDRREQ):
+            time.sleep(0.1)
+            continue
+        print('aborted after %.1f s (%s)' % (time.time() - start, errno.errorcode[e.errno]), flush=True)
+        u = connect()
+        u.send(b'hostname')
+        print('then', u.recv(100).decode().strip(), flush=True)
+        sys.exit(0)
+    time.sleep(0.1)
+print('never aborted', flush=True)" >"$WORK/udp-connected.out" 2>&1 &
+UDP_CLIENT=$!
+wait_for 10 grep -q '^first ' "$WORK/udp-connected.out" || fail "connected UDP node2 -> web: $(cat "$WORK/udp-connected.out")"
+FIRST=$(awk '/^first / {print $2}' "$WORK/udp-connected.out")
+case $FIRST in a) LEFT=c ;; c) LEFT=a ;; *) fail "connected UDP answered by '$FIRST'" ;; esac
+K delete pod "$FIRST" --wait=false >/dev/null || fail "delete pod $FIRST"
+wait "$UDP_CLIENT" || true
+grep -q '^aborted after' "$WORK/udp-connected.out" || fail "the connected UDP socket was not closed when $FIRST went: $(cat "$WORK/udp-connected.out")"
+expect "connected UDP after reconnecting" "$(awk '/^then / {print $2}' "$WORK/udp-connected.out")" "$LEFT"
+log "ok: connected UDP socket of node2 on $FIRST closed when it went ($(grep '^aborted' "$WORK/udp-connected.out")), reconnected to $LEFT"
 expect "node1 -> Service without endpoints" \
   "$(lab probe --from node/node1 --to "$EMPTY:80" --timeout 2)" REFUSED
 expect "node1 -> port web does not define" \

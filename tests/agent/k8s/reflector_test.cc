@@ -460,16 +460,21 @@ TEST_F(ReflectorTest, WatchThatDeliveredEventsResetsTheBackoff) {
   ASSERT_TRUE(StoreMatchesServer());
 }
 
-// 410 Gone is not a failure of the apiserver: relist at once, never after a back-off.
-TEST_F(ReflectorTest, ExpiredWatchRelistsWithoutBackingOff) {
+// 410 Gone relists at once the first time since a healthy watch (a compaction is no failure),
+// and after a jittered back-off of its own every further time: a server that answers every watch
+// with 410 gets one list per back-off (1.2, 2.4, 4.8, 9.6 s with the jitter at its middle), never
+// a watch -> 410 -> list loop (29 cycles in 0.21 s before). A watch that delivered events, or
+// streamed for a second, restarts the sequence. Only the fake clock moves: no sleeps.
+TEST_F(ReflectorTest, ExpiredWatchesRelistAfterAGrowingJitteredBackoff) {
   for (auto reply : {lab::ExpiredWatchReply::kHttpStatus, lab::ExpiredWatchReply::kErrorEvent}) {
     SCOPED_TRACE(reply == lab::ExpiredWatchReply::kHttpStatus ? "HTTP 410" : "ERROR event");
     server_ = std::make_unique<lab::ApiServer>(OneCollectionOptions());
     server_->SetExpiredWatchReply(reply);
     StartServer();
     Upsert("a", 1);
+    server_->FailNextWatches(5);
     FakeClock clock;
-    ReflectorOptions o;
+    ReflectorOptions o;  // production back-off: 800 ms x2, cap 30 s
     o.clock = &clock;
     o.random = [] { return 0.5; };
     http_ = std::make_unique<HttpClient>(Config());
@@ -477,17 +482,43 @@ TEST_F(ReflectorTest, ExpiredWatchRelistsWithoutBackingOff) {
     auto reflector = MakeReflector(http_.get(), &store, o);
     reflector->Start();
     ASSERT_TRUE(store.WaitSynced(kDeadline));
+    // Watches 1-5 expire: the first relists at once, the next four back off.
+    const std::vector<absl::Duration> expected = {
+        absl::Milliseconds(1200), absl::Milliseconds(2400), absl::Milliseconds(4800),
+        absl::Milliseconds(9600)};
+    for (size_t i = 0; i < expected.size(); ++i) {
+      ASSERT_TRUE(clock.WaitForSleeps(i + 1, kDeadline)) << i;
+      // While it backs off, one list per expired watch has been made (and the first one).
+      EXPECT_EQ(reflector->counters().lists, i + 2);
+      EXPECT_EQ(server_->watch_requests(), static_cast<int>(i + 2));
+      clock.Advance(clock.sleeps().back());
+    }
+    EXPECT_EQ(clock.sleeps(), expected);
+    EXPECT_EQ(reflector->counters().expired, 5u);
+    // Watch 6 holds and delivers an event: healthy. A compaction expires it in-stream, and the
+    // relist goes at once; watch 7 expires too, and the back-off starts again from its beginning.
     ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
-    // Running watches get ERROR 410; with FailNextWatches the re-watch after it gets `reply`.
+    Upsert("b", 2);
+    ASSERT_TRUE(Eventually([&] { return store.Get("default/b") != nullptr; }));
     server_->FailNextWatches(1);
     server_->Compact();
-    Upsert("b", 2);
-    ASSERT_TRUE(Eventually([&] {
-      return reflector->counters().relists >= 1 && store.Get("default/b") != nullptr;
-    })) << "relists "
-        << reflector->counters().relists;
-    EXPECT_GE(reflector->counters().expired, 1u);
-    EXPECT_TRUE(clock.sleeps().empty()) << "backed off " << clock.sleeps().size() << " times";
+    ASSERT_TRUE(clock.WaitForSleeps(expected.size() + 1, kDeadline));
+    EXPECT_EQ(clock.sleeps().back(), absl::Milliseconds(1200));
+    EXPECT_EQ(reflector->counters().lists, 7u) << "the relist after watch 6 waited";
+    clock.Advance(clock.sleeps().back());
+    // Watch 8 streams for 2 s without an event (a quiet kind): healthy too. It is cut (the
+    // re-watch backs off as for any cut), watch 9 expires, and the relist goes at once.
+    ASSERT_TRUE(
+        Eventually([&] { return server_->watch_requests() >= 8 && server_->open_watches() >= 1; }));
+    clock.Advance(absl::Seconds(2));
+    server_->FailNextWatches(1);
+    server_->CutWatches();
+    ASSERT_TRUE(clock.WaitForSleeps(expected.size() + 2, kDeadline));
+    clock.Advance(clock.sleeps().back());
+    ASSERT_TRUE(Eventually([&] { return reflector->counters().lists == 9; }))
+        << "lists " << reflector->counters().lists;
+    ASSERT_TRUE(WaitOpenWatches(1, kDeadline));
+    EXPECT_EQ(clock.sleeps().size(), expected.size() + 2) << "the relist after watch 9 waited";
     reflector->Stop();
     server_->Stop();
   }

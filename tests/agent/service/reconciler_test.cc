@@ -139,6 +139,14 @@ class RecordingLbMaps : public LbMaps {
     }
     return n;
   }
+  // Socket LB's closes, kept apart from `ops` (rev_nat_id, address and port in network order).
+  std::vector<std::tuple<uint32_t, uint32_t, uint16_t>> closed_udp;
+  absl::StatusOr<size_t> CloseUdpSockets(
+      const absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint16_t>>& backends) override {
+    closed_udp.assign(backends.begin(), backends.end());
+    std::sort(closed_udp.begin(), closed_udp.end());
+    return backends.size();
+  }
   absl::Status FlushAffinity(
       const absl::flat_hash_set<uint32_t>& ids,
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) override {
@@ -308,6 +316,12 @@ TEST_F(ServiceReconcilerTest, RemovedUdpBackendFlowsAreFlushedTcpOnesAreNot) {
   EXPECT_EQ(maps_.ct.count({3, IPPROTO_TCP}), 1u);
   EXPECT_EQ(maps_.ct.count({4, IPPROTO_UDP}), 1u);
   EXPECT_EQ(r_->stats().ct_flushed, 2u);
+  // Socket LB: the node's connected UDP sockets sent to the removed UDP backend are closed (its
+  // TCP twin is left to TCP).
+  EXPECT_THAT(maps_.closed_udp,
+              ElementsAre(std::tuple{udp_r, htonl(Ip("10.244.1.5").v4_host_order()),
+                                     htons(uint16_t{8080})}));
+  EXPECT_EQ(r_->stats().udp_sockets_closed, 1u);
 }
 
 // externalTrafficPolicy: Local: the in-cluster twin of a NodePort (scope internal) is a frontend

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "agent/service/refusals.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -233,14 +234,20 @@ TEST(ServiceTranslatorTest, SliceWithNilPortIsIgnored) {
   EXPECT_THAT(t.frontends[0].backends, IsEmpty());
 }
 
-TEST(ServiceTranslatorTest, SctpIsSupported) {
+// The datapath balances TCP and UDP only (it reads no SCTP ports and cannot rewrite SCTP's
+// CRC32c): an SCTP port is refused, not programmed as a frontend no packet can reach (it showed
+// as protocol '?' in sluicectl); the Service's other ports are programmed.
+TEST(ServiceTranslatorTest, SctpPortIsRefusedAndTheOtherPortsKept) {
   ServiceTranslation t = TranslateService(
-      Svc({Port("s", 3868, k8s::Protocol::kSCTP)}),
-      {Slice({Ep("10.244.1.5")}, {{"s", k8s::Protocol::kSCTP, 3868}})}, Node());
+      Svc({Port("s", 3868, k8s::Protocol::kSCTP), Port("http", 80)}),
+      {Slice({Ep("10.244.1.5")},
+             {{"s", k8s::Protocol::kSCTP, 3868}, {"http", k8s::Protocol::kTCP, 8080}})},
+      Node());
   ASSERT_EQ(t.frontends.size(), 1u);
-  EXPECT_EQ(t.frontends[0].proto, IPPROTO_SCTP);
-  EXPECT_THAT(t.frontends[0].backends,
-              ElementsAre(Be("10.244.1.5", 3868, false, false, IPPROTO_SCTP)));
+  EXPECT_EQ(t.frontends[0].port_name, "http");
+  EXPECT_EQ(t.frontends[0].proto, IPPROTO_TCP);
+  EXPECT_THAT(t.refused, ElementsAre(Refusal{RefusalReason::kProtocolUnsupported,
+                                             "port 's' 3868/SCTP"}));
 }
 
 TEST(ServiceTranslatorTest, ForeignAndNonIpv4SlicesAreIgnored) {
@@ -527,6 +534,31 @@ TEST(ServiceTranslatorTest, AffinityExplicitTimeoutOnEveryFrontend) {
     EXPECT_NE(f.flags & SLUICE_SVC_F_AFFINITY, 0);
     EXPECT_EQ(f.affinity_timeout, 60u);
   }
+}
+
+// A timeout the apiserver's validation refuses (outside 1..86400) refuses the whole Service, as
+// the apiserver would: no frontend, rather than one with another timeout than the object says.
+TEST(ServiceTranslatorTest, AffinityTimeoutOutsideTheApiRangeRefusesTheService) {
+  for (int32_t timeout : {-5, 86401}) {
+    k8s::Service s = Svc({Port("http", 80)});
+    s.session_affinity_client_ip = true;
+    s.session_affinity_timeout_seconds = timeout;
+    ServiceTranslation t = TranslateService(s, {Slice({Ep("10.244.1.5")})}, Node());
+    EXPECT_THAT(t.frontends, IsEmpty()) << timeout;
+    EXPECT_THAT(t.in_cluster_frontends, IsEmpty());
+    EXPECT_THAT(t.refused,
+                ElementsAre(Refusal{RefusalReason::kAffinityTimeoutInvalid,
+                                    absl::StrCat("Service with sessionAffinityConfig.clientIP."
+                                                 "timeoutSeconds ",
+                                                 timeout, " (the API allows 1..86400)")}));
+  }
+  k8s::Service edge = Svc({Port("http", 80)});
+  edge.session_affinity_client_ip = true;
+  edge.session_affinity_timeout_seconds = 86400;
+  ServiceTranslation t = TranslateService(edge, {Slice({Ep("10.244.1.5")})}, Node());
+  ASSERT_EQ(t.frontends.size(), 1u);
+  EXPECT_EQ(t.frontends[0].affinity_timeout, 86400u);
+  EXPECT_THAT(t.refused, IsEmpty());
 }
 
 TEST(ServiceTranslatorTest, NoAffinityMeansZeroTimeout) {
