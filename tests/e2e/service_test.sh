@@ -6,6 +6,9 @@
 #     client connects in a loop: zero failed connections;
 #   - a UDP Service whose only backend is replaced: the client's flow (one source port) moves to
 #     the new backend at once, although the old pod still serves while terminating;
+#   - a pod reaching a NodePort (externalTrafficPolicy: Cluster) on its own node's address and
+#     the other node's, backend on the other node: answered, and the backend sees the pod's own
+#     address (no masquerade; the return path works in both routing modes);
 #   - the client node's agent restarted during continuous connections: none fails, and the
 #     restarted agent keeps every id (sluicectl services prints the same maps).
 # REJECT and NodePort checks live in their own script.
@@ -299,6 +302,38 @@ print(f"UDP flow moved {first_b - switch:.2f}s after the delete; {len(lost)} dat
 assert first_b - switch < 3.0 and len(lost) <= 5, (first_b - switch, len(lost))
 PY
 log "ok: UDP flow moved from dns-a to dns-b at once"
+
+# 3b. A pod reaching a NodePort (externalTrafficPolicy: Cluster) whose backend is on the other
+# node, through its own node's address and the other node's: kube-proxy masquerades such a flow
+# to the node address; Sluice translates it at the client pod's own hook and keeps the pod's
+# address (docs/operating.md). The backend sees the client pod's address, and its replies find
+# their way back to be reverse-translated: over the overlay, and over native routes
+# (service_native_test.sh runs this script with --routing_mode=native).
+K apply --validate=false -f - >/dev/null <<'YAML' || fail "apply np"
+apiVersion: v1
+kind: Service
+metadata: {name: np}
+spec:
+  type: NodePort
+  externalTrafficPolicy: Cluster
+  selector: {app: np}
+  ports: [{name: http, port: 80, targetPort: 8080}]
+YAML
+add_backends np-1:node2:np
+NP=$(K get svc np -o jsonpath='{.spec.ports[0].nodePort}')
+CLIENT_IP=$(K get pod client -o jsonpath='{.status.podIP}')
+node_address() { K get node "$1" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'; }
+NODE1_IP=$(node_address node1)
+NODE2_IP=$(node_address node2)
+np_answer() { lab request --from default/client --to "$1:$NP" --data "$2" --timeout 2; }
+for node_ip in "$NODE1_IP" "$NODE2_IP"; do
+  wait_for 30 output_is np-1 np_answer "$node_ip" hostname ||
+    fail "pod -> $node_ip:$NP (NodePort, backend on node2) does not answer: $(np_answer "$node_ip" hostname 2>&1)"
+  seen=$(np_answer "$node_ip" clientip)  # address:port, as the backend's socket sees it
+  [ "${seen%:*}" = "$CLIENT_IP" ] ||
+    fail "pod -> $node_ip:$NP: the backend saw $seen, not the client pod $CLIENT_IP"
+done
+log "ok: pod -> NodePort on node1 and node2, backend on node2: answered, the backend sees the pod's own address ($CLIENT_IP)"
 
 # 4. Restart the client node's agent during continuous connections.
 add_backends web-2:node2
