@@ -34,24 +34,24 @@ absl::Status ReadAll(const maps::Ct4Map& map, std::vector<Entry>& out) {
       kBatch);
 }
 
-// Deletes `keys` with BPF_MAP_DELETE_BATCH. A key the datapath or an LRU eviction removed
-// meanwhile stops a batch (ENOENT): it is skipped and the rest go on. Returns how many went.
-template <typename MapT, typename Key>
-absl::StatusOr<uint64_t> DeleteAll(MapT& map, const std::vector<Key>& keys) {
-  uint64_t deleted = 0;
-  size_t i = 0;
-  while (i < keys.size()) {
-    uint32_t count = static_cast<uint32_t>(std::min<size_t>(kBatch, keys.size() - i));
-    int rc = bpf_map_delete_batch(map.fd(), &keys[i], &count, nullptr);
-    const int err = rc != 0 ? errno : 0;
-    deleted += count;
-    i += count;
-    if (rc != 0) {
-      if (err != ENOENT) return ErrnoStatus(err, "batch delete");
-      ++i;  // keys[i] was already gone
-    }
+// What deleting one entry the walk doomed came to.
+enum class Doom { kDeleted, kGone, kSpared };
+
+// Deletes `key` unless the datapath wrote its entry after the walk read it (`seen`): a packet
+// moved its time or state (a closed tuple reopened by a new SYN, an idle flow that woke up).
+// The entry is looked up again right before the delete: a delete of what the walk read would
+// remove a flow the datapath has just taken up again, where the window left is that between
+// this lookup and the delete (microseconds, not the whole pass).
+template <typename MapT, typename Key, typename Value>
+absl::StatusOr<Doom> DeleteIfUnchanged(MapT& map, const Key& key, const Value& seen) {
+  auto now = map.Lookup(key);
+  if (!now.ok()) {
+    if (absl::IsNotFound(now.status())) return Doom::kGone;
+    return now.status();
   }
-  return deleted;
+  if (now->last_seen_ns != seen.last_seen_ns || now->flags != seen.flags) return Doom::kSpared;
+  if (auto st = map.Delete(key); !st.ok()) return st;
+  return Doom::kDeleted;
 }
 
 // A load-balanced flow's two entries (forward: client -> frontend, reply: backend -> client)
@@ -156,7 +156,8 @@ absl::Status ConntrackGc::Collect(maps::Ct4Map& map, bool tcp_map, uint64_t now,
     return {e.value.last_seen_ns, e.value.flags};
   };
 
-  std::vector<sluice_ct4_key> doomed;
+  if (on_walked_) on_walked_();
+  std::vector<size_t> doomed;  // indices in entries: expired, then deleted for room
   std::vector<std::pair<uint64_t, size_t>> spare;  // (last seen, index): deletable for room
   for (size_t i = 0; i < entries.size(); ++i) {
     const Entry& e = entries[i];
@@ -166,7 +167,7 @@ absl::Status ConntrackGc::Collect(maps::Ct4Map& map, bool tcp_map, uint64_t now,
                                                                  opts_.timeouts)));
     // The coarse clock may run a tick ahead of this one: such an entry is fresh.
     if (now > f.last_seen && now - f.last_seen > timeout) {
-      doomed.push_back(e.key);
+      doomed.push_back(i);
       continue;
     }
     // Counted even when the headroom pass below deletes it: the count only errs high.
@@ -185,17 +186,24 @@ absl::Status ConntrackGc::Collect(maps::Ct4Map& map, bool tcp_map, uint64_t now,
     std::sort(spare.begin(), spare.end());
     for (const auto& [seen, i] : spare) {
       if (left - pressure <= target) break;
-      doomed.push_back(entries[i].key);
+      doomed.push_back(i);
       ++pressure;
     }
   }
-  auto deleted = DeleteAll(map, doomed);
-  if (!deleted.ok()) return deleted.status();
+  uint64_t deleted[2] = {0, 0}, spared = 0;  // deleted: expired, for room
+  for (size_t d = 0; d < doomed.size(); ++d) {
+    const Entry& e = entries[doomed[d]];
+    auto done = DeleteIfUnchanged(map, e.key, e.value);
+    if (!done.ok()) return done.status();
+    if (*done == Doom::kDeleted) ++deleted[d < expired ? 0 : 1];
+    if (*done == Doom::kSpared) ++spared;
+  }
   absl::MutexLock lock(&mu_);
   totals.scanned += entries.size();
-  totals.expired += expired;
-  totals.pressure += pressure;
-  totals.live = entries.size() - std::min<uint64_t>(*deleted, entries.size());
+  totals.expired += deleted[0];
+  totals.pressure += deleted[1];
+  totals.spared += spared;
+  totals.live = entries.size() - std::min<uint64_t>(deleted[0] + deleted[1], entries.size());
   return absl::OkStatus();
 }
 
@@ -235,8 +243,13 @@ absl::Status ConntrackGc::CollectNatMappings(uint64_t now, uint64_t* found) {
   };
   absl::flat_hash_map<Destination, uint64_t> ports_held;
   absl::flat_hash_map<Destination, std::vector<Closed>> closed;
-  std::vector<sluice_nat4_key> doomed_leaving, doomed_replies;
-  uint64_t expired_mappings = 0;
+  // A doomed mapping: its leaving entry and, where found, its reply entry (indices).
+  struct Doomed {
+    size_t leaving;
+    std::optional<size_t> reply;
+  };
+  std::vector<Doomed> doomed;  // expired ones first, then those freed for ports
+  std::vector<size_t> doomed_orphans;  // reply entries without their leaving half, expired
 
   for (size_t i = 0; i < leaving.size(); ++i) {
     const NatEntry& e = leaving[i];
@@ -254,9 +267,7 @@ absl::Status ConntrackGc::CollectNatMappings(uint64_t now, uint64_t* found) {
       last_seen = std::max<uint64_t>(last_seen, replies[*r].value.last_seen_ns);
     }
     if (expired(e.key.proto, flags, last_seen)) {
-      doomed_leaving.push_back(e.key);
-      if (r) doomed_replies.push_back(rkey);
-      ++expired_mappings;
+      doomed.push_back({i, r});
       continue;
     }
     if (!r) continue;  // holds no node port
@@ -272,12 +283,13 @@ absl::Status ConntrackGc::CollectNatMappings(uint64_t now, uint64_t* found) {
     if (paired[i]) continue;
     const NatEntry& e = replies[i];
     if (expired(e.key.proto, e.value.flags, e.value.last_seen_ns)) {
-      doomed_replies.push_back(e.key);
+      doomed_orphans.push_back(i);
       continue;
     }
     ++ports_held[{e.key.saddr, e.key.sport, e.key.proto, e.key.daddr}];
   }
-  uint64_t pressure = 0;
+  if (on_walked_) on_walked_();
+  const size_t expired_mappings = doomed.size();
   if (opts_.nat_ports > 0) {
     const uint64_t high = static_cast<uint64_t>(opts_.nat_high_water * opts_.nat_ports);
     const uint64_t low = static_cast<uint64_t>(opts_.nat_low_water * opts_.nat_ports);
@@ -288,23 +300,48 @@ absl::Status ConntrackGc::CollectNatMappings(uint64_t now, uint64_t* found) {
                 [](const Closed& a, const Closed& b) { return a.last_seen < b.last_seen; });
       for (const Closed& c : list) {
         if (held <= low) break;
-        doomed_leaving.push_back(leaving[c.leaving].key);
-        doomed_replies.push_back(replies[*c.reply].key);
+        doomed.push_back({c.leaving, c.reply});
         --held;
-        ++pressure;
       }
     }
   }
-  // The leaving entry first: a packet between the two deletions allocates a new mapping rather
-  // than leave with a port whose replies would no longer be translated.
-  auto gone = DeleteAll(*snat_, doomed_leaving);
-  if (!gone.ok()) return gone.status();
-  if (auto st = DeleteAll(*rnat_, doomed_replies); !st.ok()) return st.status();
+  // A mapping goes only if neither entry was written since the walk read it (a new SYN reopening
+  // it, a late packet). The leaving entry first: a packet between the two deletions allocates a
+  // new mapping rather than leave with a port whose replies would no longer be translated.
+  uint64_t deleted[2] = {0, 0}, spared = 0;  // mappings deleted: expired, for ports
+  for (size_t d = 0; d < doomed.size(); ++d) {
+    const NatEntry& out = leaving[doomed[d].leaving];
+    if (doomed[d].reply) {
+      const NatEntry& back = replies[*doomed[d].reply];
+      auto now = rnat_->Lookup(back.key);
+      if (now.ok() && (now->last_seen_ns != back.value.last_seen_ns ||
+                       now->flags != back.value.flags)) {
+        ++spared;
+        continue;
+      }
+    }
+    auto done = DeleteIfUnchanged(*snat_, out.key, out.value);
+    if (!done.ok()) return done.status();
+    if (*done == Doom::kSpared) {
+      ++spared;
+      continue;
+    }
+    if (doomed[d].reply) {
+      if (auto st = rnat_->Delete(replies[*doomed[d].reply].key); !st.ok()) return st;
+    }
+    if (*done == Doom::kDeleted) ++deleted[d < expired_mappings ? 0 : 1];
+  }
+  for (size_t i : doomed_orphans) {
+    auto done = DeleteIfUnchanged(*rnat_, replies[i].key, replies[i].value);
+    if (!done.ok()) return done.status();
+    if (*done == Doom::kSpared) ++spared;
+  }
   absl::MutexLock lock(&mu_);
   totals_.nat.scanned += leaving.size();
-  totals_.nat.expired += expired_mappings;
-  totals_.nat.pressure += pressure;
-  totals_.nat.live = leaving.size() - std::min<uint64_t>(*gone, leaving.size());
+  totals_.nat.expired += deleted[0];
+  totals_.nat.pressure += deleted[1];
+  totals_.nat.spared += spared;
+  totals_.nat.live = leaving.size() - std::min<uint64_t>(deleted[0] + deleted[1], leaving.size());
   return absl::OkStatus();
 }
 
@@ -416,6 +453,10 @@ int AddConntrackGcCollector(metrics::Registry& registry, const ConntrackGc* gc) 
                   {{"map_name", name}, {"reason", "expired"}}, static_cast<double>(m.expired));
       out.Counter("sluice_ct_gc_deleted_total", "", {{"map_name", name}, {"reason", "pressure"}},
                   static_cast<double>(m.pressure));
+      out.Counter("sluice_ct_gc_spared_total",
+                  "Conntrack entries the GC had doomed but kept, per map: the datapath wrote them "
+                  "after its walk read them (a closed tuple reopened, an idle flow woke up)",
+                  {{"map_name", name}}, static_cast<double>(m.spared));
     }
     out.Counter("sluice_ct_lru_evictions_total",
                 "Conntrack entries that left the LRU map sluice_ct4_any other than through the GC "
@@ -434,6 +475,11 @@ int AddConntrackGcCollector(metrics::Registry& registry, const ConntrackGc* gc) 
                 {{"reason", "expired"}}, static_cast<double>(t.nat.expired));
     out.Counter("sluice_nat_gc_deleted_total", "", {{"reason", "pressure"}},
                 static_cast<double>(t.nat.pressure));
+    out.Counter("sluice_nat_gc_spared_total",
+                "Masquerade mappings the GC had doomed but kept: the datapath wrote one of their "
+                "entries after its walk read them (a new SYN reopening a closed mapping, a late "
+                "packet)",
+                {}, static_cast<double>(t.nat.spared));
   });
 }
 

@@ -60,6 +60,7 @@ struct MapTotals {
   uint64_t expired = 0;        // deleted: idle past their timeout
   uint64_t pressure = 0;       // deleted early for headroom (sluice_ct4), or ports (NAT)
   uint64_t lru_evictions = 0;  // estimated (the LRU maps sluice_ct4_any and sluice_snat4)
+  uint64_t spared = 0;         // doomed, but written by the datapath after the walk: kept
   uint64_t live = 0;           // entries left after the last pass
 };
 
@@ -108,6 +109,10 @@ class ConntrackGc {
   // by telling the datapath otherwise.
   [[nodiscard]] absl::Status PairsWritten();
 
+  // Called after each map's walk, before its deletions: where the datapath may write entries the
+  // walk read (tests run packets there). Call before Start().
+  void OnWalked(std::function<void()> fn) { on_walked_ = std::move(fn); }
+
   // One pass over both maps.
   [[nodiscard]] absl::Status RunOnce();
   // Runs a pass every interval (timed by `clock`) on a thread of its own until Stop().
@@ -136,6 +141,7 @@ class ConntrackGc {
   uint64_t any_left_ = 0;       // entries the previous pass left in sluice_ct4_any
   maps::NatMap* snat_ = nullptr;
   maps::NatMap* rnat_ = nullptr;
+  std::function<void()> on_walked_;
   maps::CtPairsMap* pairs_ = nullptr;
   uint64_t pairs_left_ = 0;         // forward and reply entries this pass left; guarded by run_mu_
   bool have_nat_baseline_ = false;  // the rest guarded by run_mu_
