@@ -14,6 +14,10 @@
                                   {"opened", "failed", "errors"} to OUT, waits for OUT.close,
                                   closes them all (FIN) and writes OUT.closed: {"closed": the
                                   time of the close (time.time())}
+  steady_load.py reopen HOST:PORT IDLE
+                                  a connection closed with RST, then a new one from the same
+                                  port to HOST:PORT, echoed at once and after IDLE seconds idle:
+                                  prints {"first", "second", "after_idle": "ok" or the error}
   steady_load.py reach HOST:PORT SINCE SECONDS
                                   a new connection every 0.5 s until one is echoed, up to SINCE +
                                   SECONDS: prints {"seconds" since SINCE (null: never), "tries"}
@@ -279,6 +283,47 @@ async def reach(target, since, seconds):
     print(json.dumps({"seconds": None, "tries": tries, "error": last}))
 
 
+async def reopen(target, idle):
+    """A connection closed with RST, then one from the same address and port to the same target
+    (its conntrack entries and masquerade mapping are closing when its SYN comes): it must echo
+    at once and again after IDLE seconds, past the closing timeout. Prints {"first", "second",
+    "after_idle", "port"}."""
+    host, port = target.rsplit(":", 1)
+    out = {}
+    local = None
+    for step in ("first", "second"):
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("", local or 0))
+        local = sock.getsockname()[1]
+        sock.setblocking(False)
+        try:
+            await asyncio.wait_for(asyncio.get_running_loop().sock_connect(
+                sock, (host, int(port))), TIMEOUT)
+            reader, writer = await asyncio.open_connection(sock=sock)
+            writer.write(b"%s\n" % step.encode())
+            got = await asyncio.wait_for(reader.readline(), TIMEOUT)
+            out[step] = "ok" if got == b"%s\n" % step.encode() else repr(got)
+        except Exception as e:
+            out[step] = repr(e)
+            sock.close()
+            break
+        if step == "first":
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            writer.close()
+            continue
+        await asyncio.sleep(idle)  # the idle time the entries must outlive: what is tested
+        try:
+            writer.write(b"again\n")
+            got = await asyncio.wait_for(reader.readline(), TIMEOUT)
+            out["after_idle"] = "ok" if got == b"again\n" else repr(got)
+        except Exception as e:
+            out["after_idle"] = repr(e)
+        writer.close()
+    out["port"] = local
+    print(json.dumps(out), flush=True)
+
+
 def write_json(path, value):
     with open(path + ".tmp", "w") as f:
         json.dump(value, f)
@@ -292,6 +337,8 @@ if __name__ == "__main__":
         asyncio.run(client(float(sys.argv[2]), sys.argv[3], sys.argv[4:]))
     elif sys.argv[1] == "hold":
         asyncio.run(hold(sys.argv[2], int(sys.argv[3]), sys.argv[4]))
+    elif sys.argv[1] == "reopen":
+        asyncio.run(reopen(sys.argv[2], float(sys.argv[3])))
     elif sys.argv[1] == "reach":
         asyncio.run(reach(sys.argv[2], float(sys.argv[3]), float(sys.argv[4])))
     else:

@@ -43,6 +43,7 @@ RANGE=$((PORT_HI - PORT_LO + 1))
 export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0.0.1:9879 --bpf_ct_tcp_max=$CT_TCP_MAX --bpf_ct_any_max=$CT_ANY_MAX --bpf_nat_max=$NAT_MAX --nat_port_range=$NAT_PORTS --ct_tcp_closing_timeout=${CLOSING}s --ct_udp_timeout=${UDP}s --ct_tcp_syn_timeout=10s --ct_gc_interval=${GC}s"
 START=$SECONDS
 STARTED=()  # what this script started in the background (lab exec becomes the command)
+REOPENS=()
 before_down() {
   local p
   for p in "${STARTED[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -158,12 +159,22 @@ lab exec node/node1 -- python3 "$LOAD" client "$TRAFFIC_SECONDS" "$WORK/node.jso
   node=tcp:"$SVC":80:"$RATE" >"$WORK/node.out" 2>&1 &
 NODE=$!
 STARTED+=($NODE)
+# Meanwhile a connection closed with RST is followed by one from the same port to the same place
+# (a new SYN on a closing tuple, which reopens it), left idle past the closing timeout: through the
+# Service, pod to pod, to the outside.
+REOPEN_IDLE=$((CLOSING + 2 * GC + 1))
+for t in "$SVC:90" "$SRV1:9000" "$EXT:9000"; do
+  lab exec client-a -- python3 "$LOAD" reopen "$t" $REOPEN_IDLE >"$WORK/reopen-$t" 2>&1 &
+  STARTED+=($!)
+  REOPENS+=($!)
+done
 wait "$SHORT" || fail "the pod's load failed: $(cat "$WORK/short.out")"
 wait "$NODE" || fail "the node's load failed: $(cat "$WORK/node.out")"
 TRAFFIC=$((SECONDS - TRAFFIC_START))
 touch "$WORK/sampler.stop"
 wait "$SAMPLER" || true
 log "traffic done in $TRAFFIC s"
+for p in "${REOPENS[@]}"; do wait "$p" || true; done
 
 # Figures. A stream's summary: its kind, target, flows made ("total") and failed.
 field() {  # field FILE EXPR (python, over the summary d)
@@ -234,6 +245,10 @@ for t in "sluice_ct4 $CT_CREATED $CT_TCP_MAX" "sluice_ct4_any $ANY_CREATED $CT_A
   "sluice_snat4 $((OUT_TCP + OUT_UDP)) $NAT_MAX" "ports-tcp-$EXT:9000 $RANGE_TCP $RANGE" "ports-udp-$EXT:9000 $RANGE_UDP $RANGE"; do
   set -- $t
   [ "$2" -ge $(($3 * FILL)) ] || fail "$1: $2 entries made, under $FILL x its $3: the traffic is too thin to prove anything"
+done
+for t in "$SVC:90" "$SRV1:9000" "$EXT:9000"; do
+  expect "to $t: closed with RST, again from its port, then idle $REOPEN_IDLE s" \
+    "$(field "$WORK/reopen-$t" '" ".join(d.get(k, "-") for k in ("first", "second", "after_idle"))')" "ok ok ok"
 done
 # Occupancy follows the flows alive: at most 3 entries each (a Service flow's entry and the
 # policy entries of both ends), whatever number of flows ever were.
