@@ -175,7 +175,8 @@ for t in "$SVC:90" "$SRV1:9000" "$EXT:9000"; do
 done
 wait "$SHORT" || fail "the pod's load failed: $(cat "$WORK/short.out")"
 wait "$NODE" || fail "the node's load failed: $(cat "$WORK/node.out")"
-TRAFFIC=$((SECONDS - TRAFFIC_START))
+TRAFFIC_END=$SECONDS
+TRAFFIC=$((TRAFFIC_END - TRAFFIC_START))
 touch "$WORK/sampler.stop"
 wait "$SAMPLER" || true
 log "traffic done in $TRAFFIC s"
@@ -266,10 +267,9 @@ done
 # Once the timeouts pass the tables hold the long flows only.
 DRAINED="$((3 * LIVE_TCP)) $((3 * LIVE_UDP)) $LIVE_NAT $LIVE_NAT"
 drained() { python3 -c 'import sys; print(all(int(a) <= int(b) for a, b in zip(sys.argv[1].split(), sys.argv[2].split())))' "$(occupancy)" "$DRAINED"; }
-DRAIN_START=$SECONDS
 wait_for $((UDP + 4 * GC + 10)) output_is True drained ||
-  fail "the tables did not drain to the long flows (at most $DRAINED): $(occupancy) entries in $TABLES $((SECONDS - DRAIN_START)) s after the traffic; $(ct_kinds)"
-log "ok: drained to $(occupancy) entries in $TABLES in $((SECONDS - DRAIN_START)) s (long flows: $LIVE_TCP TCP, $LIVE_UDP UDP, $LIVE_NAT masqueraded)"
+  fail "the tables did not drain to the long flows (at most $DRAINED): $(occupancy) entries in $TABLES $((SECONDS - TRAFFIC_END)) s after the traffic; $(ct_kinds)"
+log "ok: drained to $(occupancy) entries in $TABLES $((SECONDS - TRAFFIC_END)) s after the traffic (long flows: $LIVE_TCP TCP, $LIVE_UDP UDP, $LIVE_NAT masqueraded)"
 
 # Issue 29 item 2 in small: client-a holds every port of the range towards $EXT:9100 ...
 HOLD_START=$SECONDS
