@@ -4,9 +4,10 @@
   steady_load.py server PORT...   TCP echo on each PORT (a connection is kept until its client
                                   closes it) and UDP echo on each PORT; prints READY once bound
   steady_load.py client SECONDS OUT STREAM...
-                                  runs every STREAM for SECONDS or until OUT.stop exists, then
-                                  writes a JSON summary to OUT; OUT.started appears once every
-                                  stream has had an answer
+                                  runs every STREAM until OUT.stop exists, or for 3 x SECONDS: a
+                                  paced one (tcp, udp) for RATE x SECONDS flows, a long one as
+                                  long as any paced one runs; then writes a JSON summary to OUT.
+                                  OUT.started appears once every stream has had an answer
   steady_load.py hold HOST:PORT COUNT OUT
                                   opens COUNT TCP connections to HOST:PORT, 8 at a time (each
                                   checked with one echo; a failed one is tried again, for up to
@@ -76,8 +77,12 @@ OUT = None  # the client's summary file; OUT.stop stops it
 STARTED = set()  # streams that have not had an answer yet
 
 
+PACED_DONE = False  # a client's paced streams have made their flows: its long ones end too
+
+
 def going(deadline):
-    return time.monotonic() < deadline and not os.path.exists(OUT + ".stop")
+    return (time.monotonic() < deadline and not PACED_DONE and
+            not os.path.exists(OUT + ".stop"))
 
 
 class Stream:
@@ -140,11 +145,12 @@ async def one_udp(s):
         sock.close()
 
 
-async def paced(s, deadline, one):
-    """Starts one() RATE times a second until the deadline, at most 8 running at once."""
+async def paced(s, count, deadline, one):
+    """Starts one() RATE times a second, COUNT times (or until the deadline), at most 8 running at
+    once: a machine too slow for the pace makes as many flows in more time."""
     running = set()
     start, n = time.monotonic(), 0
-    while going(deadline):
+    while n < count and going(deadline):
         n += 1
         if len(running) >= 8:
             await asyncio.wait(running, return_when=asyncio.FIRST_COMPLETED)
@@ -206,20 +212,26 @@ async def client(seconds, out, specs):
     streams = [Stream(spec) for spec in specs]
     STARTED.update(s.name for s in streams)
     start = time.monotonic()
-    deadline = start + seconds
-    jobs = []
+    deadline = start + 3 * seconds
+    paced_jobs, long_jobs = [], []
     for s in streams:
         if s.kind == "tcp":
-            jobs.append(paced(s, deadline, one_tcp))
+            paced_jobs.append(paced(s, int(s.rate * seconds), deadline, one_tcp))
         elif s.kind == "udp":
-            jobs.append(paced(s, deadline, lambda s, n: one_udp(s)))
+            paced_jobs.append(paced(s, int(s.rate * seconds), deadline, lambda s, n: one_udp(s)))
         elif s.kind == "long":
-            jobs.append(long_tcp(s, deadline))
+            long_jobs.append(long_tcp(s, deadline))
         elif s.kind == "longudp":
-            jobs.append(long_udp(s, deadline))
+            long_jobs.append(long_udp(s, deadline))
         else:
             raise SystemExit(f"unknown stream kind {s.kind}")
-    await asyncio.gather(*jobs)
+
+    async def all_paced():
+        global PACED_DONE
+        await asyncio.gather(*paced_jobs)
+        PACED_DONE = bool(paced_jobs)
+
+    await asyncio.gather(all_paced(), *long_jobs)
     elapsed = time.monotonic() - start
     write_json(out, {s.name: s.summary(elapsed) for s in streams})
 

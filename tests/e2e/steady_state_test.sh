@@ -27,7 +27,7 @@ KEEP_LOGS=/tmp/steady_state_test-$NAME
 HERE=$(cd "$(dirname "$0")" && pwd)
 LOAD="$HERE/steady_load.py"
 
-TRAFFIC_SECONDS=${SLUICE_STEADY_SECONDS:-50}
+TRAFFIC_SECONDS=${SLUICE_STEADY_SECONDS:-50}  # at the rates below (a slower machine takes longer)
 RATE=${SLUICE_STEADY_RATE:-30}          # new flows a second of each short TCP stream in the cluster (3)
 UDP_RATE=${SLUICE_STEADY_UDP_RATE:-60}  # the same of each UDP stream in the cluster (2)
 OUT_RATE=${SLUICE_STEADY_OUT_RATE:-30}  # the same of each of the 4 to the outside (2 TCP, 2 UDP)
