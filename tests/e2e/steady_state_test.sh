@@ -16,9 +16,10 @@
 # address:port within the closing timeout + 2 GC intervals.
 # On main c23dfe2 (before closed flows were reclaimed) it failed: sluice_ct4 filled with
 # established policy entries 2.5 s into the traffic, 645 of 1151 TCP connections and 245 UDP
-# flows timed out, ct_map_full 2203, nat_no_port 245. The CI form runs in 73-75 s (2 cores, load
-# ~9: lab up 3 s, traffic 51 s, port range scenario 8 s); `make soak` runs it for 10 minutes with
-# larger maps (SLUICE_STEADY_SECONDS and the sizes below, Makefile). Both print the figures.
+# flows timed out, ct_map_full 2203, nat_no_port 245. The CI form runs in 65-77 s (7 runs, 2
+# cores at load ~9: lab up 3 s, traffic 51 s, port range scenario 5-12 s); `make soak` runs it
+# for 10 minutes with larger maps (SLUICE_STEADY_SECONDS and the sizes below, Makefile). Both
+# print the figures.
 set -euo pipefail
 NAME=sst-ss$$
 source "$(dirname "$0")/lablib.sh"
