@@ -483,6 +483,22 @@ int Run() {
                       "start)",
                       {{"result", result}}, static_cast<double>(n));
         }
+        const EndpointServiceStats es = service.stats();
+        for (const auto& [reason, n] :
+             {std::pair{"bad_netns", es.bad_netns},
+              std::pair{"other_network", es.other_network_requests},
+              std::pair{"lock_timeout", es.lock_timeouts}}) {
+          out.Counter("sluice_endpoint_requests_refused_total",
+                      "CNI requests the agent refused before acting, per reason (bad_netns: the "
+                      "pod's network namespace descriptor missing, undeclared or not a network "
+                      "namespace; other_network: an interface another network attached; "
+                      "lock_timeout: the node or attachment stayed busy past the lock timeout)",
+                      {{"reason", reason}}, static_cast<double>(n));
+        }
+        out.Counter("sluice_endpoint_netns_paths_opened_total",
+                    "ADD and CHECK requests of an older plugin, without a namespace descriptor: "
+                    "the agent opened CNI_NETNS itself",
+                    {}, static_cast<double>(es.netns_paths_opened));
       }));
   if (auto st = service.Restore(); !st.ok()) return Fail(st, "restore endpoints");
   spdlog::info("restored {} endpoints", (*store)->size());

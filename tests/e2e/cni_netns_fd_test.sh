@@ -28,6 +28,7 @@ expect_error() {
 }
 
 setup_node
+AGENT_ARGS="${AGENT_ARGS:-} --metrics_address=127.0.0.1:9874"
 start_agent
 
 # --- 1. A namespace only the runtime's mount namespace holds -----------------------------------
@@ -127,6 +128,16 @@ expect_code 4 null:declared ADD
 expect_code 0 none CHECK                 # an older plugin: the agent opens the path, as before
 log "ok: missing, undeclared, doubled and non-namespace descriptors are code 4"
 grep -q "declares the descriptor of CNI_NETNS" "$ROOT/log/agent.log" || fail "refusal not logged"
+sample() {  # sample METRIC: its value on the agent's /metrics (0 when absent)
+  local out
+  out=$(ip netns exec "$NODE" curl -sf -m 2 http://127.0.0.1:9874/metrics) || return 1
+  awk -v m="$1" '$1 == m {v = $2} END {print v + 0}' <<<"$out"
+}
+BAD_NETNS=$(sample 'sluice_endpoint_requests_refused_total{reason="bad_netns"}')
+[ "$BAD_NETNS" -ge 3 ] || fail "sluice_endpoint_requests_refused_total{reason=\"bad_netns\"} is $BAD_NETNS, want the refusals above counted"
+PATHS=$(sample 'sluice_endpoint_netns_paths_opened_total')
+[ "$PATHS" -ge 1 ] || fail "sluice_endpoint_netns_paths_opened_total is $PATHS after an older plugin's CHECK"
+log "ok: refusals counted on /metrics (bad_netns $BAD_NETNS, paths opened for older plugins $PATHS)"
 
 before=$(agent_fds)
 for i in $(seq 1 25); do
