@@ -25,12 +25,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "agent/lab/apiserver.h"
-#include "agent/lab/kubelet.h"
-#include "agent/lab/probe.h"
-#include "agent/lab/process.h"
-#include "agent/lab/supervisor.h"
-#include "agent/lab/workloads.h"
+#include "agent/lab/apiserver/apiserver.h"
+#include "agent/lab/network/probe.h"
+#include "agent/lab/node/kubelet.h"
+#include "agent/lab/tools/process.h"
+#include "agent/lab/workloads/supervisor.h"
+#include "agent/lab/workloads/workloads.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -542,10 +542,10 @@ int RunControlPlane(const std::string& name, bool no_agents) {
             a.held = fs::exists(AgentHoldPath(a.node->dir));
             a.restart_at = a.backoff.Exited(now);
             changed = true;
-            spdlog::error("agent of {} (pid {}) exited with {}: {}", a.node->name, a.pid, *code,
-                          a.held ? "held down (agent.hold)"
-                                 : absl::StrCat("restarting in ",
-                                                absl::FormatDuration(a.restart_at - now)));
+            spdlog::error(
+                "agent of {} (pid {}) exited with {}: {}", a.node->name, a.pid, *code,
+                a.held ? "held down (agent.hold)"
+                       : absl::StrCat("restarting in ", absl::FormatDuration(a.restart_at - now)));
           }
           continue;
         }
@@ -657,11 +657,11 @@ absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann:
   }
   std::string server = kc["clusters"][0]["cluster"]["server"].as<std::string>("");
   std::string ca;
-  absl::Base64Unescape(kc["clusters"][0]["cluster"]["certificate-authority-data"].as<std::string>(""),
-                       &ca);
+  absl::Base64Unescape(
+      kc["clusters"][0]["cluster"]["certificate-authority-data"].as<std::string>(""), &ca);
   std::string token = kc["users"][0]["user"]["token"].as<std::string>("");
-  std::string hostport = server.substr(server.find("://") == std::string::npos
-                                          ? 0 : server.find("://") + 3);
+  std::string hostport =
+      server.substr(server.find("://") == std::string::npos ? 0 : server.find("://") + 3);
   int port = 0;
   if (hostport.rfind(':') == std::string::npos ||
       !absl::SimpleAtoi(hostport.substr(hostport.rfind(':') + 1), &port)) {
@@ -681,7 +681,8 @@ absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann:
   cli.set_read_timeout(30);
   auto res = cli.Post("/lab/faults", body.dump(), "application/json");
   if (!res) {
-    return absl::UnavailableError(absl::StrCat("POST /lab/faults: ", httplib::to_string(res.error())));
+    return absl::UnavailableError(
+        absl::StrCat("POST /lab/faults: ", httplib::to_string(res.error())));
   }
   if (res->status != 200) {
     return absl::FailedPreconditionError(absl::StrCat("HTTP ", res->status, ": ", res->body));
