@@ -10,11 +10,11 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "agent/base/errno.h"
 
 namespace sluice::lab {
 namespace {
@@ -151,13 +151,11 @@ absl::StatusOr<Protocol> ParseProtocol(const std::string& text) {
 
 absl::Status EnterNetns(const std::string& path) {
   int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    return absl::NotFoundError(absl::StrCat("open netns ", path, ": ", strerror(errno)));
-  }
+  if (fd < 0) return ErrnoStatus(errno, absl::StrCat("open netns ", path));
   int rc = setns(fd, CLONE_NEWNET);
   int err = errno;
   close(fd);
-  if (rc != 0) return absl::InternalError(absl::StrCat("setns ", path, ": ", strerror(err)));
+  if (rc != 0) return ErrnoStatus(err, absl::StrCat("setns ", path));
   return absl::OkStatus();
 }
 
@@ -170,7 +168,7 @@ absl::StatusOr<ProbeOutcome> Probe(const ProbeTarget& target) {
   auto sa = Address(target);
   if (!sa.ok()) return sa.status();
   Fd fd(socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  if (fd.get() < 0) return ErrnoStatus(errno, "socket");
   int err = ConnectTcp(fd.get(), *sa, absl::Now() + target.timeout);
   return err == 0 ? ProbeOutcome::kConnected : FromErrno(err);
 }
@@ -193,7 +191,7 @@ absl::StatusOr<RequestResult> Request(const ProbeTarget& target, const std::stri
   std::string payload = data + "\n";
   int type = target.protocol == Protocol::kTcp ? SOCK_STREAM : SOCK_DGRAM;
   Fd fd(socket(AF_INET, type | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (fd.get() < 0) return absl::InternalError(absl::StrCat("socket: ", strerror(errno)));
+  if (fd.get() < 0) return ErrnoStatus(errno, "socket");
   if (target.protocol == Protocol::kUdp) {
     if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&*sa), sizeof(*sa)) != 0) {
       return RequestResult{FromErrno(errno), ""};

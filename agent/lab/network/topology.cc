@@ -14,7 +14,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -24,6 +23,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/errno.h"
 #include "agent/lab/tools/process.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -153,7 +153,7 @@ absl::Status AttachXdpPass(const std::string& netns, const std::string& dev) {
     std::string path = absl::StrCat(kNetnsDir, "/", netns);
     int ns = open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (ns < 0 || setns(ns, CLONE_NEWNET) != 0) {
-      status = absl::InternalError(absl::StrCat("enter ", path, ": ", strerror(errno)));
+      status = ErrnoStatus(errno, absl::StrCat("enter ", path));
       if (ns >= 0) close(ns);
       return;
     }
@@ -164,15 +164,14 @@ absl::Status AttachXdpPass(const std::string& netns, const std::string& dev) {
     };
     int fd = bpf_prog_load(BPF_PROG_TYPE_XDP, "lab_xdp_pass", "GPL", pass, 2, nullptr);
     if (fd < 0) {
-      status = absl::InternalError(absl::StrCat("load lab_xdp_pass: ", strerror(-fd)));
+      status = ErrnoStatus(-fd, "load lab_xdp_pass");
       return;
     }
     int ifindex = static_cast<int>(if_nametoindex(dev.c_str()));
     int err = ifindex == 0 ? -ENODEV : bpf_xdp_attach(ifindex, fd, XDP_FLAGS_DRV_MODE, nullptr);
     close(fd);
     if (err != 0) {
-      status = absl::InternalError(
-          absl::StrCat("attach lab_xdp_pass to ", netns, "/", dev, ": ", strerror(-err)));
+      status = ErrnoStatus(-err, absl::StrCat("attach lab_xdp_pass to ", netns, "/", dev));
     }
   });
   worker.join();
@@ -218,10 +217,10 @@ absl::Status CreateLinks(const Topology& t) {
     // mode=0700 as on a real node (systemd mounts /sys/fs/bpf so): the kernel's default root is
     // 1777, which lets any user pin (or squat) names under Sluice's root.
     if (mount("bpffs", n.bpffs().c_str(), "bpf", 0, "mode=0700") != 0) {
-      return absl::InternalError(absl::StrCat("mount bpffs on ", n.bpffs(), ": ", strerror(errno)));
+      return ErrnoStatus(errno, absl::StrCat("mount bpffs on ", n.bpffs()));
     }
     if (chmod(n.bpffs().c_str(), 0700) != 0) {
-      return absl::InternalError(absl::StrCat("chmod 0700 ", n.bpffs(), ": ", strerror(errno)));
+      return ErrnoStatus(errno, absl::StrCat("chmod 0700 ", n.bpffs()));
     }
     if (auto st = AttachToUnderlay(t, n.netns, absl::StrCat("n", k + 1), n.ip); !st.ok()) {
       return st;
@@ -396,7 +395,7 @@ absl::Status DestroyTopology(const Topology& t) {
   std::sort(mounts.rbegin(), mounts.rend());
   for (const auto& m : mounts) {
     if (umount2(m.c_str(), MNT_DETACH) != 0) {
-      note(absl::InternalError(absl::StrCat("umount ", m, ": ", strerror(errno))));
+      note(ErrnoStatus(errno, absl::StrCat("umount ", m)));
     }
   }
   if (first.ok()) {

@@ -1,14 +1,9 @@
 #include "agent/lab/tools/kubeconfig.h"
 
-#include <sys/stat.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
-#include <fstream>
+#include <filesystem>
 
 #include "absl/strings/escaping.h"
-#include "absl/strings/str_cat.h"
+#include "agent/base/files.h"
 #include "yaml-cpp/yaml.h"
 
 namespace sluice::lab {
@@ -46,18 +41,11 @@ std::string RenderKubeconfig(const KubeconfigParams& p) {
 }
 
 absl::Status WriteKubeconfig(const std::string& path, const KubeconfigParams& params) {
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::trunc);
-    if (!f)
-      return absl::InternalError(absl::StrCat("write kubeconfig ", tmp, ": ", strerror(errno)));
-    f << RenderKubeconfig(params);
-    if (!f.flush()) return absl::InternalError(absl::StrCat("write kubeconfig ", tmp));
-  }
-  if (chmod(tmp.c_str(), 0600) != 0 || rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("install kubeconfig ", path, ": ", strerror(errno)));
-  }
-  return absl::OkStatus();
+  const std::filesystem::path p(path);
+  // An apiserver writes its kubeconfig each time it starts, with a new CA: no fsync.
+  return agent::WriteFileAtomically(p.has_parent_path() ? p.parent_path().string() : ".",
+                                    p.filename().string(), RenderKubeconfig(params), 0600,
+                                    agent::Durability::kProcessCrash);
 }
 
 }  // namespace sluice::lab

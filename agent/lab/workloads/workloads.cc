@@ -26,6 +26,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/errno.h"
 #include "agent/lab/network/probe.h"
 #include "agent/lab/store/json_path.h"
 #include "agent/lab/tools/process.h"
@@ -220,10 +221,6 @@ const std::vector<std::string>& DefaultCaps() {
   return *kDefault;
 }
 
-absl::Status ErrnoError(const std::string& what) {
-  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
-}
-
 absl::Status MkdirP(const std::string& path) {
   std::error_code ec;
   fs::create_directories(path, ec);
@@ -235,7 +232,7 @@ absl::Status MkdirP(const std::string& path) {
 
 absl::Status BindMount(const std::string& source, const std::string& target, bool read_only) {
   struct stat st = {};
-  if (stat(source.c_str(), &st) != 0) return ErrnoError(absl::StrCat("stat ", source));
+  if (stat(source.c_str(), &st) != 0) return ErrnoStatus(errno, absl::StrCat("stat ", source));
   if (S_ISDIR(st.st_mode)) {
     if (auto s = MkdirP(target); !s.ok()) return s;
   } else {
@@ -243,20 +240,20 @@ absl::Status BindMount(const std::string& source, const std::string& target, boo
     if (!fs::exists(target)) std::ofstream(target).close();
   }
   if (mount(source.c_str(), target.c_str(), nullptr, MS_BIND | MS_REC, nullptr) != 0) {
-    return ErrnoError(absl::StrCat("bind ", source, " on ", target));
+    return ErrnoStatus(errno, absl::StrCat("bind ", source, " on ", target));
   }
   if (read_only && mount(nullptr, target.c_str(), nullptr,
                          MS_BIND | MS_REMOUNT | MS_RDONLY | MS_REC, nullptr) != 0) {
-    return ErrnoError(absl::StrCat("remount ", target, " read-only"));
+    return ErrnoStatus(errno, absl::StrCat("remount ", target, " read-only"));
   }
   return absl::OkStatus();
 }
 
 absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
-  if (unshare(CLONE_NEWNS) != 0) return ErrnoError("unshare(CLONE_NEWNS)");
+  if (unshare(CLONE_NEWNS) != 0) return ErrnoStatus(errno, "unshare(CLONE_NEWNS)");
   // rslave: the host's mounts keep arriving (a new pod's /run/netns entry), ours stay here.
   if (mount(nullptr, "/", nullptr, MS_REC | MS_SLAVE, nullptr) != 0) {
-    return ErrnoError("make / rslave");
+    return ErrnoStatus(errno, "make / rslave");
   }
   std::string upper = spec.scratch_dir + "/upper", work = spec.scratch_dir + "/work",
               root = spec.scratch_dir + "/root";
@@ -272,7 +269,7 @@ absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
   // mounts under /, so /proc, /sys, /run ... are mounted afresh below.
   std::string opts = absl::StrCat("lowerdir=/,upperdir=", upper, ",workdir=", work);
   if (mount("overlay", root.c_str(), "overlay", 0, opts.c_str()) != 0) {
-    return ErrnoError(absl::StrCat("mount overlay on ", root));
+    return ErrnoStatus(errno, absl::StrCat("mount overlay on ", root));
   }
   struct Fresh {
     const char* target;
@@ -285,7 +282,7 @@ absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
     std::string t = *in_root;
     if (auto s = MkdirP(t); !s.ok()) return s;
     if (mount(f.type, t.c_str(), f.type, 0, nullptr) != 0) {
-      return ErrnoError(absl::StrCat("mount ", f.type, " on ", t));
+      return ErrnoStatus(errno, absl::StrCat("mount ", f.type, " on ", t));
     }
   }
   for (const char* host : {"/dev", "/run/netns"}) {
@@ -308,7 +305,7 @@ absl::Status BuildRoot(const ContainerSpec& spec, std::string* root_out) {
     if (m.kind == "proc") {
       if (auto s = MkdirP(target); !s.ok()) return s;
       if (mount("proc", target.c_str(), "proc", m.read_only ? MS_RDONLY : 0, nullptr) != 0) {
-        return ErrnoError(absl::StrCat("mount proc on ", target));
+        return ErrnoStatus(errno, absl::StrCat("mount proc on ", target));
       }
       continue;
     }
@@ -340,8 +337,7 @@ absl::StatusOr<std::string> ResolveInRoot(const std::string& root, const std::st
       if (++links > 40) return absl::InvalidArgumentError(absl::StrCat(path, ": symlink loop"));
       char buf[4096];
       ssize_t n = readlink(candidate.c_str(), buf, sizeof(buf) - 1);
-      if (n < 0)
-        return absl::InternalError(absl::StrCat("readlink ", candidate, ": ", strerror(errno)));
+      if (n < 0) return ErrnoStatus(errno, absl::StrCat("readlink ", candidate));
       std::string target(buf, n);
       if (absl::StartsWith(target, "/")) done.clear();
       std::vector<std::string> parts = absl::StrSplit(target, '/', absl::SkipEmpty());
@@ -445,28 +441,29 @@ absl::StatusOr<ContainerSpec> ContainerSpecFromJson(const json& j) {
   }
 }
 
+namespace {
+
+// What `sluice-lab container` says before it exits with `exit_code`: 125 when the runtime
+// itself failed, 127 when the command could not be run (podman's and docker's codes).
+int ContainerFailed(const absl::Status& status, int exit_code) {
+  fprintf(stderr, "sluice-lab container: %s\n", std::string(status.message()).c_str());
+  return exit_code;
+}
+
+}  // namespace
+
 int RunContainer(const std::string& spec_path, const std::vector<std::string>& argv_override) {
   std::ifstream in(spec_path);
   json j = json::parse(in, nullptr, false);
   auto spec = j.is_discarded() ? absl::InvalidArgumentError(absl::StrCat(spec_path, ": not JSON"))
                                : ContainerSpecFromJson(j);
-  if (!spec.ok()) {
-    fprintf(stderr, "sluice-lab container: %s\n", std::string(spec.status().message()).c_str());
-    return 125;
-  }
+  if (!spec.ok()) return ContainerFailed(spec.status(), 125);
   std::vector<std::string> argv = argv_override.empty() ? spec->argv : argv_override;
-  if (argv.empty()) {
-    fprintf(stderr, "sluice-lab container: no command\n");
-    return 125;
-  }
+  if (argv.empty()) return ContainerFailed(absl::InvalidArgumentError("no command"), 125);
   std::string root;
-  if (auto st = BuildRoot(*spec, &root); !st.ok()) {
-    fprintf(stderr, "sluice-lab container: %s\n", std::string(st.message()).c_str());
-    return 125;
-  }
+  if (auto st = BuildRoot(*spec, &root); !st.ok()) return ContainerFailed(st, 125);
   if (chroot(root.c_str()) != 0 || chdir("/") != 0) {
-    fprintf(stderr, "sluice-lab container: chroot %s: %s\n", root.c_str(), strerror(errno));
-    return 125;
+    return ContainerFailed(ErrnoStatus(errno, absl::StrCat("chroot ", root)), 125);
   }
   if (spec->restrict_caps) {
     std::set<int> keep;
@@ -477,17 +474,15 @@ int RunContainer(const std::string& spec_path, const std::vector<std::string>& a
     for (int cap = 0; cap <= 63; ++cap) {
       if (keep.contains(cap)) continue;
       if (prctl(PR_CAPBSET_DROP, cap, 0, 0, 0) != 0 && errno != EINVAL) {
-        fprintf(stderr, "sluice-lab container: drop capability %d: %s\n", cap, strerror(errno));
-        return 125;
+        return ContainerFailed(ErrnoStatus(errno, absl::StrCat("drop capability ", cap)), 125);
       }
     }
     prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0);
   }
   if (spec->gid != 0 || spec->uid != 0) {
     if (setgroups(0, nullptr) != 0 || setgid(spec->gid) != 0 || setuid(spec->uid) != 0) {
-      fprintf(stderr, "sluice-lab container: uid %d gid %d: %s\n", spec->uid, spec->gid,
-              strerror(errno));
-      return 125;
+      return ContainerFailed(
+          ErrnoStatus(errno, absl::StrCat("uid ", spec->uid, " gid ", spec->gid)), 125);
     }
   }
   std::vector<std::string> env = spec->env;
@@ -506,8 +501,7 @@ int RunContainer(const std::string& spec_path, const std::vector<std::string>& a
     if (absl::StartsWith(e, "PATH=")) setenv("PATH", e.c_str() + 5, 1);
   }
   execvpe(args[0], args.data(), envp.data());
-  fprintf(stderr, "sluice-lab container: exec %s: %s\n", args[0], strerror(errno));
-  return 127;
+  return ContainerFailed(ErrnoStatus(errno, absl::StrCat("exec ", args[0])), 127);
 }
 
 std::string NodeViewSpecPath(const LabNode& node) { return node.dir + "/node-view.json"; }
