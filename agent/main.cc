@@ -565,10 +565,10 @@ int Run() {
   server_opts.socket_path = absl::GetFlag(FLAGS_socket);
   api::EndpointApiServer server(server_opts);
   // The request's descriptor (the pod's netns) goes to the service beside the instrumented call.
-  if (auto st = server.Start([&](const nlohmann::json& req, int netns_fd) {
-        return metrics::InstrumentEndpointApi(
-            [&](const nlohmann::json& r) { return service.Handle(r, netns_fd); })(req);
-      });
+  if (auto st = server.Start(metrics::InstrumentEndpointApi(
+          [&service](const cni::EndpointRequest& req, int netns_fd) {
+            return service.Handle(req, netns_fd);
+          }));
       !st.ok()) {
     return Fail(st, "start endpoint API");
   }

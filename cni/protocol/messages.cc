@@ -1,8 +1,8 @@
-#include "cni/endpoint_protocol.h"
+#include "cni/protocol/messages.h"
 
 #include <utility>
 
-#include "cni/strings.h"
+#include "cni/protocol/strings.h"
 
 namespace sluice::cni {
 namespace {
@@ -105,6 +105,23 @@ absl::StatusOr<EndpointRequest> ParseEndpointRequest(std::string_view bytes) {
   request.config = std::move(*config);
   if (absl::Status s = ValidateAttachmentParameters(request); !s.ok()) return s;
   return request;
+}
+
+EndpointReply SuccessReply(json result) {
+  EndpointReply reply;
+  reply.ok = true;
+  reply.result = std::move(result);
+  return reply;
+}
+
+EndpointReply FailureReply(const absl::Status& status) {
+  EndpointReply reply;
+  reply.failure = CniFailureFromStatus(status);
+  return reply;
+}
+
+std::string EncodeReply(const EndpointReply& reply) {
+  return reply.ok ? EncodeSuccessReply(reply.result) : EncodeFailureReply(reply.failure);
 }
 
 std::string EncodeSuccessReply(const json& result) {

@@ -1,5 +1,7 @@
 // The endpoint API between sluice-cni (and sluicectl) and sluice-agent, over a unix stream socket
-// (default /run/sluice/sluice.sock, mode 0600, root only).
+// (default /run/sluice/sluice.sock, mode 0600, root only). The messages' types and their one
+// encoder and decoder are in cni/protocol/messages.h; the network configuration, results and the
+// Status bridge of the CNI errors below in cni/protocol/netconf.h.
 //
 // One request per connection. The client writes one JSON object and shuts down its write side;
 // the agent answers with one JSON object and closes.
@@ -32,6 +34,10 @@
 namespace sluice::api {
 
 inline constexpr char kDefaultSocketPath[] = "/run/sluice/sluice.sock";
+
+// The plugin's name: the network configuration's "type", and so the file the runtime runs from
+// its CNI bin directory (where the agent installs sluice-cni, agent/endpoint/cni_install.h).
+inline constexpr char kPluginType[] = "sluice";
 
 // CNI spec error codes (CNI 1.1.0 "Error" section) and Sluice's own (100 and up).
 enum CniError : int {

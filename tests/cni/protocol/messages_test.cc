@@ -1,4 +1,4 @@
-#include "cni/endpoint_protocol.h"
+#include "cni/protocol/messages.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

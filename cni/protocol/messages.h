@@ -1,5 +1,7 @@
-// Typed encode/decode of the endpoint API messages described in agent/api/protocol.h, so the
-// plugin (client side) and the agent (server side) share one implementation of the wire format.
+// The endpoint API's messages (the wire format: cni/protocol/wire.h) as types, with the one
+// encoder and the one decoder of each: the plugin (client side) encodes a request and decodes the
+// reply, the agent's endpoint API server (agent/endpoint/api_server.h) decodes the request once,
+// hands the typed request to EndpointService, and encodes its typed reply once.
 #pragma once
 
 #include <string>
@@ -7,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "cni/netconf.h"
+#include "cni/protocol/netconf.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::cni {
@@ -51,6 +53,14 @@ struct EndpointReply {
   nlohmann::json result;  // null when absent
   CniFailure failure;     // meaningful when !ok
 };
+
+// A success, with `result` (the CNI result in the request's version) or none (null).
+[[nodiscard]] EndpointReply SuccessReply(nlohmann::json result = nullptr);
+// A failure with the CNI code `status` carries (kSluiceInternal when it carries none).
+[[nodiscard]] EndpointReply FailureReply(const absl::Status& status);
+
+// The reply's bytes: EncodeSuccessReply or EncodeFailureReply.
+[[nodiscard]] std::string EncodeReply(const EndpointReply& reply);
 
 // {"ok":true,"result":...}; `result` null means "no result" (DEL, GC, STATUS).
 [[nodiscard]] std::string EncodeSuccessReply(const nlohmann::json& result = nullptr);

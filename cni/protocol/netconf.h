@@ -17,7 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "agent/endpoint/api_protocol.h"
+#include "cni/protocol/wire.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::cni {
@@ -147,7 +147,7 @@ struct Attachment {
   friend bool operator==(const Attachment&, const Attachment&) = default;
 };
 
-inline constexpr char kPluginType[] = "sluice";
+using api::kPluginType;
 inline constexpr int kMinMtu = 576;
 inline constexpr int kMaxMtu = 65535;
 

@@ -1,4 +1,4 @@
-#include "cni/netconf.h"
+#include "cni/protocol/netconf.h"
 
 #include <string>
 

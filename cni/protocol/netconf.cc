@@ -1,4 +1,4 @@
-#include "cni/netconf.h"
+#include "cni/protocol/netconf.h"
 
 #include <sys/un.h>
 
@@ -12,7 +12,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_split.h"
-#include "cni/strings.h"
+#include "cni/protocol/strings.h"
 
 namespace sluice::cni {
 namespace {
