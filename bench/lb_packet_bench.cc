@@ -43,9 +43,10 @@
 //   flow batch is checked to have recorded every flow (Katran stops recording flows when a CPU
 //   sees too many new ones per second, which would make its new flow cheaper). The process is
 //   pinned to one CPU (Katran's connection tables are per CPU).
-// - With --baseline_obj=PATH: a sluice_pod_egress object built from another tree (the code
-//   before a change), its sluice_from_pod loaded on the first cluster's maps and timed in the same
-//   rounds (first packet, established, pod -> pod), validated like the rest: old vs new in one run.
+// - With --baseline_obj=PATH (repeatable): a sluice_pod_egress object built from another tree
+//   (the code before a change, or a scratch build with a step removed), its sluice_from_pod
+//   loaded on the first cluster's maps and timed in the same rounds (first packet, established,
+//   pod -> pod), validated like the rest: old vs new in one run.
 // - Rounds interleave all cases in a shuffled order; each round takes the interquartile mean of
 //   its syscalls (the ns-granular u32 duration and interrupts make single runs coarse); the table
 //   shows the median over rounds.
@@ -337,6 +338,7 @@ struct Case {
   std::vector<double> rounds;
   int fd = -1;    // the program, when not the cluster's sluice_from_pod
   Bytes in = {};  // the packet, for the cases that run one packet
+  size_t base = 0;  // which --baseline_obj, for the kBase* cases
 };
 
 }  // namespace
@@ -346,7 +348,8 @@ int main(int argc, char** argv) {
   using namespace sluice::bench;
   int rounds = 9;
   std::vector<uint32_t> counts = {1, 1000, 10000, 100000};
-  std::string katran_obj, baseline_obj;
+  std::string katran_obj;
+  std::vector<std::string> baseline_objs;
   uint32_t katran_lru = SLUICE_CT4_MAX_ENTRIES;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -355,7 +358,7 @@ int main(int argc, char** argv) {
     } else if (a.rfind("--katran_lru=", 0) == 0) {
       katran_lru = static_cast<uint32_t>(std::strtoul(a.c_str() + 13, nullptr, 10));
     } else if (a.rfind("--baseline_obj=", 0) == 0) {
-      baseline_obj = a.substr(15);
+      baseline_objs.push_back(a.substr(15));
     } else if (a.rfind("--rounds=", 0) == 0) {
       rounds = std::atoi(a.c_str() + 9);
     } else if (a.rfind("--services=", 0) == 0) {
@@ -367,7 +370,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: %s [--rounds=N] [--services=1,1000,10000,100000] "
-                   "[--katran_obj=PATH [--katran_lru=FLOWS_PER_CPU]] [--baseline_obj=PATH]\n",
+                   "[--katran_obj=PATH [--katran_lru=FLOWS_PER_CPU]] [--baseline_obj=PATH]...\n",
                    argv[0]);
       return 2;
     }
@@ -523,9 +526,10 @@ int main(int argc, char** argv) {
     }
   }
   // The code before a change (--baseline_obj), on the first cluster's maps.
-  int base_fd = -1;
-  if (!baseline_obj.empty()) {
-    base_fd = LoadBaselineObject(baseline_obj, c0.bpffs->path());
+  std::vector<int> base_fds;
+  for (const auto& path : baseline_objs) {
+    const int base_fd = LoadBaselineObject(path, c0.bpffs->path());
+    base_fds.push_back(base_fd);
     if (!CheckPodToPod(c0, TestRun(base_fd, p2p_in)))
       Die(absl::StrCat("baseline pod -> pod: ",
                        sluice::testing::Describe(TestRun(base_fd, p2p_in).out)));
@@ -547,11 +551,13 @@ int main(int argc, char** argv) {
     cases.push_back({"Katran new flow (ACK: conn table miss)", Kind::kKatranMiss, &c0, {}});
     cases.push_back({"Katran established (conn table hit)", Kind::kKatranEstablished, &c0, {}});
   }
-  if (base_fd >= 0) {
-    cases.push_back({"baseline obj: first packet", Kind::kBaseFirst, &c0, {}, base_fd});
-    cases.push_back({"baseline obj: established", Kind::kBaseEstablished, &c0, {}, base_fd,
-                     established[&c0]});
-    cases.push_back({"baseline obj: pod -> pod", Kind::kBasePodToPod, &c0, {}, base_fd, p2p_in});
+  for (size_t b = 0; b < base_fds.size(); ++b) {
+    const std::string obj = absl::StrCat("baseline obj ", b + 1, ": ");
+    cases.push_back({obj + "first packet", Kind::kBaseFirst, &c0, {}, base_fds[b], {}, b});
+    cases.push_back({obj + "established", Kind::kBaseEstablished, &c0, {}, base_fds[b],
+                     established[&c0], b});
+    cases.push_back(
+        {obj + "pod -> pod", Kind::kBasePodToPod, &c0, {}, base_fds[b], p2p_in, b});
   }
   cases.push_back({"floor: 1 lookup + DNAT, inline csums", Kind::kFloor, &c0, {}, floor_fd,
                    floor_in});
@@ -665,9 +671,13 @@ int main(int argc, char** argv) {
       rounds, kBatch, kBackendsPerService, stats.c_str());
   std::printf("%-46s %9s %10s %10s\n", "case", "ns/pkt", "- empty", "x empty");
   std::map<std::pair<Kind, uint32_t>, double> med;
+  std::map<std::pair<size_t, Kind>, double> base_med;
   for (auto& cs : cases) {
     double m = Median(cs.rounds);
     if (cs.cluster) med[{cs.kind, cs.cluster->n}] = m;
+    if (cs.kind == Kind::kBaseFirst || cs.kind == Kind::kBaseEstablished ||
+        cs.kind == Kind::kBasePodToPod)
+      base_med[{cs.base, cs.kind}] = m;
     std::printf("%-46s %9.1f %10.1f %9.2fx\n", cs.label.c_str(), m, m - empty, m / empty);
   }
   // Everything over the empty program (the per-run overhead test_run adds to every case).
@@ -718,14 +728,14 @@ int main(int argc, char** argv) {
     std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "established", k_est, s_est, s_est / k_est,
                 "<= 0.8");
   }
-  if (base_fd >= 0) {
-    std::printf("\n== this build's sluice_from_pod vs --baseline_obj, %u svc, over the empty "
+  for (size_t b = 0; b < base_fds.size(); ++b) {
+    std::printf("\n== this build's sluice_from_pod vs --baseline_obj %s, %u svc, over the empty "
                 "program\n",
-                c0.n);
+                baseline_objs[b].c_str(), c0.n);
     std::printf("%-28s %9s %9s %9s\n", "", "baseline", "this", "this/base");
     auto vs = [&](const char* what, Kind base, Kind now) {
-      double b = med[{base, c0.n}] - empty, n = med[{now, c0.n}] - empty;
-      std::printf("%-28s %9.1f %9.1f %8.3fx\n", what, b, n, n / b);
+      double o = base_med[{b, base}] - empty, n = med[{now, c0.n}] - empty;
+      std::printf("%-28s %9.1f %9.1f %8.3fx\n", what, o, n, n / o);
     };
     vs("first packet (CT miss)", Kind::kBaseFirst, Kind::kFirst);
     vs("established (CT hit)", Kind::kBaseEstablished, Kind::kEstablished);
