@@ -57,9 +57,8 @@ struct KatranLruValue {  // the connection table's value: real_pos_lru
   uint32_t pad;
   uint64_t atime;
 };
-static_assert(sizeof(KatranVip) == 20 && sizeof(KatranVipMeta) == 8 &&
-              sizeof(KatranReal) == 20 && sizeof(KatranFlowKey) == 40 &&
-              sizeof(KatranLruValue) == 16);
+static_assert(sizeof(KatranVip) == 20 && sizeof(KatranVipMeta) == 8 && sizeof(KatranReal) == 20 &&
+              sizeof(KatranFlowKey) == 40 && sizeof(KatranLruValue) == 16);
 
 // Katran's constants (balancer_consts.h) in the build bench/README.md describes.
 inline constexpr uint32_t kKatranRingSize = 65537;
@@ -125,7 +124,8 @@ class Katran {
   Katran() = default;
 
   static absl::Status Errno(const std::string& what) {
-    return absl::Status(absl::StatusCode::kInternal, absl::StrCat(what, ": ", std::strerror(errno)));
+    return absl::Status(absl::StatusCode::kInternal,
+                        absl::StrCat(what, ": ", std::strerror(errno)));
   }
 
   struct bpf_map* Map(const char* name, size_t key_size, size_t value_size, absl::Status* st) {
@@ -198,8 +198,7 @@ class Katran {
     v.port = htons(port);
     v.proto = IPPROTO_TCP;
     KatranVipMeta meta{0, 0};
-    if (bpf_map_update_elem(bpf_map__fd(vip_map), &v, &meta, BPF_ANY) != 0)
-      return Errno("vip_map");
+    if (bpf_map_update_elem(bpf_map__fd(vip_map), &v, &meta, BPF_ANY) != 0) return Errno("vip_map");
     return absl::OkStatus();
   }
 

@@ -336,8 +336,8 @@ struct Case {
   Kind kind;
   Cluster* cluster;  // null for the empty program
   std::vector<double> rounds;
-  int fd = -1;    // the program, when not the cluster's sluice_from_pod
-  Bytes in = {};  // the packet, for the cases that run one packet
+  int fd = -1;      // the program, when not the cluster's sluice_from_pod
+  Bytes in = {};    // the packet, for the cases that run one packet
   size_t base = 0;  // which --baseline_obj, for the kBase* cases
 };
 
@@ -491,8 +491,8 @@ int main(int argc, char** argv) {
   if (!katran_obj.empty()) {
     std::vector<uint32_t> reals;
     for (const auto& b : c0.probed) reals.push_back(b.addr);
-    auto k = Katran::Load(katran_obj, ClusterIp(c0.n - 1), kServicePort, reals, katran_lru,
-                          kRouterMac);
+    auto k =
+        Katran::Load(katran_obj, ClusterIp(c0.n - 1), kServicePort, reals, katran_lru, kRouterMac);
     if (!k.ok()) Die(absl::StrCat("Katran: ", k.status().ToString()));
     katran = std::move(*k);
     empty_xdp_fd = LoadEmptyXdpProgram();
@@ -501,8 +501,8 @@ int main(int argc, char** argv) {
     const Bytes syn = ToService(c0.n, 0, 999, sluice::testing::kTcpSyn);
     int real = CheckKatran(*katran, syn, XdpRun(katran->prog_fd(), syn));
     if (real < 0)
-      Die(absl::StrCat("Katran, SYN: ", sluice::testing::Describe(
-                                            XdpRun(katran->prog_fd(), syn).out)));
+      Die(absl::StrCat("Katran, SYN: ",
+                       sluice::testing::Describe(XdpRun(katran->prog_fd(), syn).out)));
     for (int k2 = 0; k2 < 3; ++k2) {
       auto r = XdpRun(katran->prog_fd(), katran_est_in);
       if (CheckKatran(*katran, katran_est_in, r) != real)
@@ -516,8 +516,8 @@ int main(int argc, char** argv) {
         auto in = katran_new_flow(flags);
         int j = CheckKatran(*katran, in, XdpRun(katran->prog_fd(), in));
         if (j < 0)
-          Die(absl::StrCat("Katran, new flow: ", sluice::testing::Describe(
-                                                     XdpRun(katran->prog_fd(), in).out)));
+          Die(absl::StrCat("Katran, new flow: ",
+                           sluice::testing::Describe(XdpRun(katran->prog_fd(), in).out)));
         ++hits[j];
       }
       for (int h : hits)
@@ -554,19 +554,18 @@ int main(int argc, char** argv) {
   for (size_t b = 0; b < base_fds.size(); ++b) {
     const std::string obj = absl::StrCat("baseline obj ", b + 1, ": ");
     cases.push_back({obj + "first packet", Kind::kBaseFirst, &c0, {}, base_fds[b], {}, b});
-    cases.push_back({obj + "established", Kind::kBaseEstablished, &c0, {}, base_fds[b],
-                     established[&c0], b});
     cases.push_back(
-        {obj + "pod -> pod", Kind::kBasePodToPod, &c0, {}, base_fds[b], p2p_in, b});
+        {obj + "established", Kind::kBaseEstablished, &c0, {}, base_fds[b], established[&c0], b});
+    cases.push_back({obj + "pod -> pod", Kind::kBasePodToPod, &c0, {}, base_fds[b], p2p_in, b});
   }
-  cases.push_back({"floor: 1 lookup + DNAT, inline csums", Kind::kFloor, &c0, {}, floor_fd,
-                   floor_in});
-  cases.push_back({"floor, L4 csum by bpf_l4_csum_replace", Kind::kFloorL4, &c0, {}, floor_l4_fd,
-                   floor_in});
-  cases.push_back({"pod -> pod, no service", Kind::kPodToPod, &c0, {}, c0.dp->from_pod_fd(),
-                   p2p_in});
-  cases.push_back({"pod -> pod, from_pod without LB", Kind::kPodToPodNoLb, &c0, {}, no_lb_fd,
-                   p2p_in});
+  cases.push_back(
+      {"floor: 1 lookup + DNAT, inline csums", Kind::kFloor, &c0, {}, floor_fd, floor_in});
+  cases.push_back(
+      {"floor, L4 csum by bpf_l4_csum_replace", Kind::kFloorL4, &c0, {}, floor_l4_fd, floor_in});
+  cases.push_back(
+      {"pod -> pod, no service", Kind::kPodToPod, &c0, {}, c0.dp->from_pod_fd(), p2p_in});
+  cases.push_back(
+      {"pod -> pod, from_pod without LB", Kind::kPodToPodNoLb, &c0, {}, no_lb_fd, p2p_in});
   // The same with sluice_lb4_nbport all zero (nothing vouched): what the LB step cost before
   // the agent vouched for ports, a reverse NAT conntrack lookup that misses.
   cases.push_back({"pod -> pod, no service, no port vouched",
@@ -729,9 +728,10 @@ int main(int argc, char** argv) {
                 "<= 0.8");
   }
   for (size_t b = 0; b < base_fds.size(); ++b) {
-    std::printf("\n== this build's sluice_from_pod vs --baseline_obj %s, %u svc, over the empty "
-                "program\n",
-                baseline_objs[b].c_str(), c0.n);
+    std::printf(
+        "\n== this build's sluice_from_pod vs --baseline_obj %s, %u svc, over the empty "
+        "program\n",
+        baseline_objs[b].c_str(), c0.n);
     std::printf("%-28s %9s %9s %9s\n", "", "baseline", "this", "this/base");
     auto vs = [&](const char* what, Kind base, Kind now) {
       double o = base_med[{b, base}] - empty, n = med[{now, c0.n}] - empty;
