@@ -31,12 +31,30 @@
 //   Ports are vouched free of backends (sluice_lb4_nbport) as the agent does after a full sync;
 //   the pod -> pod case also runs with nothing vouched (the cost of the reverse NAT lookup the
 //   map spares).
+// - With --katran_obj=PATH, in the same rounds: Facebook's Katran (its XDP balancer built from its
+//   own sources, bench/katran.h), programmed with the probed Service's ClusterIP as its VIP and
+//   the probed backends as its reals, given the very packets Sluice's cases get: (a) new flow, a
+//   fresh 5-tuple every syscall, a SYN (Katran goes straight to its consistent hashing ring and
+//   records the flow in its connection table), and the same as an ACK (a connection table miss
+//   first); (b) established, the probe flow's ACK (a connection table hit). Katran's figures are
+//   over an empty XDP program timed the same way, Sluice's over the empty TC program; the bench
+//   prints Sluice / Katran. Each Katran case is validated before timing (XDP_TX, the original IPv4
+//   packet unchanged inside an IPIP header to one of the reals, the router's MAC) and every new
+//   flow batch is checked to have recorded every flow (Katran stops recording flows when a CPU
+//   sees too many new ones per second, which would make its new flow cheaper). The process is
+//   pinned to one CPU (Katran's connection tables are per CPU).
+// - With --baseline_obj=PATH (repeatable): a sluice_pod_egress object built from another tree
+//   (the code before a change, or a scratch build with a step removed), its sluice_from_pod
+//   loaded on the first cluster's maps and timed in the same rounds (first packet, established,
+//   pod -> pod), validated like the rest: old vs new in one run.
 // - Rounds interleave all cases in a shuffled order; each round takes the interquartile mean of
 //   its syscalls (the ns-granular u32 duration and interrupts make single runs coarse); the table
 //   shows the median over rounds.
 #include <arpa/inet.h>
 #include <bpf/bpf.h>
+#include <bpf/libbpf.h>
 #include <linux/bpf.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -52,6 +70,7 @@
 #include "absl/strings/str_format.h"
 #include "bench_lb_floor.skel.h"
 #include "bench_pod_egress_no_lb.skel.h"
+#include "katran.h"
 #include "lb_cluster.h"
 #include "loader/backend_ports.h"
 #include "loader/datapath.h"
@@ -100,6 +119,7 @@ constexpr int kBatch = 2000;  // syscalls per case per round
 constexpr uint16_t kFirstSport = 1024;
 const Mac kClientMac = ParseMac("02:00:00:00:0a:01");
 const Mac kClientHostMac = ParseMac("02:aa:00:00:0a:02");
+const Mac kRouterMac = ParseMac("02:ee:00:00:00:01");  // Katran's default router
 
 [[noreturn]] void Die(const std::string& what) {
   std::fprintf(stderr, "lb_packet_bench: %s\n", what.c_str());
@@ -257,8 +277,50 @@ bool CheckPodToPod(const Cluster& c, const RunOut& r) {
          d->dport == c.probed[0].port && d->eth_dst == BackendPodMac(0);
 }
 
+// Index of the real a Katran run encapsulated `in` to, or -1: XDP_TX, the router's MAC, an IPIP
+// header with a valid checksum to one of the reals, and the original IPv4 packet unchanged inside.
+int CheckKatran(const Katran& k, const Bytes& in, const RunOut& r) {
+  constexpr size_t kEth = 14, kIp = 20;
+  if (r.verdict != kXdpTx || r.out.size() != in.size() + kIp) return -1;
+  auto d = testing::Decode(r.out);
+  if (!d || d->ethertype != 0x0800 || d->proto != IPPROTO_IPIP || !d->ip_csum_ok ||
+      d->eth_dst != kRouterMac || !std::equal(in.begin(), in.begin() + 6, d->eth_src.begin()))
+    return -1;
+  if (!std::equal(in.begin() + kEth, in.end(), r.out.begin() + kEth + kIp)) return -1;
+  for (size_t j = 0; j < k.reals(); ++j)
+    if (d->ip_dst == k.real(j)) return static_cast<int>(j);
+  return -1;
+}
+
+RunOut XdpRun(int prog_fd, const Bytes& in) {
+  RunOut r;
+  if (!RunXdp(prog_fd, in, &r))
+    Die(absl::StrCat("BPF_PROG_TEST_RUN (XDP): ", std::strerror(errno)));
+  return r;
+}
+
+// A sluice_pod_egress object built elsewhere (--baseline_obj), loaded on the maps pinned under
+// pin_root. Its sluice_from_pod's fd.
+int LoadBaselineObject(const std::string& path, const std::string& pin_root) {
+  LIBBPF_OPTS(bpf_object_open_opts, opts, .pin_root_path = pin_root.c_str());
+  struct bpf_object* obj = bpf_object__open_file(path.c_str(), &opts);
+  if (!obj) Die(absl::StrCat("open ", path, ": ", std::strerror(errno)));
+  if (int err = bpf_object__load(obj); err)
+    Die(absl::StrCat("load ", path, " on the pins under ", pin_root, ": ", std::strerror(-err)));
+  struct bpf_program* prog = bpf_object__find_program_by_name(obj, "sluice_from_pod");
+  if (!prog) Die(absl::StrCat(path, ": no program sluice_from_pod"));
+  return bpf_program__fd(prog);  // the object lives as long as the process
+}
+
 enum class Kind {
   kEmpty,
+  kEmptyXdp,
+  kKatranNew,
+  kKatranMiss,
+  kKatranEstablished,
+  kBaseFirst,
+  kBaseEstablished,
+  kBasePodToPod,
   kFirst,
   kEstablished,
   kReply,
@@ -274,8 +336,9 @@ struct Case {
   Kind kind;
   Cluster* cluster;  // null for the empty program
   std::vector<double> rounds;
-  int fd = -1;    // the program, when not the cluster's sluice_from_pod
-  Bytes in = {};  // the packet, for the cases that run one packet
+  int fd = -1;      // the program, when not the cluster's sluice_from_pod
+  Bytes in = {};    // the packet, for the cases that run one packet
+  size_t base = 0;  // which --baseline_obj, for the kBase* cases
 };
 
 }  // namespace
@@ -285,9 +348,18 @@ int main(int argc, char** argv) {
   using namespace sluice::bench;
   int rounds = 9;
   std::vector<uint32_t> counts = {1, 1000, 10000, 100000};
+  std::string katran_obj;
+  std::vector<std::string> baseline_objs;
+  uint32_t katran_lru = SLUICE_CT4_MAX_ENTRIES;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a.rfind("--rounds=", 0) == 0) {
+    if (a.rfind("--katran_obj=", 0) == 0) {
+      katran_obj = a.substr(13);
+    } else if (a.rfind("--katran_lru=", 0) == 0) {
+      katran_lru = static_cast<uint32_t>(std::strtoul(a.c_str() + 13, nullptr, 10));
+    } else if (a.rfind("--baseline_obj=", 0) == 0) {
+      baseline_objs.push_back(a.substr(15));
+    } else if (a.rfind("--rounds=", 0) == 0) {
       rounds = std::atoi(a.c_str() + 9);
     } else if (a.rfind("--services=", 0) == 0) {
       counts.clear();
@@ -296,8 +368,25 @@ int main(int argc, char** argv) {
         if (*p == ',') ++p;
       }
     } else {
-      std::fprintf(stderr, "usage: %s [--rounds=N] [--services=1,1000,10000,100000]\n", argv[0]);
+      std::fprintf(stderr,
+                   "usage: %s [--rounds=N] [--services=1,1000,10000,100000] "
+                   "[--katran_obj=PATH [--katran_lru=FLOWS_PER_CPU]] [--baseline_obj=PATH]...\n",
+                   argv[0]);
       return 2;
+    }
+  }
+  // Katran's connection tables are per CPU: the established flow is a hit only on the CPU that
+  // recorded it. Every case then runs on one CPU.
+  if (!katran_obj.empty()) {
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) != 0) Die("sched_getaffinity");
+    if (CPU_COUNT(&set) != 1) {
+      const int cpu = sched_getcpu();
+      CPU_ZERO(&set);
+      CPU_SET(cpu, &set);
+      if (sched_setaffinity(0, sizeof(set), &set) != 0) Die("sched_setaffinity");
+      std::fprintf(stderr, "lb_packet_bench: pinned to CPU %d (taskset -c N chooses)\n", cpu);
     }
   }
 
@@ -377,16 +466,106 @@ int main(int argc, char** argv) {
     if (!CheckPodToPod(c0, TestRun(fd, p2p_in)))
       Die(absl::StrCat("pod -> pod: ", sluice::testing::Describe(TestRun(fd, p2p_in).out)));
 
+  // Katran, programmed with the first cluster's probed Service as its VIP and its backends as
+  // its reals, fed the same packets.
+  std::unique_ptr<Katran> katran;
+  int empty_xdp_fd = -1;
+  uint32_t katran_next_flow = 0;  // as Cluster::next_flow, for Katran's new flows
+  auto katran_new_flow = [&](uint8_t flags) {
+    const uint32_t ports = 65535 - kFirstSport;
+    uint32_t f = katran_next_flow++;
+    return ToService(c0.n, static_cast<int>((f / ports) % kClients),
+                     static_cast<uint16_t>(kFirstSport + f % ports), flags);
+  };
+  const uint32_t probe_client = Ip4(ClientIp(0));
+  // Deletes a batch's flows from Katran's connection tables (untimed) and checks that it
+  // recorded every one of them: under a new-flow rate it takes for a flood, Katran stops
+  // recording flows, which would time a cheaper path.
+  auto katran_clear = [&](size_t expected, const std::string& what) {
+    auto n = katran->ClearFlows(probe_client, htons(999));
+    if (!n.ok()) Die(n.status().ToString());
+    if (*n != expected)
+      Die(absl::StrCat(what, ": Katran recorded ", *n, " of ", expected, " new flows"));
+  };
+  const Bytes katran_est_in = ToService(c0.n, 0, 999, sluice::testing::kTcpAck);
+  if (!katran_obj.empty()) {
+    std::vector<uint32_t> reals;
+    for (const auto& b : c0.probed) reals.push_back(b.addr);
+    auto k =
+        Katran::Load(katran_obj, ClusterIp(c0.n - 1), kServicePort, reals, katran_lru, kRouterMac);
+    if (!k.ok()) Die(absl::StrCat("Katran: ", k.status().ToString()));
+    katran = std::move(*k);
+    empty_xdp_fd = LoadEmptyXdpProgram();
+    if (empty_xdp_fd < 0) Die(absl::StrCat("load empty XDP program: ", std::strerror(errno)));
+    // The probe flow: its SYN records it, its ACKs stay on the same real.
+    const Bytes syn = ToService(c0.n, 0, 999, sluice::testing::kTcpSyn);
+    int real = CheckKatran(*katran, syn, XdpRun(katran->prog_fd(), syn));
+    if (real < 0)
+      Die(absl::StrCat("Katran, SYN: ",
+                       sluice::testing::Describe(XdpRun(katran->prog_fd(), syn).out)));
+    for (int k2 = 0; k2 < 3; ++k2) {
+      auto r = XdpRun(katran->prog_fd(), katran_est_in);
+      if (CheckKatran(*katran, katran_est_in, r) != real)
+        Die(absl::StrCat("Katran, established flow left its real: ",
+                         sluice::testing::Describe(r.out)));
+    }
+    // New flows (SYN, and ACK: a connection table miss) land on every real.
+    for (uint8_t flags : {sluice::testing::kTcpSyn, sluice::testing::kTcpAck}) {
+      std::vector<int> hits(katran->reals(), 0);
+      for (int k2 = 0; k2 < 300; ++k2) {
+        auto in = katran_new_flow(flags);
+        int j = CheckKatran(*katran, in, XdpRun(katran->prog_fd(), in));
+        if (j < 0)
+          Die(absl::StrCat("Katran, new flow: ",
+                           sluice::testing::Describe(XdpRun(katran->prog_fd(), in).out)));
+        ++hits[j];
+      }
+      for (int h : hits)
+        if (h == 0) Die("Katran: a real never selected in 300 new flows");
+      katran_clear(300, "Katran validation");
+    }
+  }
+  // The code before a change (--baseline_obj), on the first cluster's maps.
+  std::vector<int> base_fds;
+  for (const auto& path : baseline_objs) {
+    const int base_fd = LoadBaselineObject(path, c0.bpffs->path());
+    base_fds.push_back(base_fd);
+    if (!CheckPodToPod(c0, TestRun(base_fd, p2p_in)))
+      Die(absl::StrCat("baseline pod -> pod: ",
+                       sluice::testing::Describe(TestRun(base_fd, p2p_in).out)));
+    if (CheckDnat(c0, TestRun(base_fd, established[&c0])) < 0)
+      Die("baseline: established flow not sent to a backend");
+    for (int k2 = 0; k2 < 300; ++k2) {
+      auto r = TestRun(base_fd, NextNewFlow(c0));
+      if (CheckDnat(c0, r) < 0)
+        Die(absl::StrCat("baseline new flow: ", sluice::testing::Describe(r.out)));
+    }
+    ClearCt(c0);
+  }
+
   std::vector<Case> cases;
   cases.push_back({"empty TC program (r0 = 0; exit)", Kind::kEmpty, nullptr, {}});
-  cases.push_back({"floor: 1 lookup + DNAT, inline csums", Kind::kFloor, &c0, {}, floor_fd,
-                   floor_in});
-  cases.push_back({"floor, L4 csum by bpf_l4_csum_replace", Kind::kFloorL4, &c0, {}, floor_l4_fd,
-                   floor_in});
-  cases.push_back({"pod -> pod, no service", Kind::kPodToPod, &c0, {}, c0.dp->from_pod_fd(),
-                   p2p_in});
-  cases.push_back({"pod -> pod, from_pod without LB", Kind::kPodToPodNoLb, &c0, {}, no_lb_fd,
-                   p2p_in});
+  if (katran) {
+    cases.push_back({"empty XDP program (r0 = XDP_PASS)", Kind::kEmptyXdp, &c0, {}});
+    cases.push_back({"Katran new flow (SYN)", Kind::kKatranNew, &c0, {}});
+    cases.push_back({"Katran new flow (ACK: conn table miss)", Kind::kKatranMiss, &c0, {}});
+    cases.push_back({"Katran established (conn table hit)", Kind::kKatranEstablished, &c0, {}});
+  }
+  for (size_t b = 0; b < base_fds.size(); ++b) {
+    const std::string obj = absl::StrCat("baseline obj ", b + 1, ": ");
+    cases.push_back({obj + "first packet", Kind::kBaseFirst, &c0, {}, base_fds[b], {}, b});
+    cases.push_back(
+        {obj + "established", Kind::kBaseEstablished, &c0, {}, base_fds[b], established[&c0], b});
+    cases.push_back({obj + "pod -> pod", Kind::kBasePodToPod, &c0, {}, base_fds[b], p2p_in, b});
+  }
+  cases.push_back(
+      {"floor: 1 lookup + DNAT, inline csums", Kind::kFloor, &c0, {}, floor_fd, floor_in});
+  cases.push_back(
+      {"floor, L4 csum by bpf_l4_csum_replace", Kind::kFloorL4, &c0, {}, floor_l4_fd, floor_in});
+  cases.push_back(
+      {"pod -> pod, no service", Kind::kPodToPod, &c0, {}, c0.dp->from_pod_fd(), p2p_in});
+  cases.push_back(
+      {"pod -> pod, from_pod without LB", Kind::kPodToPodNoLb, &c0, {}, no_lb_fd, p2p_in});
   // The same with sluice_lb4_nbport all zero (nothing vouched): what the LB step cost before
   // the agent vouched for ports, a reverse NAT conntrack lookup that misses.
   cases.push_back({"pod -> pod, no service, no port vouched",
@@ -418,6 +597,34 @@ int main(int argc, char** argv) {
       ns.reserve(kBatch);
       if (cs.kind == Kind::kEmpty) {
         for (int k = 0; k < kBatch; ++k) ns.push_back(TestRun(empty_fd, empty_in).ns);
+      } else if (cs.kind == Kind::kEmptyXdp) {
+        for (int k = 0; k < kBatch; ++k) ns.push_back(XdpRun(empty_xdp_fd, empty_in).ns);
+      } else if (cs.kind == Kind::kKatranEstablished) {
+        for (int k = 0; k < kBatch; ++k) {
+          auto r = XdpRun(katran->prog_fd(), katran_est_in);
+          if (r.verdict != kXdpTx) Die(cs.label + ": verdict changed");
+          ns.push_back(r.ns);
+        }
+      } else if (cs.kind == Kind::kKatranNew || cs.kind == Kind::kKatranMiss) {
+        std::vector<Bytes> flows;
+        for (int k = 0; k < kBatch; ++k)
+          flows.push_back(katran_new_flow(cs.kind == Kind::kKatranNew ? sluice::testing::kTcpSyn
+                                                                      : sluice::testing::kTcpAck));
+        for (const auto& in : flows) {
+          auto r = XdpRun(katran->prog_fd(), in);
+          if (r.verdict != kXdpTx) Die(cs.label + ": verdict changed");
+          ns.push_back(r.ns);
+        }
+        katran_clear(kBatch, cs.label);
+      } else if (cs.kind == Kind::kBaseFirst) {
+        std::vector<Bytes> flows;
+        for (int k = 0; k < kBatch; ++k) flows.push_back(NextNewFlow(c0));
+        for (const auto& in : flows) {
+          auto r = TestRun(cs.fd, in);
+          if (r.verdict != kTcRedirect) Die(cs.label + ": verdict changed");
+          ns.push_back(r.ns);
+        }
+        ClearCt(c0);
       } else if (cs.fd >= 0) {
         if (cs.kind == Kind::kPodToPodUnvouched) SetVouched(c0, false);
         for (int k = 0; k < kBatch; ++k) {
@@ -463,9 +670,13 @@ int main(int argc, char** argv) {
       rounds, kBatch, kBackendsPerService, stats.c_str());
   std::printf("%-46s %9s %10s %10s\n", "case", "ns/pkt", "- empty", "x empty");
   std::map<std::pair<Kind, uint32_t>, double> med;
+  std::map<std::pair<size_t, Kind>, double> base_med;
   for (auto& cs : cases) {
     double m = Median(cs.rounds);
     if (cs.cluster) med[{cs.kind, cs.cluster->n}] = m;
+    if (cs.kind == Kind::kBaseFirst || cs.kind == Kind::kBaseEstablished ||
+        cs.kind == Kind::kBasePodToPod)
+      base_med[{cs.base, cs.kind}] = m;
     std::printf("%-46s %9.1f %10.1f %9.2fx\n", cs.label.c_str(), m, m - empty, m / empty);
   }
   // Everything over the empty program (the per-run overhead test_run adds to every case).
@@ -494,6 +705,41 @@ int main(int argc, char** argv) {
     std::printf("%s: %u/%u services = %.3fx (target <= 1.1); over empty: %.3fx\n",
                 k == Kind::kFirst ? "(a) first packet" : "(b) established ", hi, lo, b / a,
                 (b - empty) / (a - empty));
+  }
+  if (katran) {
+    // Each program over the empty program of its own hook: what the program itself costs.
+    const double empty_xdp = med[{Kind::kEmptyXdp, c0.n}];
+    const double k_new = med[{Kind::kKatranNew, c0.n}] - empty_xdp;
+    const double k_miss = med[{Kind::kKatranMiss, c0.n}] - empty_xdp;
+    const double k_est = med[{Kind::kKatranEstablished, c0.n}] - empty_xdp;
+    const double s_first = med[{Kind::kFirst, c0.n}] - empty;
+    const double s_est = med[{Kind::kEstablished, c0.n}] - empty;
+    std::printf(
+        "\n== Sluice (sluice_from_pod, TC) vs Katran (balancer_ingress, XDP), the same packets, "
+        "%u svc; each over the empty program of its hook (TC %.1f ns, XDP %.1f ns); Katran's "
+        "connection tables %u flows per CPU\n",
+        c0.n, empty, empty_xdp, katran_lru);
+    std::printf("%-42s %9s %9s %13s %8s\n", "", "Katran", "Sluice", "Sluice/Katran", "target");
+    std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "first packet (SYN) / Katran new flow (SYN)",
+                k_new, s_first, s_first / k_new, "<= 0.9");
+    std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "first packet / Katran conn table miss (ACK)",
+                k_miss, s_first, s_first / k_miss, "");
+    std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "established", k_est, s_est, s_est / k_est,
+                "<= 0.8");
+  }
+  for (size_t b = 0; b < base_fds.size(); ++b) {
+    std::printf(
+        "\n== this build's sluice_from_pod vs --baseline_obj %s, %u svc, over the empty "
+        "program\n",
+        baseline_objs[b].c_str(), c0.n);
+    std::printf("%-28s %9s %9s %9s\n", "", "baseline", "this", "this/base");
+    auto vs = [&](const char* what, Kind base, Kind now) {
+      double o = base_med[{b, base}] - empty, n = med[{now, c0.n}] - empty;
+      std::printf("%-28s %9.1f %9.1f %8.3fx\n", what, o, n, n / o);
+    };
+    vs("first packet (CT miss)", Kind::kBaseFirst, Kind::kFirst);
+    vs("established (CT hit)", Kind::kBaseEstablished, Kind::kEstablished);
+    vs("pod -> pod, no service", Kind::kBasePodToPod, Kind::kPodToPod);
   }
   return 0;
 }

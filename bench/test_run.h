@@ -25,6 +25,17 @@ inline int LoadEmptyTcProgram() {
   return bpf_prog_load(BPF_PROG_TYPE_SCHED_CLS, "bench_empty", "GPL", insns, 2, nullptr);
 }
 
+// The empty XDP program, `r0 = XDP_PASS; exit`: the same for the XDP hook (the Katran comparison in
+// lb_packet_bench).
+inline int LoadEmptyXdpProgram() {
+  struct bpf_insn insns[2] = {};
+  insns[0].code = BPF_ALU64 | BPF_MOV | BPF_K;  // r0 = XDP_PASS
+  insns[0].dst_reg = BPF_REG_0;
+  insns[0].imm = XDP_PASS;
+  insns[1].code = BPF_JMP | BPF_EXIT;
+  return bpf_prog_load(BPF_PROG_TYPE_XDP, "bench_empty_xdp", "GPL", insns, 2, nullptr);
+}
+
 struct TestRunOut {
   int verdict = -1;
   uint32_t ns = 0;     // the kernel's duration, the mean over `repeat` runs
@@ -43,6 +54,20 @@ inline bool RunTc(int prog_fd, const testing::Bytes& in, int ifindex, TestRunOut
               .data_size_in = static_cast<__u32>(in.size()),
               .data_size_out = static_cast<__u32>(r->out.size()), .ctx_in = &ctx,
               .ctx_size_in = sizeof(ctx), .repeat = static_cast<int>(repeat));
+  if (bpf_prog_test_run_opts(prog_fd, &opts) != 0) return false;
+  r->verdict = static_cast<int>(opts.retval);
+  r->ns = opts.duration;
+  r->out.resize(opts.data_size_out);
+  return true;
+}
+
+// Runs the XDP program prog_fd once on `in` (the kernel gives the frame XDP's headroom, so the
+// program may grow it at the front). False with errno set when the kernel refuses the run.
+inline bool RunXdp(int prog_fd, const testing::Bytes& in, TestRunOut* r) {
+  r->out.assign(in.size() + 256, 0);
+  LIBBPF_OPTS(bpf_test_run_opts, opts, .data_in = in.data(), .data_out = r->out.data(),
+              .data_size_in = static_cast<__u32>(in.size()),
+              .data_size_out = static_cast<__u32>(r->out.size()), .repeat = 1);
   if (bpf_prog_test_run_opts(prog_fd, &opts) != 0) return false;
   r->verdict = static_cast<int>(opts.retval);
   r->ns = opts.duration;
