@@ -16,6 +16,12 @@
 #include "lib/policy.h"
 #include "lib/stages.h"
 
+/* What each program of the chain returns, its verdict; tests/bpf/tunnel_probe.bpf.c records it
+ * (with the tunnel metadata the packet carries) wherever the chain ends. */
+#ifndef SLUICE_STAGE_VERDICT
+#define SLUICE_STAGE_VERDICT(skb, verdict) (verdict)
+#endif
+
 /* Set by the loader before load (skel->rodata): IPv6 from pods goes to its stage. No IPv6
  * datapath exists yet, so it is 0 and the verifier drops that branch. */
 const volatile __u32 enable_ipv6 = 0;
@@ -163,7 +169,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 SEC("tc")
 int sluice_from_pod(struct __sk_buff *skb)
 {
-	return verdict_or_drop(skb, from_pod(skb), SLUICE_FWD_POD_EGRESS);
+	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb, from_pod(skb), SLUICE_FWD_POD_EGRESS));
 }
 
 SEC("tc")
@@ -171,8 +177,10 @@ int sluice_pod_lb4(struct __sk_buff *skb)
 {
 	struct stage4_state *st = stage4_state();
 
-	return verdict_or_drop(skb, st ? from_pod_lb4(skb, st) : -SLUICE_DROP_MISSING_STAGE,
-			       SLUICE_FWD_POD_EGRESS);
+	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb,
+							 st ? from_pod_lb4(skb, st)
+							    : -SLUICE_DROP_MISSING_STAGE,
+							 SLUICE_FWD_POD_EGRESS));
 }
 
 SEC("tc")
@@ -180,8 +188,10 @@ int sluice_pod_fwd4(struct __sk_buff *skb)
 {
 	struct stage4_state *st = stage4_state();
 
-	return verdict_or_drop(skb, st ? from_pod_fwd4(skb, st) : -SLUICE_DROP_MISSING_STAGE,
-			       SLUICE_FWD_POD_EGRESS);
+	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb,
+							 st ? from_pod_fwd4(skb, st)
+							    : -SLUICE_DROP_MISSING_STAGE,
+							 SLUICE_FWD_POD_EGRESS));
 }
 
 /* Returns a TC verdict or minus a drop reason. */

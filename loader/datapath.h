@@ -95,8 +95,9 @@ class Datapath {
   // stack delivers to it (TC egress, the pod's ingress policy).
   [[nodiscard]] absl::Status AttachPod(int host_ifindex);
   // Unpins the program arrays of earlier loads (kStagesDir) that no entry program uses any more
-  // (every device that ran it now runs this load's). Called by Load and after each AttachPod, so
-  // the arrays of a replaced build go once its last program is replaced. Returns how many went.
+  // (every device that ran it now runs this load's). Called by Load and after each Attach* of a
+  // TC program with stages, so the arrays of a replaced build go once its last entry program is
+  // replaced. Returns how many went.
   [[nodiscard]] absl::StatusOr<int> ReleaseReplacedStages();
   // Masquerade programs on the native device (egress) and their reverse (ingress).
   [[nodiscard]] absl::Status AttachNative(int ifindex);
@@ -177,6 +178,7 @@ class Datapath {
 
  private:
   Datapath() = default;
+  void ReleaseAfterAttach();  // ReleaseReplacedStages, a failure logged
 
   std::string root_;
   std::vector<std::string> stage_pins_;  // this load's program arrays (kStagesDir)

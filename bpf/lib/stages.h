@@ -19,8 +19,18 @@ enum sluice_pod_stage {
 	SLUICE_POD_STAGES = 4,     /* size of the array: room for the next stage */
 };
 
-/* What an IPv4 stage of sluice_from_pod hands the next: the packet as parsed (and as the Service
- * stage rewrote it), the flow as the pod sent it, the pod's endpoint id, and what the stages
+/* Slots of the program array of sluice_from_net and of sluice_from_overlay (sluice_net_stages,
+ * bpf/netdev.bpf.c and bpf/overlay.bpf.c: each object its own), which share their paths
+ * (lib/netdev.h). */
+enum sluice_net_stage {
+	SLUICE_NET_STAGE_IP6 = 0,  /* IPv6 from the network: empty until an IPv6 datapath fills it */
+	SLUICE_NET_STAGE_LB4 = 1,  /* IPv4 NodePorts, ExternalIPs, LoadBalancer IPs */
+	SLUICE_NET_STAGE_NAT4 = 2, /* IPv4 replies to masqueraded flows */
+	SLUICE_NET_STAGES = 4,
+};
+
+/* What an IPv4 stage hands the next: the packet as parsed (and as the Service stage rewrote it);
+ * in sluice_from_pod also the flow as the pod sent it, the pod's endpoint id, and what the stages
  * before decided. Valid from the stage's write until the next stage's read: the stages of one
  * packet run back to back on one CPU and nothing else runs between them there. */
 struct stage4_state {
