@@ -27,7 +27,6 @@
 const volatile __u32 enable_ipv6 = 0;
 
 int sluice_pod_lb4(struct __sk_buff *skb);
-int sluice_pod_fwd4(struct __sk_buff *skb);
 
 /* sluice_from_pod's stages, filled by libbpf at each load of this object; not pinned, so each
  * load's entry program calls the stages of its own build (lib/stages.h). */
@@ -39,17 +38,19 @@ struct {
 } sluice_pod_stages SEC(".maps") = {
 	.values = {
 		[SLUICE_POD_STAGE_LB4] = (void *)&sluice_pod_lb4,
-		[SLUICE_POD_STAGE_FWD4] = (void *)&sluice_pod_fwd4,
 	},
 };
 
-/* sluice_from_pod is three stages joined by tail calls through sluice_pod_stages (lib/stages.h):
- * parse and dispatch by family (the entry: ARP, the source check, the gateway's echo), IPv4
- * Service translation (only for packets that may be a Service's or a backend's reply), IPv4 policy
- * and forward. Each is verified on its own. */
+/* sluice_from_pod is two stages joined by a tail call through sluice_pod_stages (lib/stages.h),
+ * each verified on its own: parse and dispatch by family (the entry: ARP, the source check, the
+ * gateway's echo; IPv4 traffic that is surely no Service's is judged and forwarded here, without
+ * a tail call), and IPv4 Service translation (for packets that may be a Service's or a backend's
+ * reply), which judges and forwards its result itself. Policy and forward (from_pod_fwd4) is
+ * inline in both: as a third stage it cost Service traffic a second tail call, measured 4-5 ns
+ * per packet (docs/architecture.md, "Stages"). */
 
-/* IPv4 policy and forward, after the Service stage or straight from the entry. Returns a TC
- * verdict or minus a drop reason. */
+/* IPv4 policy and forward, inline in the Service stage and in the entry (for traffic that skips
+ * the Service stage). Returns a TC verdict or minus a drop reason. */
 static __always_inline int from_pod_fwd4(struct __sk_buff *skb, struct stage4_state *st)
 {
 	const struct sluice_tunnel4_entry *peer;
@@ -97,9 +98,9 @@ static __always_inline int from_pod_fwd4(struct __sk_buff *skb, struct stage4_st
 	return TC_ACT_OK;
 }
 
-/* IPv4 Service translation: DNAT to a backend, or a backend's reply back from its frontend. A
- * local pod is never a frontend, so traffic to one only needs the reply check. Returns a TC
- * verdict or minus a drop reason. */
+/* IPv4 Service translation: DNAT to a backend, or a backend's reply back from its frontend; then
+ * policy and forward. A local pod is never a frontend, so traffic to one only needs the reply
+ * check. Returns a TC verdict or minus a drop reason. */
 static __always_inline int from_pod_lb4(struct __sk_buff *skb, struct stage4_state *st)
 {
 	struct ct4_pkt p;
@@ -114,21 +115,21 @@ static __always_inline int from_pod_lb4(struct __sk_buff *skb, struct stage4_sta
 	if (lb == LB4_REJECT)
 		return reject(skb, &st->pkt, SLUICE_DROP_DIR_EGRESS);
 	st->lb = lb;
-	return stage_call(skb, &sluice_pod_stages, SLUICE_POD_STAGE_FWD4);
+	return from_pod_fwd4(skb, st);
 }
 
-/* Parse and dispatch by family. Returns a TC verdict or minus a drop reason. */
+/* Parse and dispatch by family; IPv4 traffic that is surely no Service's (pod -> pod) is judged
+ * and forwarded here, without a tail call. Returns a TC verdict or minus a drop reason. */
 static __always_inline int from_pod(struct __sk_buff *skb)
 {
 	const struct sluice_endpoint *src;
 	const struct sluice_node_config *cfg;
-	struct stage4_state *st;
+	struct stage4_state st, *handed;
 	struct ct4_pkt p;
-	struct pkt4 pkt;
 	__be16 h_proto;
-	int ret, local_dst; /* the destination is a pod on this node */
+	int ret;
 
-	ret = parse_eth_ip4(skb, &h_proto, &pkt);
+	ret = parse_eth_ip4(skb, &h_proto, &st.pkt);
 	if (ret == -SLUICE_DROP_UNSUPPORTED_L3 && h_proto == bpf_htons(ETH_P_ARP))
 		return pod_arp(skb);
 	if (ret == -SLUICE_DROP_UNSUPPORTED_L3 && h_proto == bpf_htons(ETH_P_IPV6) && enable_ipv6)
@@ -137,33 +138,34 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		return ret;
 
 	/* A pod may only send from the address Sluice gave it, on the interface it was given. */
-	src = lookup_ep4(pkt.saddr);
+	src = lookup_ep4(st.pkt.saddr);
 	if (!src || src->ifindex != skb->ifindex)
 		return -SLUICE_DROP_SPOOFED_SOURCE;
-	st = stage4_state();
-	if (!st)
-		return -SLUICE_DROP_MISSING_STAGE; /* a per-CPU array's only entry: never */
 	/* Endpoints are read where they are found and let go (lookup_ep4). */
-	st->src_id = src->endpoint_id;
+	st.src_id = src->endpoint_id;
 
 	/* A ClusterIP is never a local pod, so traffic to one needs no endpoint lookup. */
 	cfg = node_config();
-	if (cfg && pkt.daddr == cfg->gateway_ip4 && gateway_is_echo_request(&pkt))
-		return gateway_echo_reply(skb, &pkt, src);
-	local_dst = !lb4_in_service_cidr(cfg, pkt.daddr) && lookup_ep4_exists(pkt.daddr);
-	st->pkt = pkt;
-	st->lb = LB4_NONE;
-	st->local_dst = local_dst;
-	policy4_flow_of(&pkt, &st->sent);
-	if (local_dst && lb4_plain_to_endpoint(&pkt)) {
-		/* no Service step */
-	} else if (ct4_tuple(&pkt, &p) == CT4_TUPLE) {
-		return stage_call(skb, &sluice_pod_stages, SLUICE_POD_STAGE_LB4);
-	} else if ((pkt.flags & PKT4_F_NO_L4) && lb4_in_service_cidr(cfg, pkt.daddr)) {
+	if (cfg && st.pkt.daddr == cfg->gateway_ip4 && gateway_is_echo_request(&st.pkt))
+		return gateway_echo_reply(skb, &st.pkt, src);
+	st.local_dst = !lb4_in_service_cidr(cfg, st.pkt.daddr) && lookup_ep4_exists(st.pkt.daddr);
+	st.lb = LB4_NONE;
+	st.pad = 0;
+	policy4_flow_of(&st.pkt, &st.sent);
+	if (!st.local_dst || !lb4_plain_to_endpoint(&st.pkt)) {
+		if (ct4_tuple(&st.pkt, &p) == CT4_TUPLE) {
+			handed = stage4_state();
+			if (!handed)
+				return -SLUICE_DROP_MISSING_STAGE; /* a per-CPU array's only entry */
+			*handed = st;
+			return stage_call(skb, &sluice_pod_stages, SLUICE_POD_STAGE_LB4);
+		}
 		/* A later fragment whose first never came: no backend to follow. */
-		return -SLUICE_DROP_FRAGMENT;
+		if ((st.pkt.flags & PKT4_F_NO_L4) && lb4_in_service_cidr(cfg, st.pkt.daddr))
+			return -SLUICE_DROP_FRAGMENT;
 	}
-	return stage_call(skb, &sluice_pod_stages, SLUICE_POD_STAGE_FWD4);
+	/* No Service step: policy and forward here (one call site, walked once by the verifier). */
+	return from_pod_fwd4(skb, &st);
 }
 
 SEC("tc")
@@ -179,17 +181,6 @@ int sluice_pod_lb4(struct __sk_buff *skb)
 
 	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb,
 							 st ? from_pod_lb4(skb, st)
-							    : -SLUICE_DROP_MISSING_STAGE,
-							 SLUICE_FWD_POD_EGRESS));
-}
-
-SEC("tc")
-int sluice_pod_fwd4(struct __sk_buff *skb)
-{
-	struct stage4_state *st = stage4_state();
-
-	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb,
-							 st ? from_pod_fwd4(skb, st)
 							    : -SLUICE_DROP_MISSING_STAGE,
 							 SLUICE_FWD_POD_EGRESS));
 }

@@ -9,8 +9,8 @@
  * loads the object), so an entry program only ever calls stages of its own build. */
 enum sluice_pod_stage {
 	SLUICE_POD_STAGE_IP6 = 0,  /* IPv6 from a pod: empty until an IPv6 datapath fills it */
-	SLUICE_POD_STAGE_LB4 = 1,  /* IPv4 Service translation (DNAT, a backend's reply) */
-	SLUICE_POD_STAGE_FWD4 = 2, /* IPv4 policy and forward */
+	SLUICE_POD_STAGE_LB4 = 1,  /* IPv4 Service translation (DNAT, a backend's reply), then
+				      policy and forward */
 	SLUICE_POD_STAGES = 4,     /* size of the array: room for the next stage */
 };
 

@@ -1,7 +1,7 @@
 // The stage boundaries of sluice_from_pod and sluice_from_net (bpf/lib/stages.h,
 // docs/architecture.md "Stages"): what one stage hands the next (read back from the per-CPU
 // scratch entry after the next stage's slot was emptied), what a missing stage does (a counted
-// missing_stage drop), and the order in which a request and its reply pass the stages. A second
+// missing_stage drop), and which stages a request and its reply pass. A second
 // load of each object, against the test's pinned maps, has its own program array, which the tests
 // change; its fields are read at the offsets the object's BTF gives.
 #include <arpa/inet.h>
@@ -181,21 +181,6 @@ TEST_F(StagesTest, EntryHandsAServicePacketToTheServiceStageAsParsed) {
   EXPECT_EQ(h.U32("sent.daddr"), Ip4(kClusterIp));
 }
 
-TEST_F(StagesTest, ServiceStageHandsTheTranslatedPacketAndTheSentFlowToPolicyAndForward) {
-  pod_.EmptySlot(SLUICE_POD_STAGE_FWD4);
-  pod_.ClearScratch();
-  const uint64_t before = MissingStageDrops();
-  auto r = FromPod(ClientToService(40002));
-  EXPECT_EQ(r.verdict, kTcShot);
-  EXPECT_EQ(MissingStageDrops(), before + 1);
-  Handed h = pod_.Scratch();
-  EXPECT_EQ(h.U32("pkt.daddr"), Ip4(kBackend));
-  EXPECT_EQ(ntohs(h.U16("pkt.dport")), 8080);
-  EXPECT_EQ(h.U32("lb"), 1u);  // LB4_DNAT
-  EXPECT_EQ(h.U32("sent.daddr"), Ip4(kClusterIp));
-  EXPECT_EQ(ntohs(h.U16("sent.dport")), 80);
-}
-
 TEST_F(StagesTest, PodToPodTrafficSkipsTheServiceStage) {
   pod_.EmptySlot(SLUICE_POD_STAGE_LB4);
   // A segment that opens nothing from a port vouched free of backends (sluice_lb4_nbport, as the
@@ -209,39 +194,33 @@ TEST_F(StagesTest, PodToPodTrafficSkipsTheServiceStage) {
   EXPECT_EQ(r.verdict, kTcRedirect);
 }
 
-TEST_F(StagesTest, AReplyPassesTheServiceStageForItsFrontendThenPolicyAndForward) {
+TEST_F(StagesTest, AReplyPassesTheServiceStageForItsFrontend) {
   ASSERT_EQ(FromPod(ClientToService(40004)).verdict, kTcRedirect);
-  // With every stage: the reply comes from the frontend.
+  // With every stage: the Service stage gives the reply its frontend, then judges and forwards.
   auto full = FromPod(BackendToClient(40004, kTcpSyn | kTcpAck));
   ASSERT_EQ(full.verdict, kTcRedirect);
   auto d = Decode(full.out);
   ASSERT_TRUE(d);
   EXPECT_EQ(FormatIp4(d->ip_src), kClusterIp);
-  // Without policy and forward: the Service stage ran and handed the reverse-translated reply.
-  pod_.EmptySlot(SLUICE_POD_STAGE_FWD4);
-  pod_.ClearScratch();
-  EXPECT_EQ(FromPod(BackendToClient(40004, kTcpAck)).verdict, kTcShot);
-  Handed h = pod_.Scratch();
-  EXPECT_EQ(h.U32("lb"), 2u);  // LB4_REVNAT
-  EXPECT_EQ(h.U32("pkt.saddr"), Ip4(kClusterIp));
-  EXPECT_EQ(ntohs(h.U16("pkt.sport")), 80);
-  EXPECT_EQ(h.U32("sent.saddr"), Ip4(kBackend));  // policy judges the reply as sent
-  EXPECT_EQ(h.U32("local_dst"), 1u);
-  // Without the Service stage: the entry hands the reply on as the backend sent it.
+  EXPECT_EQ(d->sport, 80);
+  // Without the Service stage: the entry hands the reply on as the backend sent it, to a pod
+  // here, and the reply goes no further.
   pod_.EmptySlot(SLUICE_POD_STAGE_LB4);
   pod_.ClearScratch();
   const uint64_t before = MissingStageDrops();
   EXPECT_EQ(FromPod(BackendToClient(40004, kTcpAck)).verdict, kTcShot);
   EXPECT_EQ(MissingStageDrops(), before + 1);
-  Handed e = pod_.Scratch();
-  EXPECT_EQ(e.U32("lb"), 0u);
-  EXPECT_EQ(e.U32("pkt.saddr"), Ip4(kBackend));
+  Handed h = pod_.Scratch();
+  EXPECT_EQ(h.U32("lb"), 0u);
+  EXPECT_EQ(h.U32("pkt.saddr"), Ip4(kBackend));
+  EXPECT_EQ(ntohs(h.U16("pkt.sport")), 8080);
+  EXPECT_EQ(h.U32("sent.saddr"), Ip4(kBackend));  // policy judges the reply as sent
+  EXPECT_EQ(h.U32("local_dst"), 1u);
 }
 
 TEST_F(StagesTest, AMissingStageIsADropUnderItsOwnReason) {
   EXPECT_STREQ(sluice_drop_reason_name(SLUICE_DROP_MISSING_STAGE), "missing_stage");
   pod_.EmptySlot(SLUICE_POD_STAGE_LB4);
-  pod_.EmptySlot(SLUICE_POD_STAGE_FWD4);
   auto r = FromPod(ClientToService(40005));
   EXPECT_EQ(r.verdict, kTcShot);
   auto totals = dp_->DropTotals();
@@ -294,6 +273,33 @@ TEST_F(StagesTest, NodePortPacketsMoveToTheServiceStageOfTheNativeDevice) {
   EXPECT_EQ(Run(from_net, in.Build()).verdict, kTcShot);
   EXPECT_EQ(Drops(SLUICE_DROP_MISSING_STAGE, SLUICE_DROP_DIR_INGRESS), before + 1);
   EXPECT_EQ(net.Scratch().U32("pkt.daddr"), Ip4(kNodeIp));
+}
+
+TEST_F(StagesTest, ThePortsOfTheNodeThatAreNoFrontendsMoveOnToTheMasqueradeStage) {
+  StagedObject<sluice_netdev> net;
+  net.Load(bpffs_->path(), nullptr, [](sluice_netdev* s) { return s->maps.sluice_net_stages; });
+  const int from_net = bpf_program__fd(net->progs.sluice_from_net);
+  // TCP to the node on a port no Service has: the Service stage finds no frontend and hands
+  // the packet on; with the masquerade stage it is no reply of a masqueraded flow and passes.
+  const Packet in = Packet::Eth(kClientHostMac, kClientMac)
+                        .IPv4("198.51.100.7", kNodeIp)
+                        .TCP(40007, 62000, kTcpAck);
+  EXPECT_EQ(Run(from_net, in.Build()).verdict, kTcOk);
+  net.EmptySlot(SLUICE_NET_STAGE_NAT4);
+  net.ClearScratch();
+  const uint64_t before = Drops(SLUICE_DROP_MISSING_STAGE, SLUICE_DROP_DIR_INGRESS);
+  EXPECT_EQ(Run(from_net, in.Build()).verdict, kTcShot);
+  EXPECT_EQ(Drops(SLUICE_DROP_MISSING_STAGE, SLUICE_DROP_DIR_INGRESS), before + 1);
+  Handed h = net.Scratch();
+  EXPECT_EQ(h.U32("pkt.daddr"), Ip4(kNodeIp));
+  EXPECT_EQ(ntohs(h.U16("pkt.dport")), 62000);
+  // Not TCP or UDP: no Service stage, straight to the masquerade stage.
+  net.EmptySlot(SLUICE_NET_STAGE_LB4);
+  const Packet ping = Packet::Eth(kClientHostMac, kClientMac)
+                          .IPv4("198.51.100.7", kNodeIp)
+                          .IcmpEcho(7, 1);
+  EXPECT_EQ(Run(from_net, ping.Build()).verdict, kTcShot);
+  EXPECT_EQ(Drops(SLUICE_DROP_MISSING_STAGE, SLUICE_DROP_DIR_INGRESS), before + 2);
 }
 
 }  // namespace

@@ -81,7 +81,7 @@ TEST(VerifierBudget, EveryProgramOfEveryConfigurationVerifiesAtMostAQuarterOfThe
     EXPECT_LE(c.insns, kBudget) << c.object << " " << c.program << " is over the budget";
   }
   // Every program of every object was seen: the entry programs and their stages.
-  EXPECT_EQ(counts.size(), 2u * (2 * 4 + 4 + 3) + 1 + 4);
+  EXPECT_EQ(counts.size(), 2u * (2 * 3 + 4 + 3) + 1 + 4);
 }
 
 }  // namespace
