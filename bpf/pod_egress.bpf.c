@@ -154,9 +154,10 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	policy4_flow_of(&st.pkt, &st.sent);
 	if (!st.local_dst || !lb4_plain_to_endpoint(&st.pkt)) {
 		if (ct4_tuple(&st.pkt, &p) == CT4_TUPLE) {
+			/* A per-CPU array's only entry: never missing. */
 			handed = stage4_state();
 			if (!handed)
-				return -SLUICE_DROP_MISSING_STAGE; /* a per-CPU array's only entry */
+				return -SLUICE_DROP_MISSING_STAGE;
 			*handed = st;
 			return stage_call(skb, &sluice_pod_stages, SLUICE_POD_STAGE_LB4);
 		}
@@ -171,18 +172,18 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 SEC("tc")
 int sluice_from_pod(struct __sk_buff *skb)
 {
-	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb, from_pod(skb), SLUICE_FWD_POD_EGRESS));
+	int ret = from_pod(skb);
+
+	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb, ret, SLUICE_FWD_POD_EGRESS));
 }
 
 SEC("tc")
 int sluice_pod_lb4(struct __sk_buff *skb)
 {
 	struct stage4_state *st = stage4_state();
+	int ret = st ? from_pod_lb4(skb, st) : -SLUICE_DROP_MISSING_STAGE;
 
-	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb,
-							 st ? from_pod_lb4(skb, st)
-							    : -SLUICE_DROP_MISSING_STAGE,
-							 SLUICE_FWD_POD_EGRESS));
+	return SLUICE_STAGE_VERDICT(skb, verdict_or_drop(skb, ret, SLUICE_FWD_POD_EGRESS));
 }
 
 /* Returns a TC verdict or minus a drop reason. */

@@ -17,9 +17,9 @@
 struct stage4_state {
 	struct pkt4 pkt;
 	struct policy4_flow sent; /* policy4_flow_of before any translation */
-	__u32 src_id;             /* the sending pod's endpoint id */
-	__s32 lb;                 /* enum lb4_result of the Service stage (LB4_NONE before it) */
-	__u32 local_dst;          /* the destination was a pod of this node before translation */
+	__u32 src_id;		  /* the sending pod's endpoint id */
+	__s32 lb;		  /* enum lb4_result of the Service stage (LB4_NONE before it) */
+	__u32 local_dst;	  /* the destination was a pod of this node before translation */
 	__u32 pad;
 };
 
@@ -40,10 +40,10 @@ static __always_inline struct stage4_state *stage4_state(void)
 
 /* Moves the packet to the program in `slot` of `stages`, which returns its verdict; returns only
  * when that slot is empty (or the chain is too long), as the drop of a missing stage. */
-#define stage_call(ctx, stages, slot)                                  \
-	({                                                               \
-		bpf_tail_call(ctx, stages, slot);                        \
-		-SLUICE_DROP_MISSING_STAGE;                              \
+#define stage_call(ctx, stages, slot)                                                              \
+	({                                                                                         \
+		bpf_tail_call(ctx, stages, slot);                                                  \
+		-SLUICE_DROP_MISSING_STAGE;                                                        \
 	})
 
 #endif

@@ -39,7 +39,8 @@ int FieldOffset(const struct btf* btf, const char* type, const std::string& path
   size_t start = 0;
   while (start <= path.size()) {
     size_t dot = path.find('.', start);
-    std::string name = path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
+    std::string name =
+        path.substr(start, dot == std::string::npos ? std::string::npos : dot - start);
     const struct btf_type* t = btf__type_by_id(btf, id);
     const struct btf_member* m = btf_members(t);
     int found = -1;
@@ -121,7 +122,9 @@ class StagedObject {
   size_t scratch_size_ = 0;
 };
 
-struct bpf_map* PodStages(sluice_pod_egress* s) { return s->maps.sluice_pod_stages; }
+struct bpf_map* PodStages(sluice_pod_egress* s) {
+  return s->maps.sluice_pod_stages;
+}
 
 class StagesTest : public DatapathTest {
  protected:
@@ -188,9 +191,8 @@ TEST_F(StagesTest, PodToPodTrafficSkipsTheServiceStage) {
   // to clear (lb4_plain_to_endpoint).
   const uint16_t port = 40003;
   ASSERT_TRUE(dp_->lb4_non_backend_ports().Update(port >> 5, 1u << (port & 31)).ok());
-  auto r = FromPod(Packet::Eth(kClientMac, kClientHostMac)
-                       .IPv4(kClient, kBackend)
-                       .TCP(port, 9000, kTcpAck));
+  auto r = FromPod(
+      Packet::Eth(kClientMac, kClientHostMac).IPv4(kClient, kBackend).TCP(port, 9000, kTcpAck));
   EXPECT_EQ(r.verdict, kTcRedirect);
 }
 
@@ -236,7 +238,8 @@ TEST_F(StagesTest, AMissingStageIsADropUnderItsOwnReason) {
 }
 
 TEST_F(StagesTest, Ipv6GoesToItsEmptySlotOnlyWhenEnabled) {
-  const Packet v6 = Packet::Eth(kClientMac, kClientHostMac).Ether(0x86dd).Payload(std::string(40, '\0'));
+  const Packet v6 =
+      Packet::Eth(kClientMac, kClientHostMac).Ether(0x86dd).Payload(std::string(40, '\0'));
   const uint64_t unsupported = Drops(SLUICE_DROP_UNSUPPORTED_L3, SLUICE_DROP_DIR_EGRESS);
   EXPECT_EQ(FromPod(v6).verdict, kTcShot);
   EXPECT_EQ(Drops(SLUICE_DROP_UNSUPPORTED_L3, SLUICE_DROP_DIR_EGRESS), unsupported + 1);
@@ -261,9 +264,8 @@ TEST_F(StagesTest, NodePortPacketsMoveToTheServiceStageOfTheNativeDevice) {
                   .ok());
   StagedObject<sluice_netdev> net;
   net.Load(bpffs_->path(), nullptr, [](sluice_netdev* s) { return s->maps.sluice_net_stages; });
-  const Packet in = Packet::Eth(kClientHostMac, kClientMac)
-                        .IPv4("198.51.100.7", kNodeIp)
-                        .TCP(40006, 30080);
+  const Packet in =
+      Packet::Eth(kClientHostMac, kClientMac).IPv4("198.51.100.7", kNodeIp).TCP(40006, 30080);
   const int from_net = bpf_program__fd(net->progs.sluice_from_net);
   auto full = Run(from_net, in.Build());
   EXPECT_EQ(full.verdict, kTcRedirect);  // to the backend pod
@@ -295,9 +297,8 @@ TEST_F(StagesTest, ThePortsOfTheNodeThatAreNoFrontendsMoveOnToTheMasqueradeStage
   EXPECT_EQ(ntohs(h.U16("pkt.dport")), 62000);
   // Not TCP or UDP: no Service stage, straight to the masquerade stage.
   net.EmptySlot(SLUICE_NET_STAGE_LB4);
-  const Packet ping = Packet::Eth(kClientHostMac, kClientMac)
-                          .IPv4("198.51.100.7", kNodeIp)
-                          .IcmpEcho(7, 1);
+  const Packet ping =
+      Packet::Eth(kClientHostMac, kClientMac).IPv4("198.51.100.7", kNodeIp).IcmpEcho(7, 1);
   EXPECT_EQ(Run(from_net, ping.Build()).verdict, kTcShot);
   EXPECT_EQ(Drops(SLUICE_DROP_MISSING_STAGE, SLUICE_DROP_DIR_INGRESS), before + 2);
 }

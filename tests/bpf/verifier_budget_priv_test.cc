@@ -60,9 +60,8 @@ TEST(VerifierBudget, EveryProgramOfEveryConfigurationVerifiesAtMostAQuarterOfThe
     loader::ForceNoKernCtxForTesting(!kern_ctx);
     const std::string build = kern_ctx ? "" : " (compat)";
     for (bool on : {false, true}) {
-      LoadAndCount<sluice_pod_egress>(bpffs.path(),
-                                      "sluice_pod_egress" + build + (on ? " ipv6" : ""),
-                                      ipv6(on), &counts);
+      LoadAndCount<sluice_pod_egress>(
+          bpffs.path(), "sluice_pod_egress" + build + (on ? " ipv6" : ""), ipv6(on), &counts);
     }
     LoadAndCount<sluice_netdev>(bpffs.path(), "sluice_netdev" + build, nullptr, &counts);
     LoadAndCount<sluice_overlay>(bpffs.path(), "sluice_overlay" + build, nullptr, &counts);
