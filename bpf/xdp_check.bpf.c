@@ -51,6 +51,42 @@ int sluice_xdp_check(struct xdp_md *ctx)
 	return verdict_or_drop(ctx, xdp_check(ctx), SLUICE_FWD_NET_INGRESS);
 }
 
+int sluice_xdp_check_lb4(struct xdp_md *ctx);
+int sluice_xdp_check_nat4(struct xdp_md *ctx);
+
+/* The native device's stages (lib/netdev.h), through the XDP context too. */
+struct {
+	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
+	__uint(max_entries, SLUICE_NET_STAGES);
+	__uint(key_size, sizeof(__u32));
+	__array(values, int(struct xdp_md *));
+} sluice_xdp_check_stages SEC(".maps") = {
+	.values = {
+		[SLUICE_NET_STAGE_LB4] = (void *)&sluice_xdp_check_lb4,
+		[SLUICE_NET_STAGE_NAT4] = (void *)&sluice_xdp_check_nat4,
+	},
+};
+
+SEC("xdp")
+int sluice_xdp_check_lb4(struct xdp_md *ctx)
+{
+	struct stage4_state *st = stage4_state();
+
+	return verdict_or_drop(ctx,
+			       st ? netdev_from_net_lb4(ctx, st, &sluice_xdp_check_stages)
+				  : -SLUICE_DROP_MISSING_STAGE,
+			       SLUICE_FWD_NET_INGRESS);
+}
+
+SEC("xdp")
+int sluice_xdp_check_nat4(struct xdp_md *ctx)
+{
+	struct stage4_state *st = stage4_state();
+
+	return verdict_or_drop(ctx, st ? netdev_from_net_nat4(ctx, st) : -SLUICE_DROP_MISSING_STAGE,
+			       SLUICE_FWD_NET_INGRESS);
+}
+
 SEC("xdp")
 int sluice_xdp_check_net(struct xdp_md *ctx)
 {
@@ -59,7 +95,8 @@ int sluice_xdp_check_net(struct xdp_md *ctx)
 
 	if (parse_eth_ip4(ctx, &h_proto, &pkt) < 0)
 		return forwarded(ctx, SLUICE_FWD_NET_INGRESS, XDP_PASS);
-	return verdict_or_drop(ctx, netdev_from_net(ctx, &pkt), SLUICE_FWD_NET_INGRESS);
+	return verdict_or_drop(ctx, netdev_from_net(ctx, &pkt, &sluice_xdp_check_stages),
+			       SLUICE_FWD_NET_INGRESS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

@@ -4,12 +4,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <filesystem>
+#include <set>
+#include <system_error>
 #include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "loader/bpffs.h"
 #include "loader/cgroup.h"
+#include "spdlog/spdlog.h"
 
 namespace sluice::loader {
 namespace {
@@ -23,23 +28,26 @@ absl::Status Adopt(M& out, const struct bpf_map* map) {
 }
 
 // Every BPF object defines every map of maps/map_list.h under its name there (bpf/lib/maps.h),
-// and no other: checked here for each skeleton, so a BPF map name and its C++ constant cannot
-// drift apart.
+// and no other but its own (never pinned by name): an object with stages has its program array,
+// the scratch entry the stages hand over in (bpf/lib/stages.h) and its load-time constants
+// (.rodata). Checked here for each skeleton, so a BPF map name and its C++ constant
+// cannot drift apart.
 template <typename Skel>
-constexpr bool HasExactlyTheListedMaps() {
+constexpr bool HasExactlyTheListedMaps(size_t own_maps = 0) {
   using SkelMaps = decltype(std::declval<Skel&>().maps);
 #define SLUICE_SKEL_HAS_MAP(name_, ...)                                                       \
   static_assert(std::is_same_v<decltype(std::declval<SkelMaps&>().name_), struct bpf_map*>, \
                 "BPF object lacks map " #name_);
   SLUICE_MAPS(SLUICE_SKEL_HAS_MAP)
 #undef SLUICE_SKEL_HAS_MAP
-  return sizeof(SkelMaps) == maps::kMapCount * sizeof(struct bpf_map*);
+  return sizeof(SkelMaps) == (maps::kMapCount + own_maps) * sizeof(struct bpf_map*);
 }
-static_assert(HasExactlyTheListedMaps<sluice_pod_egress>(), "sluice_pod_egress has unlisted maps");
-static_assert(HasExactlyTheListedMaps<sluice_netdev>(), "sluice_netdev has unlisted maps");
+static_assert(HasExactlyTheListedMaps<sluice_pod_egress>(3), "sluice_pod_egress has unlisted maps");
+static_assert(HasExactlyTheListedMaps<sluice_netdev>(2), "sluice_netdev has unlisted maps");
 static_assert(HasExactlyTheListedMaps<sluice_sock_lb>(), "sluice_sock_lb has unlisted maps");
-static_assert(HasExactlyTheListedMaps<sluice_overlay>(), "sluice_overlay has unlisted maps");
-static_assert(HasExactlyTheListedMaps<sluice_xdp>(), "sluice_xdp has unlisted maps");
+static_assert(HasExactlyTheListedMaps<sluice_overlay>(2), "sluice_overlay has unlisted maps");
+// sluice_xdp has the scratch entry of lib/netdev.h, unused: it runs no stages.
+static_assert(HasExactlyTheListedMaps<sluice_xdp>(1), "sluice_xdp has unlisted maps");
 
 // Every object gets the same sizes: they share each map through its pin, and an object with
 // another size would replace the pin the previous one made.
@@ -58,7 +66,94 @@ typename Skeleton<Skel>::Configure SizeMaps(const MapSizes& sizes) {
   };
 }
 
+uint32_t ObjectId(int fd) {
+  struct bpf_map_info info = {};
+  uint32_t len = sizeof(info);
+  return bpf_obj_get_info_by_fd(fd, &info, &len) == 0 ? info.id : 0;
+}
+
+// Pins `map` (a program array) at <root>/stages/<name>_<map id> (bpffs refuses names with a
+// dot); returns the path.
+absl::StatusOr<std::string> PinStages(const std::string& root, const struct bpf_map* map) {
+  std::string dir = absl::StrCat(root, "/", kStagesDir);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(errno, absl::StrCat("mkdir ", dir));
+  }
+  const int fd = bpf_map__fd(map);
+  std::string path = absl::StrCat(dir, "/", bpf_map__name(map), "_", ObjectId(fd));
+  if (bpf_obj_pin(fd, path.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("pin ", path));
+  return path;
+}
+
+// The ids of the maps every live program uses, leaving out the programs in `skip`.
+absl::StatusOr<std::set<uint32_t>> MapsInUse(const std::set<uint32_t>& skip) {
+  std::set<uint32_t> used;
+  uint32_t id = 0;
+  while (bpf_prog_get_next_id(id, &id) == 0) {
+    if (skip.count(id) != 0) continue;
+    int fd = bpf_prog_get_fd_by_id(id);
+    if (fd < 0) continue;  // gone since
+    uint32_t ids[64];
+    struct bpf_prog_info info = {};
+    info.nr_map_ids = sizeof(ids) / sizeof(ids[0]);
+    info.map_ids = reinterpret_cast<uint64_t>(ids);
+    uint32_t len = sizeof(info);
+    int err = bpf_obj_get_info_by_fd(fd, &info, &len);
+    close(fd);
+    if (err != 0) continue;
+    used.insert(ids, ids + std::min<uint32_t>(info.nr_map_ids, sizeof(ids) / sizeof(ids[0])));
+  }
+  if (errno != ENOENT) return ErrnoStatus(errno, "list BPF programs");
+  return used;
+}
+
 }  // namespace
+
+absl::StatusOr<int> Datapath::ReleaseReplacedStages() {
+  const std::string dir = absl::StrCat(root_, "/", kStagesDir);
+  std::vector<std::string> replaced;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+    if (std::find(stage_pins_.begin(), stage_pins_.end(), e.path().string()) == stage_pins_.end())
+      replaced.push_back(e.path().string());
+  }
+  if (ec && ec != std::errc::no_such_file_or_directory) {
+    return absl::InternalError(absl::StrCat("list ", dir, ": ", ec.message()));
+  }
+  if (replaced.empty()) return 0;
+  // An array's own stages use it (they call the next stage through it): only a program outside
+  // the array keeps it, which is an entry program still attached somewhere.
+  struct Pinned {
+    std::string path;
+    uint32_t id;
+  };
+  std::vector<Pinned> pinned;
+  std::set<uint32_t> stages;
+  for (const std::string& path : replaced) {
+    int fd = bpf_obj_get(path.c_str());
+    if (fd < 0) continue;
+    pinned.push_back({path, ObjectId(fd)});
+    uint32_t key = 0, next = 0, prog_id = 0;
+    const uint32_t* cur = nullptr;
+    while (bpf_map_get_next_key(fd, cur, &next) == 0) {
+      // From user space, a program array's lookup answers the program's id.
+      if (bpf_map_lookup_elem(fd, &next, &prog_id) == 0) stages.insert(prog_id);
+      key = next;
+      cur = &key;
+    }
+    close(fd);
+  }
+  auto used = MapsInUse(stages);
+  if (!used.ok()) return used.status();
+  int released = 0;
+  for (const Pinned& p : pinned) {
+    if (used->count(p.id) != 0) continue;
+    if (unlink(p.path.c_str()) != 0) return ErrnoStatus(errno, absl::StrCat("unpin ", p.path));
+    ++released;
+  }
+  if (released > 0) spdlog::info("released {} program arrays of replaced programs", released);
+  return released;
+}
 
 absl::Status ValidateMapSizes(const MapSizes& sizes) {
   for (const auto& [name, n] : sizes) {
@@ -84,15 +179,24 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
                                                       SizeMaps<sluice_pod_egress>(sizes));
   if (!pod.ok()) return pod.status();
   dp->pod_egress_ = std::move(*pod);
+  auto pod_stages = PinStages(bpffs_root, (*dp->pod_egress_)->maps.sluice_pod_stages);
+  if (!pod_stages.ok()) return pod_stages.status();
+  dp->stage_pins_.push_back(*pod_stages);
   auto netdev = Skeleton<sluice_netdev>::OpenAndLoad(bpffs_root, SizeMaps<sluice_netdev>(sizes));
   if (!netdev.ok()) return netdev.status();
   dp->netdev_ = std::move(*netdev);
+  auto net_stages = PinStages(bpffs_root, (*dp->netdev_)->maps.sluice_net_stages);
+  if (!net_stages.ok()) return net_stages.status();
+  dp->stage_pins_.push_back(*net_stages);
   auto sock = Skeleton<sluice_sock_lb>::OpenAndLoad(bpffs_root, SizeMaps<sluice_sock_lb>(sizes));
   if (!sock.ok()) return sock.status();
   dp->sock_lb_ = std::move(*sock);
   auto overlay = Skeleton<sluice_overlay>::OpenAndLoad(bpffs_root, SizeMaps<sluice_overlay>(sizes));
   if (!overlay.ok()) return overlay.status();
   dp->overlay_ = std::move(*overlay);
+  auto overlay_stages = PinStages(bpffs_root, (*dp->overlay_)->maps.sluice_net_stages);
+  if (!overlay_stages.ok()) return overlay_stages.status();
+  dp->stage_pins_.push_back(*overlay_stages);
   auto xdp = Skeleton<sluice_xdp>::OpenAndLoad(bpffs_root, SizeMaps<sluice_xdp>(sizes));
   if (!xdp.ok()) return xdp.status();
   dp->xdp_ = std::move(*xdp);
@@ -122,6 +226,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
   dp->endpoint_table_ =
       std::make_unique<EndpointTable>(dp->endpoints_, dp->ep4_slot_, dp->ep4_rec_);
   if (auto st = dp->endpoint_table_->Rebuild(); !st.ok()) return st;
+  if (auto released = dp->ReleaseReplacedStages(); !released.ok()) return released.status();
   return dp;
 }
 
@@ -152,12 +257,23 @@ absl::Status Datapath::DetachXdp() { return DetachXdpLink(LinkPinPath(kXdpLinkNa
 absl::Status Datapath::AttachPod(int host_ifindex) {
   // The pod's ingress policy point first: the pod sends nothing before both are in place.
   if (auto st = AttachTc(host_ifindex, TcDirection::kEgress, to_pod_fd()); !st.ok()) return st;
-  return AttachTc(host_ifindex, TcDirection::kIngress, from_pod_fd());
+  if (auto st = AttachTc(host_ifindex, TcDirection::kIngress, from_pod_fd()); !st.ok()) return st;
+  ReleaseAfterAttach();
+  return absl::OkStatus();
+}
+
+void Datapath::ReleaseAfterAttach() {
+  // The device's earlier entry program may have been the last user of an older build's stages.
+  if (auto released = ReleaseReplacedStages(); !released.ok()) {
+    spdlog::warn("release replaced stages: {}", released.status().ToString());
+  }
 }
 
 absl::Status Datapath::AttachNative(int ifindex) {
   if (auto st = AttachTc(ifindex, TcDirection::kIngress, from_net_fd()); !st.ok()) return st;
-  return AttachTc(ifindex, TcDirection::kEgress, to_net_fd());
+  if (auto st = AttachTc(ifindex, TcDirection::kEgress, to_net_fd()); !st.ok()) return st;
+  ReleaseAfterAttach();
+  return absl::OkStatus();
 }
 
 absl::Status Datapath::DetachNative(int ifindex) {
@@ -166,7 +282,9 @@ absl::Status Datapath::DetachNative(int ifindex) {
 }
 
 absl::Status Datapath::AttachOverlay(int ifindex) {
-  return AttachTc(ifindex, TcDirection::kIngress, from_overlay_fd());
+  if (auto st = AttachTc(ifindex, TcDirection::kIngress, from_overlay_fd()); !st.ok()) return st;
+  ReleaseAfterAttach();
+  return absl::OkStatus();
 }
 
 std::string Datapath::LinkPinPath(const char* link_name) const {

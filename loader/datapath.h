@@ -33,6 +33,13 @@ SLUICE_SKELETON_OPS(sluice_sock_lb);
 SLUICE_SKELETON_OPS_KERN_CTX(sluice_overlay);
 SLUICE_SKELETON_OPS(sluice_xdp);
 
+// Program arrays of objects with stages (bpf/lib/stages.h) are pinned under <bpffs root>/stages/,
+// one pin per load, named <array>_<map id>: unpinned, the kernel would empty an array once the
+// agent that loaded it exits, and every packet of its entry program would be a missing_stage
+// drop. A load's array is its own and never reused, so an entry program only ever calls stages
+// of its own build.
+inline constexpr char kStagesDir[] = "stages";
+
 // The pin (under <bpffs root>/links/) of the native device's XDP link.
 inline constexpr char kXdpLinkName[] = "sluice_xdp_net";
 
@@ -87,6 +94,13 @@ class Datapath {
   // Pod programs on a pod's host-side veth: what the pod sends (TC ingress) and what the node's
   // stack delivers to it (TC egress, the pod's ingress policy).
   [[nodiscard]] absl::Status AttachPod(int host_ifindex);
+  // Unpins the program arrays of earlier loads (kStagesDir) that no entry program uses any more
+  // (every device that ran it now runs this load's). Called by Load and after each Attach* of a
+  // TC program with stages, so the arrays of a replaced build go once its last entry program is
+  // gone. A replaced filter lets its program go after an RCU grace period, so the array of the
+  // last device replaced stays pinned until the next attach or agent start (an array and its
+  // stages, never called). Returns how many went.
+  [[nodiscard]] absl::StatusOr<int> ReleaseReplacedStages();
   // Masquerade programs on the native device (egress) and their reverse (ingress).
   [[nodiscard]] absl::Status AttachNative(int ifindex);
   [[nodiscard]] absl::Status DetachNative(int ifindex);
@@ -166,8 +180,10 @@ class Datapath {
 
  private:
   Datapath() = default;
+  void ReleaseAfterAttach();  // ReleaseReplacedStages, a failure logged
 
   std::string root_;
+  std::vector<std::string> stage_pins_;  // this load's program arrays (kStagesDir)
   std::unique_ptr<Skeleton<sluice_pod_egress>> pod_egress_;
   std::unique_ptr<Skeleton<sluice_netdev>> netdev_;
   std::unique_ptr<Skeleton<sluice_sock_lb>> sock_lb_;

@@ -34,6 +34,8 @@ enum sluice_drop_reason {
 	SLUICE_DROP_TO_GATEWAY = 20,      /* a pod's packet to its gateway address that is no echo
 					     request (answered in BPF) and no reply of a hairpinned
 					     flow: the gateway is no host, nothing may leave for it */
+	SLUICE_DROP_MISSING_STAGE = 21,   /* a tail call into the next stage of a program failed:
+					     the program array's slot is empty (bpf/lib/stages.h) */
 	SLUICE_DROP_MAX = 32,             /* size of sluice_drops; keep last */
 };
 
@@ -87,6 +89,7 @@ static inline const char *sluice_drop_reason_name(unsigned int reason)
 	case SLUICE_DROP_POLICY_DENIED: return "policy_denied";
 	case SLUICE_DROP_FRAG_NEEDED: return "frag_needed";
 	case SLUICE_DROP_TO_GATEWAY: return "to_gateway";
+	case SLUICE_DROP_MISSING_STAGE: return "missing_stage";
 	default: return (const char *)0;
 	}
 }

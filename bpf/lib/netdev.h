@@ -10,6 +10,7 @@
 
 #include "lib/fwd.h"
 #include "lib/lb.h"
+#include "lib/stages.h"
 
 /* Arriving overlay packets, VXLAN to this node's address on the tunnel port (the overlay's
  * socket owns it): nothing for the native device's paths, whose lookups would all miss (what
@@ -201,31 +202,68 @@ static __always_inline int netdev_unmasquerade(struct sluice_ctx *ctx, struct pk
 	return CTX_ACT_OK;
 }
 
-/* Ingress of the native device. Returns a verdict or minus a drop reason. */
-static __always_inline int netdev_from_net(struct sluice_ctx *ctx, struct pkt4 *pkt)
+/* Ingress of the native device (and of the overlay device), its entry stage: traffic for this
+ * node's pod range is delivered here; a TCP/UDP packet for anything else may be a frontend's and
+ * moves to the Service stage (netdev_from_net_lb4), any other packet to the node's address to
+ * the masquerade stage (netdev_from_net_nat4), through `stages` (enum sluice_net_stage); the rest
+ * goes to a pod here or passes. Returns a verdict or minus a drop reason. */
+static __always_inline int netdev_from_net(struct sluice_ctx *ctx, struct pkt4 *pkt, void *stages)
 {
 	const struct sluice_node_config *cfg = node_config();
-	const struct sluice_lb4_service *svc;
-	struct sluice_lb4_key key;
+	struct stage4_state *st;
 	struct ct4_pkt cp;
-	int frontend;
+	int tuple;
 
 	if (netdev_tunnel_packet(cfg, pkt))
 		return CTX_ACT_OK;
 	/* This node's pod range holds no frontend (ClusterIPs are in the service range, NodePorts
 	 * on the node's address; an ExternalIP or LoadBalancer IP there would be a pod's address):
-	 * its traffic needs no service lookup. */
-	if (cfg && cfg->pod_cidr4_len &&
-	    ip4_in_prefix(pkt->daddr, cfg->pod_cidr4, cfg->pod_cidr4_len))
-		return netdev_to_pod(ctx, pkt);
-	if (ct4_tuple(pkt, &cp) == CT4_TUPLE) {
-		frontend = lb4_frontend(&cp, cfg, &key, &svc);
-		if (frontend != LB4_NONE)
-			return netdev_to_service(ctx, pkt, &cp, cfg, frontend, &key, svc);
+	 * its traffic needs no service lookup. One call of netdev_to_pod, so that the verifier
+	 * walks it once. */
+	if (!cfg || !cfg->pod_cidr4_len ||
+	    !ip4_in_prefix(pkt->daddr, cfg->pod_cidr4, cfg->pod_cidr4_len)) {
+		tuple = ct4_tuple(pkt, &cp) == CT4_TUPLE;
+		if (tuple || (cfg && pkt->daddr == cfg->node_ip4)) {
+			st = stage4_state();
+			if (!st)
+				return -SLUICE_DROP_MISSING_STAGE; /* a per-CPU array's only entry */
+			st->pkt = *pkt;
+			if (tuple)
+				return stage_call(ctx, stages, SLUICE_NET_STAGE_LB4);
+			return stage_call(ctx, stages, SLUICE_NET_STAGE_NAT4);
+		}
 	}
+	return netdev_to_pod(ctx, pkt);
+}
+
+/* The Service stage of the native device's ingress: a frontend's packet is balanced; what is no
+ * frontend's goes to a pod here, or, for the node's address, to the masquerade stage. Returns a
+ * verdict or minus a drop reason. */
+static __always_inline int netdev_from_net_lb4(struct sluice_ctx *ctx, struct stage4_state *st,
+					       void *stages)
+{
+	const struct sluice_node_config *cfg = node_config();
+	const struct sluice_lb4_service *svc;
+	struct sluice_lb4_key key;
+	struct pkt4 *pkt = &st->pkt;
+	struct ct4_pkt cp;
+	int frontend;
+
+	if (ct4_tuple(pkt, &cp) != CT4_TUPLE)
+		return -SLUICE_DROP_INVALID_PACKET; /* the entry calls this stage for tuples only */
+	frontend = lb4_frontend(&cp, cfg, &key, &svc);
+	if (frontend != LB4_NONE)
+		return netdev_to_service(ctx, pkt, &cp, cfg, frontend, &key, svc);
 	if (!cfg || pkt->daddr != cfg->node_ip4)
 		return netdev_to_pod(ctx, pkt);
-	return netdev_unmasquerade(ctx, pkt);
+	return stage_call(ctx, stages, SLUICE_NET_STAGE_NAT4);
+}
+
+/* The masquerade stage of the native device's ingress: a packet to the node's address. Returns a
+ * verdict or minus a drop reason. */
+static __always_inline int netdev_from_net_nat4(struct sluice_ctx *ctx, struct stage4_state *st)
+{
+	return netdev_unmasquerade(ctx, &st->pkt);
 }
 
 #endif

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -20,6 +21,7 @@
 #include "loader/tc.h"
 #include "loader/uninstall.h"
 #include "loader/xdp.h"
+#include "maps/stages.h"
 #include "support/fixture.h"
 
 namespace sluice::testing {
@@ -287,16 +289,38 @@ TEST(Datapath, AnOlderAgentsPreallocatedConntrackIsKeptWithItsFlows) {
   sluice_ct4_entry seen{};
   ASSERT_EQ(bpf_map_lookup_elem((*dp)->ct4().fd(), &key, &seen), 0) << "the live flow was lost";
   EXPECT_EQ(seen.backend_addr, flow.backend_addr);
-  // The loaded programs use the kept map.
-  bpf_prog_info prog{};
-  uint32_t len = sizeof(prog);
-  std::vector<uint32_t> map_ids(64);
-  prog.nr_map_ids = map_ids.size();
-  prog.map_ids = reinterpret_cast<uintptr_t>(map_ids.data());
-  ASSERT_EQ(bpf_obj_get_info_by_fd((*dp)->from_pod_fd(), &prog, &len), 0) << strerror(errno);
-  map_ids.resize(std::min<size_t>(prog.nr_map_ids, map_ids.size()));
+  // The loaded programs use the kept map: sluice_from_pod's Service stage, the program in the
+  // slot of the program array the entry uses (bpf/lib/stages.h).
+  auto map_ids_of = [](int prog_fd) {
+    bpf_prog_info prog{};
+    uint32_t len = sizeof(prog);
+    std::vector<uint32_t> ids(64);
+    prog.nr_map_ids = ids.size();
+    prog.map_ids = reinterpret_cast<uintptr_t>(ids.data());
+    EXPECT_EQ(bpf_obj_get_info_by_fd(prog_fd, &prog, &len), 0) << strerror(errno);
+    ids.resize(std::min<size_t>(prog.nr_map_ids, ids.size()));
+    return ids;
+  };
+  uint32_t lb_stage_id = 0;
+  for (uint32_t map_id : map_ids_of((*dp)->from_pod_fd())) {
+    int fd = bpf_map_get_fd_by_id(map_id);
+    ASSERT_GE(fd, 0) << strerror(errno);
+    bpf_map_info info{};
+    uint32_t len = sizeof(info);
+    ASSERT_EQ(bpf_obj_get_info_by_fd(fd, &info, &len), 0) << strerror(errno);
+    uint32_t slot = SLUICE_POD_STAGE_LB4;
+    if (info.type == BPF_MAP_TYPE_PROG_ARRAY) {
+      EXPECT_EQ(bpf_map_lookup_elem(fd, &slot, &lb_stage_id), 0) << strerror(errno);
+    }
+    close(fd);
+  }
+  ASSERT_NE(lb_stage_id, 0u) << "sluice_from_pod has no Service stage";
+  int lb_stage = bpf_prog_get_fd_by_id(lb_stage_id);
+  ASSERT_GE(lb_stage, 0) << strerror(errno);
+  auto map_ids = map_ids_of(lb_stage);
+  close(lb_stage);
   EXPECT_NE(std::find(map_ids.begin(), map_ids.end(), old_id), map_ids.end())
-      << "sluice_from_pod does not use the kept sluice_ct4";
+      << "sluice_from_pod's Service stage does not use the kept sluice_ct4";
 }
 
 // sluice_lb4_be through its memory mapping, as the agent writes it, and through the syscalls, as
@@ -427,6 +451,67 @@ TEST(Tc, ReattachFromANewLoadReplacesTheProgramInPlace) {
   old_dp->reset();
   EXPECT_EQ(*loader::AttachedTcProgram(Ifindex(), loader::TcDirection::kEgress), new_id);
   ASSERT_TRUE((*new_dp)->DetachNative(Ifindex()).ok());
+}
+
+// The pins of <root>/stages/ (loader/datapath.h kStagesDir).
+std::vector<std::string> StagePins(const std::string& root) {
+  std::vector<std::string> pins;
+  for (const auto& e : std::filesystem::directory_iterator(root + "/" + loader::kStagesDir))
+    pins.push_back(e.path().filename());
+  std::sort(pins.begin(), pins.end());
+  return pins;
+}
+
+// The program in `slot` of the program array pinned at `pin` (0: empty).
+uint32_t StageAt(const std::string& pin, uint32_t slot) {
+  int fd = bpf_obj_get(pin.c_str());
+  EXPECT_GE(fd, 0) << pin << ": " << strerror(errno);
+  uint32_t id = 0;
+  if (bpf_map_lookup_elem(fd, &slot, &id) != 0) id = 0;
+  close(fd);
+  return id;
+}
+
+TEST(Stages, AnAttachedProgramsStagesOutliveItsAgentAndGoOnceAnUpgradeReplacesIt) {
+  ScratchBpffs fs;
+  const std::string dir = fs.path() + "/" + loader::kStagesDir + "/";
+  auto old_dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(old_dp.ok()) << old_dp.status();
+  ASSERT_TRUE((*old_dp)->AttachPod(Ifindex()).ok());
+  const auto old_pins = StagePins(fs.path());  // sluice_pod_egress, sluice_netdev, sluice_overlay
+  ASSERT_EQ(old_pins.size(), 3u);
+  std::string old_pod;
+  for (const auto& p : old_pins)
+    if (p.rfind("sluice_pod_stages_", 0) == 0) old_pod = dir + p;
+  ASSERT_FALSE(old_pod.empty());
+  // The agent exits: the attached sluice_from_pod still calls its stage (an array nobody holds
+  // open would be emptied by the kernel, and every packet a missing_stage drop).
+  old_dp->reset();
+  EXPECT_NE(StageAt(old_pod, SLUICE_POD_STAGE_LB4), 0u);
+
+  // An upgraded agent loads its own arrays; the old pod array stays while the old entry program
+  // runs on the device, the others (attached nowhere) go at once.
+  auto new_dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(new_dp.ok()) << new_dp.status();
+  auto pins = StagePins(fs.path());
+  EXPECT_EQ(pins.size(), 4u);
+  EXPECT_NE(std::find(pins.begin(), pins.end(), old_pod.substr(dir.size())), pins.end());
+  ASSERT_TRUE((*new_dp)->AttachPod(Ifindex()).ok());
+  // The replaced filter lets its program go after an RCU grace period, so the attach's own
+  // release may come too early; the next attach (or agent start) releases it, as this does.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (StagePins(fs.path()).size() > 3 && std::chrono::steady_clock::now() < deadline) {
+    ASSERT_TRUE((*new_dp)->ReleaseReplacedStages().ok());
+  }
+  pins = StagePins(fs.path());
+  EXPECT_EQ(pins.size(), 3u);
+  EXPECT_EQ(std::find(pins.begin(), pins.end(), old_pod.substr(dir.size())), pins.end())
+      << "the replaced build's pod stages are still pinned";
+  for (const auto& p : pins) EXPECT_NE(StageAt(dir + p, SLUICE_POD_STAGE_LB4), 0u) << p;
+  EXPECT_EQ(*loader::AttachedTcProgram(Ifindex(), loader::TcDirection::kIngress),
+            *loader::ProgramId((*new_dp)->from_pod_fd()));
+  ASSERT_TRUE(loader::DetachTc(Ifindex(), loader::TcDirection::kIngress).ok());
+  ASSERT_TRUE(loader::DetachTc(Ifindex(), loader::TcDirection::kEgress).ok());
 }
 
 TEST(Tc, DetachIsIdempotentAndQueryReportsAbsence) {
