@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
-#include "absl/time/clock.h"
+#include "agent/base/clock.h"
 #include "agent/base/deadline.h"
 #include "agent/base/files.h"
 
@@ -27,16 +27,16 @@ namespace sluice::bench {
 inline void WriteAll(int fd, const void* data, size_t n) {
   absl::Status st =
       agent::WriteAll(fd, absl::string_view(static_cast<const char*>(data), n), "pipe write");
-  if (!st.ok()) PipeDie("pipe write", std::string(st.message()).c_str());
+  if (!st.ok()) PipeDie("child pipe", std::string(st.message()).c_str());
 }
 
 // Reads exactly n bytes, waiting at most `timeout_s` overall. False on EOF/timeout.
 inline bool ReadAll(int fd, void* data, size_t n, int timeout_s) {
   char* p = static_cast<char*>(data);
-  // Wall time: the benchmark's parent has no clock of its own to inject.
-  const absl::Time deadline = absl::Now() + absl::Seconds(timeout_s);
+  const Clock& clock = *RealClock::Get();
+  const absl::Time deadline = clock.Now() + absl::Seconds(timeout_s);
   while (n > 0) {
-    const int left = PollTimeoutMs(deadline, absl::Now());
+    const int left = PollTimeoutMs(deadline, clock.Now());
     if (left == 0) return false;
     pollfd pfd{fd, POLLIN, 0};
     int pr = ::poll(&pfd, 1, left);
