@@ -13,7 +13,7 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "cni/strings.h"
+#include "cni/protocol/strings.h"
 
 namespace sluice::cni {
 namespace {

@@ -17,11 +17,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "agent/base/version.h"
-#include "agent/endpoint/api_protocol.h"
 #include "cni/agent_client.h"
-#include "cni/endpoint_protocol.h"
-#include "cni/netconf.h"
-#include "cni/strings.h"
+#include "cni/protocol/messages.h"
+#include "cni/protocol/netconf.h"
+#include "cni/protocol/strings.h"
+#include "cni/protocol/wire.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::cni {

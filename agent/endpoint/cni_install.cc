@@ -20,7 +20,7 @@
 
 namespace sluice::agent {
 std::string RenderConflist(const CniInstallOptions& o) {
-  nlohmann::json plugin = {{"type", "sluice"}};
+  nlohmann::json plugin = {{"type", api::kPluginType}};
   if (!o.socket_path.empty()) plugin["socketPath"] = o.socket_path;
   if (o.mtu > 0) plugin["mtu"] = o.mtu;
   nlohmann::json conflist = {
@@ -32,7 +32,7 @@ std::vector<std::string> RequiredCniBinaries(const CniInstallOptions& o) {
   std::vector<std::string> out = {"loopback"};
   for (const auto& plugin : nlohmann::json::parse(RenderConflist(o))["plugins"]) {
     const std::string type = plugin.value("type", "");
-    if (type != kPluginName && std::find(out.begin(), out.end(), type) == out.end()) {
+    if (type != api::kPluginType && std::find(out.begin(), out.end(), type) == out.end()) {
       out.push_back(type);
     }
   }
@@ -109,7 +109,7 @@ absl::StatusOr<ForeignConfigReport> InstallCni(const CniInstallOptions& o) {
     return absl::NotFoundError(absl::StrCat("CNI plugin binary ", o.plugin_source, " not found"));
   }
   std::string binary((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (auto st = WriteFileAtomically(o.bin_dir, kPluginName, binary, 0755); !st.ok()) return st;
+  if (auto st = WriteFileAtomically(o.bin_dir, api::kPluginType, binary, 0755); !st.ok()) return st;
   if (auto st = WriteFileAtomically(o.conf_dir, kConflistName, RenderConflist(o), 0644); !st.ok()) {
     return st;
   }
@@ -118,7 +118,7 @@ absl::StatusOr<ForeignConfigReport> InstallCni(const CniInstallOptions& o) {
 }
 
 absl::Status UninstallCni(const CniInstallOptions& o) {
-  for (const auto& path : {o.conf_dir + "/" + kConflistName, o.bin_dir + "/" + kPluginName}) {
+  for (const auto& path : {o.conf_dir + "/" + kConflistName, o.bin_dir + "/" + api::kPluginType}) {
     if (::unlink(path.c_str()) == 0) {
       spdlog::info("uninstall: removed {}", path);
     } else if (errno != ENOENT) {

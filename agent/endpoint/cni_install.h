@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cni/protocol/wire.h"
 
 namespace sluice::agent {
 
@@ -25,7 +26,6 @@ struct CniInstallOptions {
 };
 
 inline constexpr char kConflistName[] = "05-sluice.conflist";
-inline constexpr char kPluginName[] = "sluice";
 inline constexpr char kBackupSuffix[] = ".sluice_bak";
 
 // The binaries the runtime will run besides Sluice's own plugin: every other type the

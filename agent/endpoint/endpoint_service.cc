@@ -10,8 +10,8 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "agent/endpoint/api_protocol.h"
 #include "agent/kernel/netns.h"
+#include "cni/protocol/wire.h"
 #include "loader/tc.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -283,37 +283,40 @@ absl::Status EndpointService::CheckNetnsFd(const cni::EndpointRequest& req, int 
   return absl::OkStatus();
 }
 
-nlohmann::json EndpointService::Handle(const nlohmann::json& request, int netns_fd) {
-  auto req = cni::ParseEndpointRequest(request.dump());
-  if (!req.ok()) return nlohmann::json::parse(cni::EncodeFailureReply(req.status()));
-  auto conf = cni::NetConfFromJson(req->config);
-  if (!conf.ok()) return nlohmann::json::parse(cni::EncodeFailureReply(conf.status()));
+cni::EndpointReply EndpointService::Handle(const cni::EndpointRequest& req, int netns_fd) {
+  // The server decoded `req` with these checks; they are repeated here, where the container ID
+  // and interface name become file and link names, for whoever else builds a request.
+  if (absl::Status valid = cni::ValidateAttachmentParameters(req); !valid.ok()) {
+    return cni::FailureReply(valid);
+  }
+  auto conf = cni::NetConfFromJson(req.config);
+  if (!conf.ok()) return cni::FailureReply(conf.status());
 
-  absl::Status st = CheckNetnsFd(*req, netns_fd);
+  absl::Status st = CheckNetnsFd(req, netns_fd);
   nlohmann::json result = nullptr;
   if (!st.ok()) {
     // Refused before any handler ran.
-  } else if (req->command == cni::kCommandAdd) {
-    auto r = Add(*req, *conf, netns_fd);
+  } else if (req.command == cni::kCommandAdd) {
+    auto r = Add(req, *conf, netns_fd);
     if (r.ok()) result = cni::FormatResult(*r, conf->cni_version);
     st = r.status();
-  } else if (req->command == cni::kCommandDel) {
-    st = Del(*req, *conf);
-  } else if (req->command == cni::kCommandCheck) {
-    st = Check(*req, *conf, netns_fd);
-  } else if (req->command == cni::kCommandGc) {
+  } else if (req.command == cni::kCommandDel) {
+    st = Del(req, *conf);
+  } else if (req.command == cni::kCommandCheck) {
+    st = Check(req, *conf, netns_fd);
+  } else if (req.command == cni::kCommandGc) {
     st = Gc(*conf);
-  } else if (req->command == cni::kCommandStatus) {
+  } else if (req.command == cni::kCommandStatus) {
     st = Status();
   } else {
     st = cni::CniStatus(api::kCniInvalidEnvironment,
-                        absl::StrCat("unsupported command ", req->command));
+                        absl::StrCat("unsupported command ", req.command));
   }
   if (!st.ok()) {
-    spdlog::warn("{} {}/{}: {}", req->command, req->container_id, req->if_name, st.ToString());
-    return nlohmann::json::parse(cni::EncodeFailureReply(st));
+    spdlog::warn("{} {}/{}: {}", req.command, req.container_id, req.if_name, st.ToString());
+    return cni::FailureReply(st);
   }
-  return nlohmann::json::parse(cni::EncodeSuccessReply(result));
+  return cni::SuccessReply(std::move(result));
 }
 
 cni::ResultV1 EndpointService::ResultFor(const Endpoint& ep) const {

@@ -1,6 +1,7 @@
 // The node's pod endpoints: what CNI ADD, DEL, CHECK, GC and STATUS do, from the address to the
-// veth, the endpoint map entry and the attached program. The endpoint API server calls Handle();
-// ADD answers only once the pod's datapath is in place.
+// veth, the endpoint map entry and the attached program. The endpoint API server decodes each
+// request (cni/protocol/messages.h) and calls Handle() with it; ADD answers only once the pod's
+// datapath is in place.
 #pragma once
 
 #include <memory>
@@ -17,10 +18,9 @@
 #include "agent/endpoint/ipam.h"
 #include "agent/endpoint/link_reaper.h"
 #include "agent/kernel/netlink.h"
-#include "cni/endpoint_protocol.h"
-#include "cni/netconf.h"
+#include "cni/protocol/messages.h"
+#include "cni/protocol/netconf.h"
 #include "loader/datapath.h"
-#include "nlohmann/json_fwd.hpp"
 
 namespace sluice::agent {
 
@@ -151,13 +151,13 @@ class EndpointService {
   // Set once, before serving (after Restore: restored endpoints keep their pinned state).
   void SetPolicyHook(EndpointPolicyHook* hook) { policy_hook_ = hook; }
 
-  // The endpoint API handler: one protocol request in, one reply out. Never throws. `netns_fd`
+  // The endpoint API handler: one decoded request in, one reply out. Never throws. `netns_fd`
   // is the descriptor the request carried (-1: none), the pod's network namespace as sluice-cni
   // opened it: ADD and CHECK use it and never open CNI_NETNS themselves; the caller closes it.
   // A request that declares one ("netnsFd") must carry it, and one that does not must carry
   // none (code 4). ADD and CHECK of a plugin that passes none (older than this agent) open the
   // path, as before.
-  nlohmann::json Handle(const nlohmann::json& request, int netns_fd = -1);
+  [[nodiscard]] cni::EndpointReply Handle(const cni::EndpointRequest& request, int netns_fd = -1);
 
   [[nodiscard]] absl::StatusOr<cni::ResultV1> Add(const cni::EndpointRequest& req,
                                                   const cni::NetConf& conf, int netns_fd = -1);

@@ -16,7 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/base/files.h"
-#include "cni/netconf.h"
+#include "cni/protocol/netconf.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 

@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "agent/metrics/agent_metrics.h"
-#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {
@@ -83,10 +82,10 @@ absl::StatusOr<std::unique_ptr<api::EndpointApiServer>> ServeEndpointApi(
   options.socket_path = socket_path;
   auto server = std::make_unique<api::EndpointApiServer>(options);
   // The request's descriptor (the pod's netns) goes to the service beside the instrumented call.
-  if (auto st = server->Start([&service](const nlohmann::json& req, int netns_fd) {
-        return metrics::InstrumentEndpointApi(
-            [&](const nlohmann::json& r) { return service.Handle(r, netns_fd); })(req);
-      });
+  if (auto st = server->Start(metrics::InstrumentEndpointApi(
+          [&service](const cni::EndpointRequest& req, int netns_fd) {
+            return service.Handle(req, netns_fd);
+          }));
       !st.ok()) {
     return StartError(st, "start endpoint API");
   }

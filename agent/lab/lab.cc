@@ -25,12 +25,14 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "agent/lab/apiserver.h"
-#include "agent/lab/kubelet.h"
-#include "agent/lab/probe.h"
-#include "agent/lab/process.h"
-#include "agent/lab/supervisor.h"
-#include "agent/lab/workloads.h"
+#include "agent/base/errno.h"
+#include "agent/base/files.h"
+#include "agent/lab/apiserver/apiserver.h"
+#include "agent/lab/network/probe.h"
+#include "agent/lab/node/kubelet.h"
+#include "agent/lab/tools/process.h"
+#include "agent/lab/workloads/supervisor.h"
+#include "agent/lab/workloads/workloads.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -49,17 +51,12 @@ std::string ReadFile(const std::string& path) {
   return ss.str();
 }
 
-absl::Status WriteFileAtomically(const std::string& path, const std::string& content) {
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << content;
-    if (!out) return absl::InternalError(absl::StrCat("write ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
+// The lab's own files (controlplane.pid, status.json, ready, agent.hold), replaced whole so a
+// reader never sees half of one. They live under /run, which a reboot clears: no fsync.
+absl::Status WriteLabFile(const std::string& path, const std::string& content) {
+  const fs::path p(path);
+  return agent::WriteFileAtomically(p.parent_path().string(), p.filename().string(), content, 0644,
+                                    agent::Durability::kProcessCrash);
 }
 
 std::string Tail(const std::string& path, size_t bytes = 3000) {
@@ -83,7 +80,7 @@ class TcpForwarder {
   absl::Status Start(const std::string& target_netns_path, const std::string& target_ip,
                      int target_port) {
     netns_fd_ = open(target_netns_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (netns_fd_ < 0) return absl::InternalError(absl::StrCat("open ", target_netns_path));
+    if (netns_fd_ < 0) return ErrnoStatus(errno, absl::StrCat("open ", target_netns_path));
     target_ = {};
     target_.sin_family = AF_INET;
     target_.sin_port = htons(target_port);
@@ -96,10 +93,10 @@ class TcpForwarder {
     if (bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
         listen(listen_fd_, 128) != 0 ||
         getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-      return absl::InternalError(absl::StrCat("listen on 127.0.0.1: ", strerror(errno)));
+      return ErrnoStatus(errno, "listen on 127.0.0.1");
     }
     port_ = ntohs(addr.sin_port);
-    if (pipe2(stop_pipe_, O_CLOEXEC) != 0) return absl::InternalError("pipe");
+    if (pipe2(stop_pipe_, O_CLOEXEC) != 0) return ErrnoStatus(errno, "pipe");
     thread_ = std::thread([this] { AcceptLoop(); });
     return absl::OkStatus();
   }
@@ -331,7 +328,7 @@ absl::StatusOr<std::string> Up(const UpOptions& options, const std::string& self
                         absl::StrCat(st.message(), "\n--- controlplane.log ---\n", tail));
   };
   if (!pid.ok()) return fail(pid.status());
-  if (auto st = WriteFileAtomically(topology->dir + "/controlplane.pid", absl::StrCat(*pid, "\n"));
+  if (auto st = WriteLabFile(topology->dir + "/controlplane.pid", absl::StrCat(*pid, "\n"));
       !st.ok()) {
     return fail(st);
   }
@@ -423,7 +420,7 @@ int RunControlPlane(const std::string& name, bool no_agents) {
                    {"apiserverUnderlay", api.url()},
                    {"nodes", nodes},
                    {"pods", pods}};
-    WriteFileAtomically(t.dir + "/status.json", status.dump(2) + "\n").IgnoreError();
+    WriteLabFile(t.dir + "/status.json", status.dump(2) + "\n").IgnoreError();
   };
 
   auto run = [&]() -> absl::Status {
@@ -513,7 +510,7 @@ int RunControlPlane(const std::string& name, bool no_agents) {
         &store, t, KubeletOptions{.netexec_binary = SelfExe(), .on_change = write_status});
     if (auto st = kubelet->Start(); !st.ok()) return st;
     write_status();
-    return WriteFileAtomically(t.dir + "/ready", KubeconfigPath(t.lab) + "\n");
+    return WriteLabFile(t.dir + "/ready", KubeconfigPath(t.lab) + "\n");
   };
 
   absl::Status st = run();
@@ -542,10 +539,10 @@ int RunControlPlane(const std::string& name, bool no_agents) {
             a.held = fs::exists(AgentHoldPath(a.node->dir));
             a.restart_at = a.backoff.Exited(now);
             changed = true;
-            spdlog::error("agent of {} (pid {}) exited with {}: {}", a.node->name, a.pid, *code,
-                          a.held ? "held down (agent.hold)"
-                                 : absl::StrCat("restarting in ",
-                                                absl::FormatDuration(a.restart_at - now)));
+            spdlog::error(
+                "agent of {} (pid {}) exited with {}: {}", a.node->name, a.pid, *code,
+                a.held ? "held down (agent.hold)"
+                       : absl::StrCat("restarting in ", absl::FormatDuration(a.restart_at - now)));
           }
           continue;
         }
@@ -657,11 +654,11 @@ absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann:
   }
   std::string server = kc["clusters"][0]["cluster"]["server"].as<std::string>("");
   std::string ca;
-  absl::Base64Unescape(kc["clusters"][0]["cluster"]["certificate-authority-data"].as<std::string>(""),
-                       &ca);
+  absl::Base64Unescape(
+      kc["clusters"][0]["cluster"]["certificate-authority-data"].as<std::string>(""), &ca);
   std::string token = kc["users"][0]["user"]["token"].as<std::string>("");
-  std::string hostport = server.substr(server.find("://") == std::string::npos
-                                          ? 0 : server.find("://") + 3);
+  std::string hostport =
+      server.substr(server.find("://") == std::string::npos ? 0 : server.find("://") + 3);
   int port = 0;
   if (hostport.rfind(':') == std::string::npos ||
       !absl::SimpleAtoi(hostport.substr(hostport.rfind(':') + 1), &port)) {
@@ -681,7 +678,8 @@ absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann:
   cli.set_read_timeout(30);
   auto res = cli.Post("/lab/faults", body.dump(), "application/json");
   if (!res) {
-    return absl::UnavailableError(absl::StrCat("POST /lab/faults: ", httplib::to_string(res.error())));
+    return absl::UnavailableError(
+        absl::StrCat("POST /lab/faults: ", httplib::to_string(res.error())));
   }
   if (res->status != 200) {
     return absl::FailedPreconditionError(absl::StrCat("HTTP ", res->status, ": ", res->body));
@@ -715,7 +713,7 @@ absl::StatusOr<std::string> AgentAction(const std::string& lab, const std::strin
     fs::remove(AgentHoldPath(n->dir));
   } else if (action == "kill" || action == "restart" || action == "stop") {
     if (action == "stop") {
-      if (auto st = WriteFileAtomically(AgentHoldPath(n->dir), "held by sluice-lab agent stop\n");
+      if (auto st = WriteLabFile(AgentHoldPath(n->dir), "held by sluice-lab agent stop\n");
           !st.ok()) {
         return st;
       }

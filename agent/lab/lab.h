@@ -9,7 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "agent/lab/topology.h"
+#include "agent/lab/network/topology.h"
 #include "nlohmann/json.hpp"
 
 namespace sluice::lab {
@@ -21,7 +21,7 @@ struct UpOptions {
   int nodes = 2;
   absl::Duration timeout = absl::Seconds(90);  // API answering and every agent ready
   // Nodes without agents (and without the lab's pod CIDR allocator): Sluice is then installed
-  // from the Helm chart with kubectl, its DaemonSet and operator run by the lab (workloads.h).
+  // from the Helm chart with kubectl, its DaemonSet and operator run by the lab (workloads/).
   bool no_agents = false;
 };
 
@@ -54,8 +54,9 @@ absl::StatusOr<std::string> ResolveLab(const std::string& flag);
 // "external" | "node/NODE" | "NAMESPACE/POD" -> the network namespace's path.
 absl::StatusOr<std::string> ResolveNetns(const Topology& topology, const std::string& from);
 std::string KubeconfigPath(const std::string& lab);
-// POSTs `body` ({"action": "cut-watches" | "expire-watches" | "stall" | "go-away" | "compact", ...})
-// to the admin endpoint /lab/faults of the apiserver `kubeconfig` points at; returns the body.
+// POSTs `body` ({"action": "cut-watches" | "expire-watches" | "stall" | "go-away" | "compact",
+// ...}) to the admin endpoint /lab/faults of the apiserver `kubeconfig` points at; returns the
+// body.
 absl::StatusOr<std::string> Fault(const std::string& kubeconfig, const nlohmann::json& body);
 
 // `sluice-lab agent ACTION --node NODE`: what the control plane's supervisor does to one node's

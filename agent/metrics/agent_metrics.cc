@@ -22,16 +22,13 @@ void ObserveReconcile(const std::string& subsystem, absl::Duration took, bool ok
 }
 
 EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registry) {
-  return [handler = std::move(handler), &registry](const nlohmann::json& req) {
+  return [handler = std::move(handler), &registry](const cni::EndpointRequest& req, int fd) {
     const absl::Time start = absl::Now();
-    nlohmann::json reply = handler(req);
-    std::string command = "unknown";
-    if (req.is_object() && req.contains("command") && req["command"].is_string()) {
-      command = req["command"].get<std::string>();
-      if (command != "ADD" && command != "DEL" && command != "CHECK" && command != "GC" &&
-          command != "STATUS") {
-        command = "unknown";  // keeps the label set bounded whatever a client sends
-      }
+    cni::EndpointReply reply = handler(req, fd);
+    std::string command = req.command;
+    if (command != "ADD" && command != "DEL" && command != "CHECK" && command != "GC" &&
+        command != "STATUS") {
+      command = "unknown";  // keeps the label set bounded whatever a client sends
     }
     Labels l = {{"command", command}};
     registry
@@ -42,8 +39,7 @@ EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registr
         .Observe(absl::ToDoubleSeconds(absl::Now() - start));
     Counter& errors = registry.GetCounter("sluice_cni_request_errors_total",
                                           "CNI requests answered with an error, per command", l);
-    bool ok = reply.is_object() && reply.value("ok", false);
-    if (!ok) errors.Inc();
+    if (!reply.ok) errors.Inc();
     return reply;
   };
 }

@@ -8,7 +8,7 @@
 
 #include "absl/time/time.h"
 #include "agent/metrics/registry.h"
-#include "nlohmann/json_fwd.hpp"
+#include "cni/protocol/messages.h"
 
 namespace sluice::agent {
 class KubernetesState;
@@ -24,9 +24,11 @@ inline constexpr absl::Duration kLoopWedgedAfter = absl::Minutes(3);
 void ObserveReconcile(const std::string& subsystem, absl::Duration took, bool ok,
                       Registry& registry = Default());
 
-// Wraps the endpoint API's handler: sluice_cni_request_duration_seconds{command} and
-// sluice_cni_request_errors_total{command} (a reply with "ok": false).
-using EndpointHandler = std::function<nlohmann::json(const nlohmann::json&)>;
+// Wraps the endpoint API's handler (agent/endpoint/api_server.h):
+// sluice_cni_request_duration_seconds{command} and sluice_cni_request_errors_total{command} (a
+// failure reply). `fd` is the descriptor the request carried, passed through.
+using EndpointHandler =
+    std::function<cni::EndpointReply(const cni::EndpointRequest& request, int fd)>;
 EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registry = Default());
 
 // Watch events, relists and errors per resource from the reflectors, and whether each watch

@@ -1,10 +1,11 @@
 // The observe socket: `sluicectl observe` talks to the agent's FlowMonitor through a unix stream
-// socket (root only, 0600 in a 0700 directory, peers checked with SO_PEERCRED). The client
-// writes one JSON request line {"last": N, "follow": bool, "filter": {...}} (filter.h); the
-// agent answers JSON lines: {"status": {...}} first, then {"flow": {...}} per flow of the
-// history, and while following {"live": {}}, every new flow and {"lost": {"events_lost": N}}
-// whenever that total grows; {"error": "..."} for a bad
-// request. A following connection ends when the client closes it or the agent stops.
+// socket (root only, 0600 in a 0700 directory, peers checked with SO_PEERCRED: the agent's unix
+// socket server, agent/base/unix_server.h). The client writes one JSON request line
+// {"last": N, "follow": bool, "filter": {...}} (filter.h); the agent answers JSON lines:
+// {"status": {...}} first, then {"flow": {...}} per flow of the history, and while following
+// {"live": {}}, every new flow and {"lost": {"events_lost": N}} whenever that total grows;
+// {"error": "..."} for a bad request. A following connection ends when the client closes it or
+// the agent stops.
 //
 // The relay (`--relay_address`, off by default): the same protocol on a TCP listener, so that one
 // `sluicectl observe --nodes A,B,...` sees the flows of every node. Off the node there is no
@@ -15,15 +16,12 @@
 
 #include <sys/types.h>
 
-#include <atomic>
-#include <list>
-#include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/status.h"
-#include "absl/synchronization/mutex.h"
+#include "agent/base/unix_server.h"
 #include "agent/monitor/monitor.h"
+#include "nlohmann/json_fwd.hpp"
 
 namespace sluice::monitor {
 
@@ -40,33 +38,21 @@ struct ObserveServerOptions {
 
 class ObserveServer {
  public:
-  ObserveServer(FlowMonitor& monitor, ObserveServerOptions options)
-      : monitor_(monitor), options_(std::move(options)) {}
+  ObserveServer(FlowMonitor& monitor, ObserveServerOptions options);
   ~ObserveServer();  // Stop()s
 
   [[nodiscard]] absl::Status Start();
   // Stops accepting, ends every connection, removes the socket. Idempotent.
-  void Stop();
+  void Stop() { server_.Stop(); }
 
  private:
-  struct Worker {
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-  void AcceptLoop();
   void Serve(int fd, bool relayed);
-  void ReapLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // One JSON line to the client, given up at kWriteTimeout or when the server stops.
+  bool WriteLine(int fd, const nlohmann::json& line);
 
   FlowMonitor& monitor_;
   const ObserveServerOptions options_;
-  int listen_fd_ = -1;
-  int relay_fd_ = -1;
-  int stop_fd_ = -1;
-  std::thread acceptor_;
-  absl::Mutex mu_;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
-  std::list<std::unique_ptr<Worker>> workers_ ABSL_GUARDED_BY(mu_);
+  agent::UnixServer server_;  // the socket, the relay's listener, the connections' threads
 };
 
 }  // namespace sluice::monitor

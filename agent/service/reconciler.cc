@@ -703,6 +703,7 @@ absl::Status ServiceReconciler::FlushLocked() {
       stats_.udp_sockets_closed += *n;
       if (*n > 0) spdlog::info("services: closed {} connected UDP sockets of removed backends", *n);
     } else {
+      ++stats_.udp_socket_close_failures;
       spdlog::warn("services: close connected UDP sockets of removed backends: {}",
                    n.status().ToString());
     }

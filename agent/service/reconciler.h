@@ -189,6 +189,7 @@ struct ServiceReconcilerStats {
   uint64_t map_deletes = 0;
   uint64_t ct_flushed = 0;  // forward UDP conntrack entries deleted
   uint64_t udp_sockets_closed = 0;  // socket LB: connected UDP sockets of removed backends
+  uint64_t udp_socket_close_failures = 0;  // ... a close that failed (best effort, not retried)
   uint64_t errors = 0;      // failed map operations
   uint64_t conflicts = 0;   // frontends skipped: the key is another Service's
   uint64_t frontends_removed = 0;

@@ -99,6 +99,22 @@ ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::End
                     "because a Service map has no room for more, by the map that is full",
                     {{"reason", "map_full"}, {"map_name", map}}, static_cast<double>(c.truncated));
         }
+        const ServiceReconcilerStats& st = reconciler_stats_;
+        out.Counter("sluice_service_udp_flows_flushed_total",
+                    "UDP conntrack entries deleted because their backend left its Service",
+                    {}, static_cast<double>(st.ct_flushed));
+        out.Counter("sluice_service_udp_sockets_closed_total",
+                    "Connected UDP sockets of the node closed (SOCK_DESTROY) because the backend "
+                    "socket LB gave them left its Service",
+                    {}, static_cast<double>(st.udp_sockets_closed));
+        out.Counter("sluice_service_udp_socket_close_failures_total",
+                    "Closes of such sockets that failed (a kernel without SOCK_DESTROY): the "
+                    "socket keeps its backend",
+                    {}, static_cast<double>(st.udp_socket_close_failures));
+        out.Counter("sluice_service_map_errors_total",
+                    "Service map writes, deletes and flushes that failed (retried with the "
+                    "Service)",
+                    {}, static_cast<double>(st.errors));
       }));
 }
 
@@ -123,6 +139,7 @@ void ServiceSync::PublishUnprogrammed() {
   {
     absl::MutexLock l(&unprogrammed_mu_);
     unprogrammed_ = reconciler_.UnprogrammedByMap();
+    reconciler_stats_ = reconciler_.stats();
     changed = json != unprogrammed_json_;
     unprogrammed_json_ = json;
   }

@@ -76,6 +76,8 @@ class ServiceSync {
   // Frontends refused / truncated per map, as of the last batch (read by scrapes).
   std::map<std::string, ServiceReconciler::UnprogrammedCount> unprogrammed_
       ABSL_GUARDED_BY(unprogrammed_mu_);
+  // The reconciler's counters as of the last batch (the reconciler is the controller thread's).
+  ServiceReconcilerStats reconciler_stats_ ABSL_GUARDED_BY(unprogrammed_mu_);
 
   // EndpointSlice keys by the Service ("namespace/name") they are labelled for. Kept by the
   // slice listener, which may outlive this object (stores have no RemoveListener): shared.

@@ -20,7 +20,7 @@
 #include <thread>
 #include <vector>
 
-#include "agent/endpoint/api_protocol.h"
+#include "cni/protocol/wire.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"

@@ -3,7 +3,7 @@
 # nodes without agents and without pod CIDRs, NotReady; the chart, rendered with Helm's engine
 # (tests/helm/render) for cluster-pool IPAM and kube-proxy replacement, goes in with kubectl;
 # the lab runs the DaemonSet's and the operator's pods as processes of the built binaries
-# (agent/lab/workloads.h). Then: Nodes Ready only once the agent's conflist exists, pod CIDRs
+# (agent/lab/workloads/). Then: Nodes Ready only once the agent's conflist exists, pod CIDRs
 # from the operator's pool, pods reaching each other and a ClusterIP Service; a re-render with a
 # changed ConfigMap rolls the agents node by node under continuous traffic with zero failures;
 # `kubectl delete` runs the preStop uninstall (no conflist, no plugin binary), and

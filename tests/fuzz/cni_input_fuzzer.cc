@@ -1,6 +1,6 @@
 // libFuzzer target: what a container runtime hands sluice-cni, through the plugin's own code
 // (cni/main.cc's Run(), compiled in here): the CNI_* environment and the network configuration on
-// stdin, validated by cni/netconf.* and cni/endpoint_protocol.*, encoded as an endpoint request.
+// stdin, validated by cni/protocol/ (netconf.*, messages.*), encoded as an endpoint request.
 //
 // Input format, like /proc/<pid>/environ followed by stdin:
 //   NAME=VALUE \0 NAME=VALUE \0 ... \0 \0 <stdin bytes>

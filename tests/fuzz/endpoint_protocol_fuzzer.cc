@@ -1,13 +1,13 @@
-// libFuzzer target: the endpoint API's wire protocol (agent/endpoint/api_protocol.h), both directions.
+// libFuzzer target: the endpoint API's wire protocol (cni/protocol/wire.h), both directions.
 //
-// Agent side, as one connection is served: the request bytes are parsed the way
-// agent/endpoint/api_api_server.cc's Serve() does (nlohmann, no exceptions, must be an object), then decoded
-// the way EndpointService::Handle does before it acts (ParseEndpointRequest of the re-serialised
-// object, NetConfFromJson of its "config"), and every failure is turned into the reply the agent
-// would send. Plugin side: the same bytes as an agent reply (ParseEndpointReply).
+// Agent side, as one connection is served: the request bytes are decoded once, the way
+// agent/endpoint/api_server.cc's Serve() does (ParseEndpointRequest: bounded depth, an object,
+// the attachment parameters), then the "config" the way EndpointService::Handle reads it
+// (NetConfFromJson), and every failure is turned into the reply the agent would send, encoded
+// once (EncodeReply). Plugin side: the same bytes as an agent reply (ParseEndpointReply).
 //
 // Invariants beyond "no crash, no leak, no UB":
-//   - every reply the agent would send is valid JSON it can parse itself (Handle re-parses it);
+//   - every reply the agent would send decodes as a reply on the plugin's side;
 //   - an accepted request re-encoded by the plugin's EncodeRequest decodes to the same request;
 //   - a prevResult the config carries survives ParseResult -> FormatResult(1.1.0) -> ParseResult;
 //   - a decoded failure reply re-encoded by EncodeFailureReply decodes to the same failure.
@@ -20,9 +20,9 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "agent/endpoint/api_protocol.h"
-#include "cni/endpoint_protocol.h"
-#include "cni/netconf.h"
+#include "cni/protocol/messages.h"
+#include "cni/protocol/netconf.h"
+#include "cni/protocol/wire.h"
 #include "nlohmann/json.hpp"
 
 namespace {
@@ -35,17 +35,10 @@ using namespace sluice::cni;
   abort();
 }
 
-// What the server writes back (api_server.cc's Dump: never throws on a handler's strings).
-std::string Dump(const json& reply) {
-  return reply.dump(-1, ' ', false, json::error_handler_t::replace);
-}
-
-// EndpointService::Handle re-parses every encoded reply; a reply it cannot parse would become an
-// exception (answered as "agent error") instead of the CNI error the client deserves.
-json Reply(const std::string& encoded) {
-  json reply = json::parse(encoded, nullptr, /*allow_exceptions=*/false);
-  if (reply.is_discarded() || !reply.is_object()) Fail("an encoded reply is not a JSON object");
-  return reply;
+// The agent's reply as it goes out (EncodeReply), which the plugin must be able to decode.
+void Answer(const EndpointReply& reply) {
+  absl::StatusOr<EndpointReply> read = ParseEndpointReply(EncodeReply(reply));
+  if (!read.ok() || read->ok != reply.ok) Fail("a reply the agent sends does not decode");
 }
 
 bool SameRequest(const EndpointRequest& a, const EndpointRequest& b) {
@@ -54,14 +47,10 @@ bool SameRequest(const EndpointRequest& a, const EndpointRequest& b) {
 }
 
 void ServeRequest(std::string_view bytes) {
-  // Depth-bounded, as agent/endpoint/api_server.cc parses a request.
-  absl::StatusOr<json> parsed = ParseJsonBounded(bytes, "request");
-  if (!parsed.ok() || !parsed->is_object()) return;  // answered by the server itself
-  const json& request = *parsed;
-
-  absl::StatusOr<EndpointRequest> req = ParseEndpointRequest(request.dump());
+  // Decoded once, as agent/endpoint/api_server.cc decodes a request.
+  absl::StatusOr<EndpointRequest> req = ParseEndpointRequest(bytes);
   if (!req.ok()) {
-    (void)Dump(Reply(EncodeFailureReply(req.status())));
+    Answer(FailureReply(req.status()));
     return;
   }
   absl::StatusOr<EndpointRequest> again = ParseEndpointRequest(EncodeRequest(*req).dump());
@@ -69,7 +58,7 @@ void ServeRequest(std::string_view bytes) {
 
   absl::StatusOr<NetConf> conf = NetConfFromJson(req->config);
   if (!conf.ok()) {
-    (void)Dump(Reply(EncodeFailureReply(conf.status())));
+    Answer(FailureReply(conf.status()));
     return;
   }
   if (!conf->prev_result.is_null()) {
@@ -82,7 +71,7 @@ void ServeRequest(std::string_view bytes) {
       if (!ParseResult(FormatResult(*prev, version)).ok()) Fail("FormatResult unparsable");
     }
   }
-  (void)Dump(Reply(EncodeSuccessReply(FormatResult(ResultV1{}, conf->cni_version))));
+  Answer(SuccessReply(FormatResult(ResultV1{}, conf->cni_version)));
 }
 
 void ReadReply(std::string_view bytes) {

@@ -61,6 +61,14 @@ std::string ReadAll(int fd) {
   return out;
 }
 
+// The bytes of a request that decodes (cni::ParseEndpointRequest): `command` for container
+// `container_id`, eth0, with an empty network configuration.
+std::string Request(const std::string& command, const std::string& container_id = "c1") {
+  return json{{"command", command}, {"containerID", container_id}, {"netns", "/var/run/netns/p"},
+              {"ifName", "eth0"},   {"args", ""},                  {"config", json::object()}}
+      .dump();
+}
+
 // One request the way sluice-cni sends it: write, shut down the write side, read to EOF.
 json Call(const std::string& path, const std::string& request) {
   int fd = Connect(path);
@@ -125,8 +133,8 @@ class ApiServerTest : public ::testing::Test {
     options_.io_timeout = absl::Seconds(10);
   }
 
-  static json Echo(const json& request) {
-    return json{{"ok", true}, {"result", {{"command", request.value("command", "")}}}};
+  static cni::EndpointReply Echo(const cni::EndpointRequest& request) {
+    return cni::SuccessReply(json{{"command", request.command}});
   }
 
   TempDir tmp_{"sluice-api-test"};
@@ -148,7 +156,7 @@ TEST_F(ApiServerTest, CreatesAnOwnerOnlySocketInAPrivateDirectory) {
 TEST_F(ApiServerTest, RoundTripsARequestThroughTheHandler) {
   EndpointApiServer server(options_);
   ASSERT_TRUE(server.Start(Echo).ok());
-  json reply = Call(options_.socket_path, R"({"command":"ADD","containerID":"c1"})");
+  json reply = Call(options_.socket_path, Request("ADD"));
   EXPECT_EQ(reply, (json{{"ok", true}, {"result", {{"command", "ADD"}}}}));
   EXPECT_EQ(server.stats().served, 1u);
 }
@@ -160,7 +168,7 @@ TEST_F(ApiServerTest, HandsTheRequestsDescriptorToTheHandlerAndClosesEveryOneItR
   ASSERT_GE(sent, 0);
   std::atomic<int> calls = 0, seen_inode_ok = 0, without_fd = 0;
   EndpointApiServer server(options_);
-  ASSERT_TRUE(server.Start([&](const json& r, int fd) {
+  ASSERT_TRUE(server.Start([&](const cni::EndpointRequest& r, int fd) {
                       ++calls;
                       if (fd < 0) ++without_fd;
                       if (fd >= 0 && Inode(fd) == Inode(sent)) ++seen_inode_ok;
@@ -169,11 +177,11 @@ TEST_F(ApiServerTest, HandsTheRequestsDescriptorToTheHandlerAndClosesEveryOneItR
   const size_t before = OpenFdCount();
   constexpr int kRounds = 100;
   for (int i = 0; i < kRounds; ++i) {
-    ASSERT_EQ(CallWithFds(options_.socket_path, R"({"command":"ADD"})", {sent})["ok"], true);
-    json two = CallWithFds(options_.socket_path, R"({"command":"ADD"})", {sent, sent});
+    ASSERT_EQ(CallWithFds(options_.socket_path, Request("ADD"), {sent})["ok"], true);
+    json two = CallWithFds(options_.socket_path, Request("ADD"), {sent, sent});
     ASSERT_EQ(two["code"], kCniInvalidEnvironment) << two;
     ASSERT_THAT(two.value("msg", ""), HasSubstr("at most one file descriptor"));
-    ASSERT_EQ(Call(options_.socket_path, R"({"command":"DEL"})")["ok"], true);
+    ASSERT_EQ(Call(options_.socket_path, Request("DEL"))["ok"], true);
   }
   EXPECT_EQ(calls, 2 * kRounds);  // the doubled ones never reached the handler
   EXPECT_EQ(seen_inode_ok, kRounds);
@@ -185,10 +193,10 @@ TEST_F(ApiServerTest, HandsTheRequestsDescriptorToTheHandlerAndClosesEveryOneItR
   close(sent);
 }
 
-TEST_F(ApiServerTest, InvalidJsonGetsDecodeFailureWithoutReachingTheHandler) {
+TEST_F(ApiServerTest, WhatIsNotARequestIsAnsweredWithoutReachingTheHandler) {
   std::atomic<int> calls = 0;
   EndpointApiServer server(options_);
-  ASSERT_TRUE(server.Start([&](const json& r) {
+  ASSERT_TRUE(server.Start([&](const cni::EndpointRequest& r) {
                       ++calls;
                       return Echo(r);
                     }).ok());
@@ -197,14 +205,20 @@ TEST_F(ApiServerTest, InvalidJsonGetsDecodeFailureWithoutReachingTheHandler) {
   EXPECT_EQ(reply["code"], kCniDecodeFailure);
   EXPECT_EQ(Call(options_.socket_path, "[1, 2]")["code"], kCniDecodeFailure);
   EXPECT_EQ(Call(options_.socket_path, "")["code"], kCniDecodeFailure);
+  // JSON, but not a request: no network configuration, then an interface name Linux refuses.
+  EXPECT_EQ(Call(options_.socket_path, R"({"command":"ADD"})")["code"], kCniInvalidNetworkConfig);
+  json bad_ifname = json::parse(Request("ADD"));
+  bad_ifname["ifName"] = "eth0/../x";
+  EXPECT_EQ(Call(options_.socket_path, bad_ifname.dump())["code"], kCniInvalidEnvironment);
   EXPECT_EQ(calls, 0);
-  EXPECT_EQ(server.stats().bad_requests, 3u);
+  EXPECT_EQ(server.stats().bad_requests, 5u);
+  EXPECT_EQ(server.stats().served, 0u);
 }
 
 TEST_F(ApiServerTest, DeeplyNestedRequestIsDecodeFailureNotACrash) {
   std::atomic<int> calls = 0;
   EndpointApiServer server(options_);
-  ASSERT_TRUE(server.Start([&](const json& r) {
+  ASSERT_TRUE(server.Start([&](const cni::EndpointRequest& r) {
                       ++calls;
                       return Echo(r);
                     }).ok());
@@ -215,7 +229,7 @@ TEST_F(ApiServerTest, DeeplyNestedRequestIsDecodeFailureNotACrash) {
   EXPECT_THAT(reply.value("msg", ""), HasSubstr("deeper than"));
   EXPECT_EQ(calls, 0);
   // Still serving.
-  EXPECT_EQ(Call(options_.socket_path, R"({"command":"ADD"})")["ok"], true);
+  EXPECT_EQ(Call(options_.socket_path, Request("ADD"))["ok"], true);
 }
 
 TEST_F(ApiServerTest, OversizedRequestIsRefused) {
@@ -229,8 +243,12 @@ TEST_F(ApiServerTest, OversizedRequestIsRefused) {
 
 TEST_F(ApiServerTest, HandlerExceptionBecomesAnInternalErrorReply) {
   EndpointApiServer server(options_);
-  ASSERT_TRUE(server.Start([](const json&) -> json { throw std::runtime_error("boom"); }).ok());
-  json reply = Call(options_.socket_path, "{}");
+  ASSERT_TRUE(server
+                  .Start([](const cni::EndpointRequest&) -> cni::EndpointReply {
+                    throw std::runtime_error("boom");
+                  })
+                  .ok());
+  json reply = Call(options_.socket_path, Request("STATUS"));
   EXPECT_EQ(reply["code"], kSluiceInternal);
   EXPECT_THAT(reply["msg"].get<std::string>(), HasSubstr("boom"));
 }
@@ -241,24 +259,26 @@ TEST_F(ApiServerTest, ServesClientsConcurrently) {
   int inside = 0;
   EndpointApiServer server(options_);
   // Every handler waits until all are inside at once: only possible if they run in parallel.
-  ASSERT_TRUE(server.Start([&](const json& r) {
+  ASSERT_TRUE(server.Start([&](const cni::EndpointRequest& r) {
                       absl::MutexLock l(&mu);
                       ++inside;
                       bool all = mu.AwaitWithTimeout(
                           absl::Condition(+[](int* n) { return *n >= kClients; }, &inside),
                           absl::Seconds(10));
-                      return json{{"ok", all}, {"id", r["id"]}};
+                      return all ? cni::SuccessReply(json{{"id", r.container_id}})
+                                 : ErrorReply(kSluiceInternal, "not all inside at once");
                     }).ok());
   std::vector<json> replies(kClients);
   std::vector<std::thread> clients;
   for (int i = 0; i < kClients; ++i) {
     clients.emplace_back([&, i] {
-      replies[i] = Call(options_.socket_path, json{{"id", i}}.dump());
+      replies[i] = Call(options_.socket_path, Request("ADD", absl::StrCat("c", i)));
     });
   }
   for (auto& c : clients) c.join();
   for (int i = 0; i < kClients; ++i) {
-    EXPECT_EQ(replies[i], (json{{"ok", true}, {"id", i}})) << "client " << i;
+    EXPECT_EQ(replies[i], (json{{"ok", true}, {"result", {{"id", absl::StrCat("c", i)}}}}))
+        << "client " << i;
   }
 }
 
@@ -269,14 +289,14 @@ TEST_F(ApiServerTest, TurnsClientsAwayBeyondTheConcurrencyLimit) {
   int idle = Connect(options_.socket_path);  // holds the only slot by never finishing its request
   ASSERT_GE(idle, 0);
   ASSERT_TRUE(Eventually([&] { return server.stats().active == 1; }));
-  json reply = Call(options_.socket_path, R"({"command":"ADD"})");
+  json reply = Call(options_.socket_path, Request("ADD"));
   EXPECT_EQ(reply, (json{{"ok", false}, {"code", 11}, {"msg", "agent busy"}}));
   EXPECT_EQ(server.stats().busy, 1u);
   shutdown(idle, SHUT_WR);  // the held request completes (empty: decode failure) and frees the slot
   EXPECT_EQ(json::parse(ReadAll(idle))["code"], kCniDecodeFailure);
   close(idle);
   ASSERT_TRUE(Eventually([&] { return server.stats().active == 0; }));
-  EXPECT_EQ(Call(options_.socket_path, R"({"command":"DEL"})")["ok"], true);
+  EXPECT_EQ(Call(options_.socket_path, Request("DEL"))["ok"], true);
 }
 
 TEST_F(ApiServerTest, ClientThatNeverFinishesItsRequestTimesOut) {
@@ -296,7 +316,7 @@ TEST_F(ApiServerTest, ClientThatNeverFinishesItsRequestTimesOut) {
 TEST_F(ApiServerTest, StopRemovesTheSocketAndRefusesNewClients) {
   EndpointApiServer server(options_);
   ASSERT_TRUE(server.Start(Echo).ok());
-  ASSERT_EQ(Call(options_.socket_path, "{}")["ok"], true);
+  ASSERT_EQ(Call(options_.socket_path, Request("STATUS"))["ok"], true);
   server.Stop();
   EXPECT_FALSE(fs::exists(options_.socket_path));
   EXPECT_EQ(Connect(options_.socket_path), -1);
@@ -321,13 +341,13 @@ TEST_F(ApiServerTest, StopDoesNotWaitForAClientThatSendsNothing) {
 TEST_F(ApiServerTest, StopWaitsForTheRequestInTheHandlerAndDeliversItsReply) {
   absl::Notification entered, release;
   EndpointApiServer server(options_);
-  ASSERT_TRUE(server.Start([&](const json& r) {
+  ASSERT_TRUE(server.Start([&](const cni::EndpointRequest& r) {
                       entered.Notify();
                       release.WaitForNotificationWithTimeout(absl::Seconds(10));
                       return Echo(r);
                     }).ok());
   json reply;
-  std::thread client([&] { reply = Call(options_.socket_path, R"({"command":"ADD"})"); });
+  std::thread client([&] { reply = Call(options_.socket_path, Request("ADD")); });
   ASSERT_TRUE(entered.WaitForNotificationWithTimeout(absl::Seconds(10)));
   std::atomic<bool> stopped = false;
   std::thread stopper([&] {
@@ -348,11 +368,11 @@ TEST_F(ApiServerTest, PeerWithAnotherUidIsRefusedAndCounted) {
   options_.allowed_uid = getuid() + 1;
   std::atomic<int> calls = 0;
   EndpointApiServer server(options_);
-  ASSERT_TRUE(server.Start([&](const json& r) {
+  ASSERT_TRUE(server.Start([&](const cni::EndpointRequest& r) {
                       ++calls;
                       return Echo(r);
                     }).ok());
-  json reply = Call(options_.socket_path, R"({"command":"ADD"})");
+  json reply = Call(options_.socket_path, Request("ADD"));
   EXPECT_EQ(reply["ok"], false);
   EXPECT_THAT(reply["msg"].get<std::string>(), HasSubstr("permission denied"));
   EXPECT_EQ(calls, 0);
@@ -365,7 +385,7 @@ TEST_F(ApiServerTest, ReplacesAStaleSocketButNotALiveOne) {
     ASSERT_TRUE(live.Start(Echo).ok());
     EndpointApiServer second(options_);
     EXPECT_EQ(second.Start(Echo).code(), absl::StatusCode::kAlreadyExists);
-    EXPECT_EQ(Call(options_.socket_path, "{}")["ok"], true);  // the live one is untouched
+    EXPECT_EQ(Call(options_.socket_path, Request("STATUS"))["ok"], true);  // the live one is untouched
   }
   // A socket file left by a crashed agent: bound, never unlinked.
   int fd = socket(AF_UNIX, SOCK_STREAM, 0);
@@ -377,7 +397,7 @@ TEST_F(ApiServerTest, ReplacesAStaleSocketButNotALiveOne) {
   ASSERT_TRUE(fs::exists(options_.socket_path));
   EndpointApiServer server(options_);
   ASSERT_TRUE(server.Start(Echo).ok());
-  EXPECT_EQ(Call(options_.socket_path, "{}")["ok"], true);
+  EXPECT_EQ(Call(options_.socket_path, Request("STATUS"))["ok"], true);
 }
 
 TEST_F(ApiServerTest, RefusesToReplaceAFileThatIsNotASocket) {

@@ -100,6 +100,15 @@ uint32_t IdOf(int fd) {
   return info.id;
 }
 
+// What the endpoint API server does with a request: decode it once, Handle() the typed request,
+// encode the typed reply once (read back here to look at).
+json Serve(EndpointService& service, const json& request, int netns_fd = -1) {
+  absl::StatusOr<cni::EndpointRequest> decoded = cni::ParseEndpointRequest(request.dump());
+  cni::EndpointReply reply =
+      decoded.ok() ? service.Handle(*decoded, netns_fd) : cni::FailureReply(decoded.status());
+  return json::parse(cni::EncodeReply(reply));
+}
+
 class CoexistencePrivTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -176,7 +185,7 @@ class CoexistencePrivTest : public ::testing::Test {
     json request = {{"command", command}, {"containerID", container_id}, {"netns", netns},
                     {"ifName", ifname},   {"args", "K8S_POD_NAME=p"},    {"config", Config()}};
     absl::StatusOr<json> reply =
-        InNode([&]() -> absl::StatusOr<json> { return service_->Handle(request); });
+        InNode([&]() -> absl::StatusOr<json> { return Serve(*service_, request); });
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? *reply : json();
   }

@@ -39,6 +39,15 @@ int Sh(const std::string& cmd) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
 
+// What the endpoint API server does with a request: decode it once, Handle() the typed request,
+// encode the typed reply once (read back here to look at).
+json Serve(EndpointService& service, const json& request, int netns_fd = -1) {
+  absl::StatusOr<cni::EndpointRequest> decoded = cni::ParseEndpointRequest(request.dump());
+  cni::EndpointReply reply =
+      decoded.ok() ? service.Handle(*decoded, netns_fd) : cni::FailureReply(decoded.status());
+  return json::parse(cni::EncodeReply(reply));
+}
+
 class EndpointServicePrivTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -98,7 +107,7 @@ class EndpointServicePrivTest : public ::testing::Test {
     json request = {{"command", command}, {"containerID", container_id}, {"netns", netns},
                     {"ifName", ifname},   {"args", "K8S_POD_NAME=p"},    {"config", config}};
     absl::StatusOr<json> reply =
-        InNode([&]() -> absl::StatusOr<json> { return service_->Handle(request); });
+        InNode([&]() -> absl::StatusOr<json> { return Serve(*service_, request); });
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? *reply : json();
   }
@@ -111,7 +120,7 @@ class EndpointServicePrivTest : public ::testing::Test {
                     {"ifName", "eth0"},   {"args", "K8S_POD_NAME=p"},    {"config", Config()},
                     {"netnsFd", true}};
     absl::StatusOr<json> reply =
-        InNode([&]() -> absl::StatusOr<json> { return service_->Handle(request, fd); });
+        InNode([&]() -> absl::StatusOr<json> { return Serve(*service_, request, fd); });
     EXPECT_TRUE(reply.ok()) << reply.status();
     return reply.ok() ? *reply : json();
   }

@@ -6,7 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include "agent/lab/apiserver.h"
+#include "agent/lab/apiserver/apiserver.h"
 #include "nlohmann/json.hpp"
 #include "support/eventually.h"
 #include "support/temp_dir.h"

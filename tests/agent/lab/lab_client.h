@@ -18,7 +18,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "agent/lab/apiserver.h"
+#include "agent/lab/apiserver/apiserver.h"
 #include "nlohmann/json.hpp"
 #include "support/eventually.h"
 

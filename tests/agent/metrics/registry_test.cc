@@ -110,13 +110,16 @@ TEST(RegistryTest, AgentMetricsExpositionParses) {
   ObserveReconcile("services", absl::Milliseconds(3), true, r);
   ObserveReconcile("services", absl::Milliseconds(30), false, r);
   EndpointHandler h = InstrumentEndpointApi(
-      [](const nlohmann::json& req) {
-        return nlohmann::json{{"ok", req["command"] == "ADD"}};
+      [](const cni::EndpointRequest& req, int) {
+        return req.command == "ADD" ? cni::SuccessReply()
+                                    : cni::FailureReply(absl::InternalError("refused"));
       },
       r);
-  h({{"command", "ADD"}});
-  h({{"command", "DEL"}});
-  h({{"command", "bogus\"label"}});
+  for (const char* command : {"ADD", "DEL", "bogus\"label"}) {
+    cni::EndpointRequest req;
+    req.command = command;
+    (void)h(req, -1);
+  }
   std::string text = r.Expose();
   EXPECT_THAT(text, HasSubstr("sluice_reconcile_errors_total{subsystem=\"services\"} 1\n"));
   EXPECT_THAT(text,

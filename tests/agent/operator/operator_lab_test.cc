@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "agent/k8s/http_client.h"
-#include "agent/lab/apiserver.h"
-#include "agent/lab/object_store.h"
+#include "agent/lab/apiserver/apiserver.h"
+#include "agent/lab/store/object_store.h"
 #include "agent/metrics/http_server.h"
 #include "agent/metrics/registry.h"
 #include "agent/operator/endpoints.h"

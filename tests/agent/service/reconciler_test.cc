@@ -141,8 +141,10 @@ class RecordingLbMaps : public LbMaps {
   }
   // Socket LB's closes, kept apart from `ops` (rev_nat_id, address and port in network order).
   std::vector<std::tuple<uint32_t, uint32_t, uint16_t>> closed_udp;
+  bool close_udp_fails = false;  // as on a kernel without SOCK_DESTROY
   absl::StatusOr<size_t> CloseUdpSockets(
       const absl::flat_hash_set<std::tuple<uint32_t, uint32_t, uint16_t>>& backends) override {
+    if (close_udp_fails) return absl::UnimplementedError("SOCK_DESTROY: operation not supported");
     closed_udp.assign(backends.begin(), backends.end());
     std::sort(closed_udp.begin(), closed_udp.end());
     return backends.size();
@@ -852,6 +854,56 @@ TEST(ServiceSyncTest, UnprogrammedFrontendsAreGaugedPerMap) {
   EXPECT_THAT(metrics::Default().Expose(),
               ::testing::HasSubstr("sluice_services_unprogrammed{reason=\"map_full\",map_name="
                                    "\"sluice_lb4_rnat\"} 1"));
+}
+
+// What a removed UDP backend takes with it (its conntrack flows, the node's connected sockets to
+// it) is counted on /metrics, as is a close that failed.
+TEST(ServiceSyncTest, RemovedUdpBackendsFlowsAndSocketsAreCountedOnMetrics) {
+  RecordingLbMaps maps;
+  auto r = *ServiceReconciler::Create(maps);
+  k8s::SyncGate gate;
+  k8s::Store<k8s::Service> services(&gate);
+  k8s::Store<k8s::EndpointSlice> slices(&gate);
+  ServiceSync sync(
+      services, slices, [&] { return gate.AllSynced(); }, *r, nullptr,
+      NodeContext{"node-a", {Ip("192.168.0.10")}});
+  k8s::Service dns = Svc("dns", "10.96.0.10");
+  dns.ports[0].protocol = k8s::Protocol::kUDP;
+  k8s::EndpointSlice slice = Slice("dns", {"10.244.1.4", "10.244.1.5"});
+  slice.ports = {{"http", k8s::Protocol::kUDP, 8080}};
+  services.Replace({dns}, "1");
+  slices.Replace({slice}, "2");
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  const uint32_t rnat = r->RevNatId(Ip("10.96.0.10"), 80, IPPROTO_UDP, 0);
+  const uint32_t gone = r->BackendId(Ip("10.244.1.5"), 8080, IPPROTO_UDP);
+  ASSERT_NE(rnat, 0u);
+  ASSERT_NE(gone, 0u);
+  maps.ct[{1, IPPROTO_UDP}] = {rnat, gone};
+  maps.ct[{2, IPPROTO_UDP}] = {rnat, gone};
+  EXPECT_THAT(metrics::Default().Expose(),
+              ::testing::HasSubstr("sluice_service_udp_flows_flushed_total 0\n"));
+
+  slice.endpoints.pop_back();
+  slices.Replace({slice}, "3");
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  std::string text = metrics::Default().Expose();
+  EXPECT_THAT(text, ::testing::HasSubstr("sluice_service_udp_flows_flushed_total 2\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("sluice_service_udp_sockets_closed_total 1\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("sluice_service_udp_socket_close_failures_total 0\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("sluice_service_map_errors_total 0\n"));
+
+  // The other backend goes where sockets cannot be closed: counted, and nothing retried.
+  maps.close_udp_fails = true;
+  slice.endpoints = {};
+  slice.endpoints.push_back(k8s::Endpoint{});
+  slice.endpoints.back().address = "10.244.1.6";
+  slice.endpoints.back().node_name = "node-b";
+  slices.Replace({slice}, "4");
+  ASSERT_TRUE(sync.WaitIdle(absl::Seconds(10)));
+  text = metrics::Default().Expose();
+  EXPECT_THAT(text, ::testing::HasSubstr("sluice_service_udp_sockets_closed_total 1\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("sluice_service_udp_socket_close_failures_total 1\n"));
+  EXPECT_THAT(text, ::testing::HasSubstr("sluice_service_map_errors_total 0\n"));
 }
 
 }  // namespace
