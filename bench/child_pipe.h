@@ -7,12 +7,15 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
+
+#include "absl/strings/string_view.h"
+#include "agent/base/clock.h"
+#include "agent/base/deadline.h"
+#include "agent/base/files.h"
 
 namespace sluice::bench {
 
@@ -22,27 +25,21 @@ namespace sluice::bench {
 }
 
 inline void WriteAll(int fd, const void* data, size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) PipeDie("pipe write", std::strerror(errno));
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
+  absl::Status st =
+      agent::WriteAll(fd, absl::string_view(static_cast<const char*>(data), n), "pipe write");
+  if (!st.ok()) PipeDie("child pipe", std::string(st.message()).c_str());
 }
 
 // Reads exactly n bytes, waiting at most `timeout_s` overall. False on EOF/timeout.
 inline bool ReadAll(int fd, void* data, size_t n, int timeout_s) {
   char* p = static_cast<char*>(data);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  const Clock& clock = *RealClock::Get();
+  const absl::Time deadline = clock.Now() + absl::Seconds(timeout_s);
   while (n > 0) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                    deadline - std::chrono::steady_clock::now())
-                    .count();
-    if (left <= 0) return false;
+    const int left = PollTimeoutMs(deadline, clock.Now());
+    if (left == 0) return false;
     pollfd pfd{fd, POLLIN, 0};
-    int pr = ::poll(&pfd, 1, static_cast<int>(left));
+    int pr = ::poll(&pfd, 1, left);
     if (pr < 0 && errno == EINTR) continue;
     if (pr <= 0) return false;
     ssize_t r = ::read(fd, p, n);

@@ -24,14 +24,14 @@ std::string Ip4(uint32_t addr) {
 }  // namespace
 
 EndpointTable::EndpointTable(maps::EndpointMap& ep4, maps::Ep4SlotMap& slots,
-                             maps::Ep4RecordMap& records, Clock now)
+                             maps::Ep4RecordMap& records, const Clock* clock)
     : ep4_(ep4),
       slots_(slots),
       records_(records),
       slot_addr_(SLUICE_EP4_SLOTS, 0),
       slot_rec_(SLUICE_EP4_SLOTS, kNoRecord),
       rec_value_(SLUICE_EP4_RECS),
-      pool_(SLUICE_EP4_RECS, std::chrono::seconds(SLUICE_EP4_REC_QUARANTINE_S), std::move(now)) {}
+      pool_(SLUICE_EP4_RECS, absl::Seconds(SLUICE_EP4_REC_QUARANTINE_S), clock) {}
 
 uint32_t EndpointTable::SlotOf(uint32_t addr) { return ntohl(addr) & (SLUICE_EP4_SLOTS - 1); }
 

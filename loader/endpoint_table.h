@@ -13,7 +13,6 @@
 // never used: a free slot (all zero) names no record.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <utility>
@@ -30,15 +29,13 @@ namespace sluice::loader {
 
 class EndpointTable {
  public:
-  using Clock = QuarantinedRecords::Clock;
-
   struct Stats {
     size_t indexed = 0;    // endpoints the index names
     size_t unindexed = 0;  // endpoints found through sluice_ep4 only
   };
 
   EndpointTable(maps::EndpointMap& ep4, maps::Ep4SlotMap& slots, maps::Ep4RecordMap& records,
-                Clock now = std::chrono::steady_clock::now);
+                const Clock* clock = RealClock::Get());
 
   // Takes over the maps as an earlier run left them (an agent restart, an upgrade from programs
   // without the index): keeps every slot that names its endpoint's current value, frees every

@@ -2,13 +2,13 @@
 
 namespace sluice::loader {
 
-QuarantinedRecords::QuarantinedRecords(uint32_t size, std::chrono::seconds quarantine, Clock now)
-    : size_(size), quarantine_(quarantine), now_(std::move(now)) {
+QuarantinedRecords::QuarantinedRecords(uint32_t size, absl::Duration quarantine, const Clock* clock)
+    : size_(size), quarantine_(quarantine), clock_(clock) {
   Reset(std::vector<bool>(size_, false), {});
 }
 
 uint32_t QuarantinedRecords::Take() {
-  if (free_.empty() && !retired_.empty() && now_() - retired_.front().first >= quarantine_) {
+  if (free_.empty() && !retired_.empty() && clock_->Now() - retired_.front().first >= quarantine_) {
     free_.push_back(retired_.front().second);
     retired_.pop_front();
   }
@@ -19,7 +19,7 @@ uint32_t QuarantinedRecords::Take() {
 }
 
 void QuarantinedRecords::Retire(uint32_t record) {
-  if (record != 0) retired_.emplace_back(now_(), record);
+  if (record != 0) retired_.emplace_back(clock_->Now(), record);
 }
 
 void QuarantinedRecords::Release(uint32_t record) {
@@ -33,7 +33,7 @@ void QuarantinedRecords::Reset(const std::vector<bool>& in_use,
   for (uint32_t r = size_; r-- > 1;) {
     if (r >= in_use.size() || !in_use[r]) free_.push_back(r);
   }
-  const auto now = now_();
+  const absl::Time now = clock_->Now();
   for (uint32_t r : retired) retired_.emplace_back(now, r);
 }
 

@@ -4,24 +4,24 @@
 // that read the old reference just before still reads the record it named, unchanged, with no
 // lock between the agent and BPF. Record 0 is never handed out (a free reference names none).
 // Used by loader::EndpointTable (sluice_ep4_rec) and agent::SlotRecords (sluice_lb4_rec). Not
-// thread-safe: its owner locks.
+// thread-safe: its owner locks. Quarantines are timed by the agent's clock (agent/base/clock.h),
+// which tests move by hand.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <deque>
-#include <functional>
 #include <utility>
 #include <vector>
+
+#include "absl/time/time.h"
+#include "agent/base/clock.h"
 
 namespace sluice::loader {
 
 class QuarantinedRecords {
  public:
-  using Clock = std::function<std::chrono::steady_clock::time_point()>;
-
-  // Records 1 .. size - 1, all free.
-  QuarantinedRecords(uint32_t size, std::chrono::seconds quarantine, Clock now);
+  // Records 1 .. size - 1, all free. `clock` is borrowed.
+  QuarantinedRecords(uint32_t size, absl::Duration quarantine, const Clock* clock);
 
   // A free record, or one whose quarantine ended; 0 when there is none.
   uint32_t Take();
@@ -39,10 +39,10 @@ class QuarantinedRecords {
 
  private:
   const uint32_t size_;
-  const std::chrono::seconds quarantine_;
-  const Clock now_;
+  const absl::Duration quarantine_;
+  const Clock* const clock_;
   std::vector<uint32_t> free_;  // taken from the back: the lowest first after a reset
-  std::deque<std::pair<std::chrono::steady_clock::time_point, uint32_t>> retired_;  // oldest first
+  std::deque<std::pair<absl::Time, uint32_t>> retired_;  // oldest first
 };
 
 }  // namespace sluice::loader

@@ -39,8 +39,6 @@ absl::Status SyncDir(const std::string& dir) {
   return absl::OkStatus();
 }
 
-namespace {
-
 absl::Status WriteAll(int fd, absl::string_view data, absl::string_view what) {
   while (!data.empty()) {
     ssize_t n = write(fd, data.data(), data.size());
@@ -52,8 +50,6 @@ absl::Status WriteAll(int fd, absl::string_view data, absl::string_view what) {
   }
   return absl::OkStatus();
 }
-
-}  // namespace
 
 absl::Status WriteAllAndSync(int fd, absl::string_view data, absl::string_view what) {
   if (absl::Status st = WriteAll(fd, data, what); !st.ok()) return st;

@@ -21,6 +21,11 @@ namespace sluice::agent {
 // fsync of a directory, so a rename or create in it is durable.
 [[nodiscard]] absl::Status SyncDir(const std::string& dir);
 
+// Writes all of `data` to `fd`, through short writes and EINTR; an error names errno and
+// `what`. A descriptor that refuses more (O_NONBLOCK and full) fails with EAGAIN: sockets and
+// pipes that may fill wait with a deadline instead (agent/base/deadline.h).
+[[nodiscard]] absl::Status WriteAll(int fd, absl::string_view data, absl::string_view what);
+
 // Writes all of `data` to `fd` and fsyncs it.
 [[nodiscard]] absl::Status WriteAllAndSync(int fd, absl::string_view data,
                                            absl::string_view what);

@@ -12,26 +12,17 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 #include "agent/base/files.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {
-namespace {
-
-// Milliseconds left until `deadline`, rounded up (a wait never ends just before it), for poll().
-int PollTimeoutMs(absl::Time deadline) {
-  absl::Duration left = deadline - absl::Now();
-  if (left <= absl::ZeroDuration()) return 0;
-  return static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
-}
-
-}  // namespace
 
 IoWait WaitForIo(int fd, short events, absl::Time deadline, int stop_fd) {
   while (true) {
     struct pollfd fds[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
-    int rc = poll(fds, stop_fd >= 0 ? 2 : 1, PollTimeoutMs(deadline));
+    int rc = poll(fds, stop_fd >= 0 ? 2 : 1, PollTimeoutMs(deadline, absl::Now()));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return IoWait::kError;
     if (stop_fd >= 0 && fds[1].revents != 0) return IoWait::kStopped;

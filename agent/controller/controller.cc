@@ -97,14 +97,14 @@ void Controller::Run() {
       batch.full = full;
       gen = k->seen_;
     }
-    const absl::Time started = absl::Now();
+    const absl::Time started = options_.clock->Now();
     absl::Status st = reconcile_(batch);
-    metrics::ObserveReconcile(options_.name, absl::Now() - started, st.ok());
+    metrics::ObserveReconcile(options_.name, options_.clock->Now() - started, st.ok());
     absl::MutexLock l(&k->mu_);
     k->reconciled_ += batch.keys.size();
     if (!st.ok()) {
       spdlog::warn("{}: {} (after {}); retrying in {}", options_.name, st.ToString(),
-                   absl::FormatDuration(absl::Now() - started),
+                   absl::FormatDuration(options_.clock->Now() - started),
                    absl::FormatDuration(options_.retry_delay));
       for (const std::string& key : batch.keys) k->dirty_.insert(key);
       k->retry_ = true;

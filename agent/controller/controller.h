@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 
 namespace sluice::controller {
 
@@ -59,6 +60,8 @@ struct ControllerOptions {
   absl::Duration retry_delay = absl::Seconds(1);
   // How often a closed gate is asked again.
   absl::Duration gate_poll = absl::Milliseconds(10);
+  // Times each reconcile (sluice_reconcile_duration_seconds and the log); borrowed.
+  const Clock* clock = RealClock::Get();
 };
 
 class Controller {

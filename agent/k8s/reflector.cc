@@ -42,17 +42,6 @@ std::string QueryEscape(std::string_view s) {
   return out;
 }
 
-absl::Duration Backoff::Next(absl::Duration cap) {
-  cap = std::min(cap, opts_.cap);
-  const absl::Time now = clock_->Now();
-  if (last_ != absl::InfinitePast() && now - last_ > opts_.reset_after) base_ = opts_.initial;
-  last_ = now;
-  const absl::Duration base = std::min(base_, cap);
-  base_ = std::min(base * opts_.factor, opts_.cap);
-  const double r = random_ ? random_() : 0.0;
-  return std::min(base * (1.0 + opts_.jitter * r), cap);
-}
-
 Reflector::Reflector(HttpClient* http, std::unique_ptr<ReflectorSink> sink, ReflectorOptions opts)
     : http_(http),
       sink_(std::move(sink)),

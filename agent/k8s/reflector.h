@@ -24,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "agent/base/backoff.h"
 #include "agent/base/clock.h"
 #include "agent/k8s/decode.h"
 #include "agent/k8s/http_client.h"
@@ -36,38 +37,15 @@ namespace sluice::k8s {
 inline constexpr char kServiceProxyLabelSelector[] =
     "!service.kubernetes.io/service-proxy-name,!service.kubernetes.io/headless";
 
-struct BackoffOptions {
-  absl::Duration initial = absl::Milliseconds(800);
-  double factor = 2.0;
-  absl::Duration cap = absl::Seconds(30);
-  // Each delay is base * (1 + jitter * U[0,1)), then capped at `cap`.
-  double jitter = 1.0;
-  // The sequence restarts from `initial` after this long without a back-off, and whenever a
-  // watch has delivered an event or a bookmark (the stream was healthy; a cut after that is not
-  // the apiserver failing again).
-  absl::Duration reset_after = absl::Minutes(2);
+// The reflector's back-off (agent/base/backoff.h): its sequence also restarts whenever a watch
+// has delivered an event or a bookmark (the stream was healthy; a cut after that is not the
+// apiserver failing again).
+struct BackoffOptions : sluice::BackoffOptions {
   // Cap while the apiserver does not answer at all (connection refused or reset, cut streams,
   // timeouts): a retry then costs the server nothing, and this bounds how long after it returns
   // the agent converges. Answers that are errors (5xx, 429, watches ending at once) back off up
   // to `cap`, and Retry-After is honoured.
   absl::Duration unreachable_cap = absl::Milliseconds(1500);
-};
-
-class Backoff {
- public:
-  Backoff(BackoffOptions opts, const Clock* clock, RandomFn random)
-      : opts_(opts), clock_(clock), random_(std::move(random)), base_(opts.initial) {}
-  // The next delay, at most `cap` (clamped to opts.cap); the sequence grows from there.
-  absl::Duration Next(absl::Duration cap);
-  absl::Duration Next() { return Next(opts_.cap); }
-  void Reset() { base_ = opts_.initial; }
-
- private:
-  const BackoffOptions opts_;
-  const Clock* const clock_;
-  const RandomFn random_;
-  absl::Duration base_;
-  absl::Time last_ = absl::InfinitePast();
 };
 
 struct ReflectorOptions {

@@ -11,6 +11,7 @@ absl::StatusOr<std::unique_ptr<KubernetesState>> KubernetesState::Start(
   if (!config.ok()) return config.status();
   std::unique_ptr<KubernetesState> k(new KubernetesState());
   k->node_name_ = options.node_name;
+  k->clock_ = options.clock;
   spdlog::info("kubernetes: apiserver {} ({}), node {}", config->server, config->source,
                options.node_name);
   k->http_ = std::make_unique<k8s::HttpClient>(*config);
@@ -20,13 +21,16 @@ absl::StatusOr<std::unique_ptr<KubernetesState>> KubernetesState::Start(
         std::make_unique<k8s::Reflector>(k->http_.get(), std::move(sink), opts));
   };
   k8s::ReflectorOptions proxied;
+  proxied.clock = options.clock;
+  k8s::ReflectorOptions all;
+  all.clock = options.clock;
   proxied.label_selector = k8s::kServiceProxyLabelSelector;
   add(std::make_unique<k8s::StoreSink<k8s::Service>>(&k->services_), proxied);
   add(std::make_unique<k8s::StoreSink<k8s::EndpointSlice>>(&k->slices_), proxied);
-  add(std::make_unique<k8s::StoreSink<k8s::Pod>>(&k->pods_), {});
-  add(std::make_unique<k8s::StoreSink<k8s::Namespace>>(&k->namespaces_), {});
-  add(std::make_unique<k8s::StoreSink<k8s::Node>>(&k->nodes_), {});
-  add(std::make_unique<k8s::StoreSink<k8s::NetworkPolicy>>(&k->policies_), {});
+  add(std::make_unique<k8s::StoreSink<k8s::Pod>>(&k->pods_), all);
+  add(std::make_unique<k8s::StoreSink<k8s::Namespace>>(&k->namespaces_), all);
+  add(std::make_unique<k8s::StoreSink<k8s::Node>>(&k->nodes_), all);
+  add(std::make_unique<k8s::StoreSink<k8s::NetworkPolicy>>(&k->policies_), all);
   for (auto& r : k->reflectors_) r->Start();
   return k;
 }
@@ -48,8 +52,8 @@ KubernetesState::~KubernetesState() {
 }
 
 absl::StatusOr<IpPrefix> KubernetesState::WaitForPodCidr(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  absl::Time next_log = absl::Now();
+  const absl::Time deadline = clock_->Now() + timeout;
+  absl::Time next_log = clock_->Now();
   while (true) {
     if (nodes_.HasSynced()) {
       for (const auto& node : nodes_.List()) {
@@ -63,14 +67,14 @@ absl::StatusOr<IpPrefix> KubernetesState::WaitForPodCidr(absl::Duration timeout)
         return *cidr;
       }
     }
-    if (absl::Now() >= deadline) {
+    if (clock_->Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           "no pod CIDR for Node ", node_name_, " after ", absl::FormatDuration(timeout),
           nodes_.HasSynced() ? " (the Node has no spec.podCIDR)" : " (Nodes not listed yet)"));
     }
-    if (absl::Now() >= next_log) {
+    if (clock_->Now() >= next_log) {
       spdlog::info("waiting for Node {} and its spec.podCIDR", node_name_);
-      next_log = absl::Now() + absl::Seconds(10);
+      next_log = clock_->Now() + absl::Seconds(10);
     }
     // The store offers change listeners, not a wait; poll it briefly.
     absl::SleepFor(absl::Milliseconds(50));

@@ -12,6 +12,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "agent/base/net.h"
 #include "agent/k8s/config.h"
 #include "agent/k8s/http_client.h"
@@ -24,6 +25,7 @@ namespace sluice::agent {
 struct KubernetesOptions {
   k8s::ConfigOptions config;
   std::string node_name;
+  const Clock* clock = RealClock::Get();  // the reflectors' back-off and the waits; borrowed
 };
 
 class KubernetesState {
@@ -62,6 +64,7 @@ class KubernetesState {
   KubernetesState() = default;
 
   std::string node_name_;
+  const Clock* clock_ = RealClock::Get();
   k8s::SyncGate gate_;
   k8s::Store<k8s::Service> services_{&gate_};
   k8s::Store<k8s::EndpointSlice> slices_{&gate_};

@@ -134,9 +134,9 @@ void MapFillCounter::Run() {
       wanted_ = false;
       running_ = true;
     }
-    const absl::Time start = absl::Now();
+    const absl::Time start = options_.clock->Now();
     auto fill = ReadMapFill(options_.bpffs_root, &stop_);
-    const absl::Time end = absl::Now();
+    const absl::Time end = options_.clock->Now();
     absl::MutexLock l(&mu_);
     running_ = false;
     ++walks_;
@@ -152,7 +152,8 @@ void MapFillCounter::Run() {
 
 std::optional<MapFillCounter::Count> MapFillCounter::Latest() {
   absl::MutexLock l(&mu_);
-  if (!running_ && !wanted_ && absl::Now() - last_end_ >= options_.idle_factor * last_took_) {
+  if (!running_ && !wanted_ &&
+      options_.clock->Now() - last_end_ >= options_.idle_factor * last_took_) {
     wanted_ = true;
   }
   if (running_ || wanted_) {

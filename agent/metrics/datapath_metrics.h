@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "agent/metrics/registry.h"
 
 namespace sluice::metrics {
@@ -46,6 +47,7 @@ class MapFillCounter {
     std::string bpffs_root;
     absl::Duration scrape_wait = absl::Milliseconds(250);
     double idle_factor = 9;
+    const Clock* clock = RealClock::Get();  // times the walks; borrowed
   };
   struct Count {
     std::vector<MapFill> fill;

@@ -21,7 +21,7 @@ std::string Ip4Text(uint32_t be) {
 }  // namespace
 
 void FlowNames::RefreshLocked() {
-  absl::Time now = absl::Now();
+  absl::Time now = sources_.clock->Now();
   if (now - built_ < sources_.refresh) return;
   built_ = now;
   pod_by_ip_.clear();

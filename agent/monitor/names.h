@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "agent/endpoint/endpoint_store.h"
 #include "agent/k8s/model.h"
 #include "agent/k8s/store.h"
@@ -29,6 +30,7 @@ struct NameSources {
   // if_indextoname on this node; optional.
   std::function<std::string(uint32_t)> interface_name;
   absl::Duration refresh = absl::Seconds(1);
+  const Clock* clock = RealClock::Get();  // times the refresh; borrowed
 };
 
 class FlowNames {

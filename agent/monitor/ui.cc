@@ -9,9 +9,9 @@
 namespace sluice::monitor {
 
 absl::StatusOr<std::unique_ptr<FlowUi>> FlowUi::Start(const std::string& address,
-                                                      FlowMonitor* monitor,
-                                                      const std::string& node, size_t flows) {
-  std::unique_ptr<FlowUi> ui(new FlowUi(monitor, node, flows));
+                                                      FlowMonitor* monitor, const std::string& node,
+                                                      size_t flows, const Clock* clock) {
+  std::unique_ptr<FlowUi> ui(new FlowUi(monitor, node, flows, clock));
   FlowUi* self = ui.get();
   std::vector<metrics::Route> routes = {
       {"/",
@@ -42,7 +42,7 @@ FlowUi::~FlowUi() {
 }
 
 std::string FlowUi::FlowsJson() {
-  wanted_until_ns_ = absl::ToUnixNanos(absl::Now() + kLinger);
+  wanted_until_ns_ = absl::ToUnixNanos(clock_->Now() + kLinger);
   {
     absl::MutexLock l(&mu_);
     poked_ = true;
@@ -60,7 +60,7 @@ std::string FlowUi::FlowsJson() {
 void FlowUi::Loop() {
   std::unique_ptr<FlowMonitor::Observer> live;
   while (!stopping_) {
-    const bool wanted = absl::ToUnixNanos(absl::Now()) < wanted_until_ns_.load();
+    const bool wanted = absl::ToUnixNanos(clock_->Now()) < wanted_until_ns_.load();
     if (wanted && !live) {
       std::vector<Flow> ignored;
       live = monitor_->Observe(FlowFilter{}, 0, /*follow=*/true, &ignored);

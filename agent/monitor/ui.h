@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "agent/metrics/http_server.h"
 #include "agent/monitor/monitor.h"
 
@@ -24,10 +25,9 @@ namespace sluice::monitor {
 class FlowUi {
  public:
   // Serves on `address` (HOST:PORT) until destroyed; `monitor` must outlive it.
-  [[nodiscard]] static absl::StatusOr<std::unique_ptr<FlowUi>> Start(const std::string& address,
-                                                                     FlowMonitor* monitor,
-                                                                     const std::string& node,
-                                                                     size_t flows = 1000);
+  [[nodiscard]] static absl::StatusOr<std::unique_ptr<FlowUi>> Start(
+      const std::string& address, FlowMonitor* monitor, const std::string& node,
+      size_t flows = 1000, const Clock* clock = RealClock::Get());
   ~FlowUi();
   FlowUi(const FlowUi&) = delete;
   FlowUi& operator=(const FlowUi&) = delete;
@@ -37,14 +37,15 @@ class FlowUi {
   static constexpr absl::Duration kLinger = absl::Seconds(30);
 
  private:
-  FlowUi(FlowMonitor* monitor, std::string node, size_t flows)
-      : monitor_(monitor), node_(std::move(node)), flows_(flows) {}
+  FlowUi(FlowMonitor* monitor, std::string node, size_t flows, const Clock* clock)
+      : monitor_(monitor), node_(std::move(node)), flows_(flows), clock_(clock) {}
   std::string FlowsJson();
   void Loop();  // holds the observer while a page polls, drains it
 
   FlowMonitor* monitor_;
   const std::string node_;
   const size_t flows_;
+  const Clock* const clock_;
   std::atomic<int64_t> wanted_until_ns_{0};  // absl::ToUnixNanos of the last poll + kLinger
   std::atomic<bool> stopping_{false};
   absl::Mutex mu_;

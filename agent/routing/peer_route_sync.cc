@@ -12,13 +12,14 @@ namespace sluice::agent {
 
 PeerRouteSync::PeerRouteSync(KubernetesState& k8s, Netlink& netlink, maps::NoMasqMap& nomasq,
                              maps::Tunnel4Map& tunnel, std::vector<IpPrefix> base_nomasq,
-                             bool direct_routes)
+                             bool direct_routes, const Clock* clock)
     : k8s_(k8s),
       netlink_(netlink),
       nomasq_(nomasq),
       tunnel_(tunnel),
       base_nomasq_(std::move(base_nomasq)),
-      direct_routes_(direct_routes) {
+      direct_routes_(direct_routes),
+      clock_(clock) {
   k8s_.nodes().AddListener([this](const k8s::Change<k8s::Node>&) {
     absl::MutexLock l(&mu_);
     dirty_ = true;
@@ -70,7 +71,7 @@ void PeerRouteSync::Run() {
                            absl::Milliseconds(200));
       if (stop_) return;
       bool synced = k8s_.synced();
-      bool retry = retry_at.has_value() && absl::Now() >= *retry_at;
+      bool retry = retry_at.has_value() && clock_->Now() >= *retry_at;
       if (!dirty_ && synced == was_synced && !retry) continue;
       dirty_ = false;
       was_synced = synced;
@@ -86,7 +87,7 @@ void PeerRouteSync::Run() {
     }
     // Never-masqueraded first: a new peer's traffic must not be NATed once the datapath sends
     // it there (its tunnel entry or route).
-    const absl::Time started = absl::Now();
+    const absl::Time started = clock_->Now();
     absl::Status st = ReconcileNoMasquerade(nomasq_, nomasq, was_synced);
     if (st.ok()) st = ReconcileTunnelMap(tunnel_, peers, was_synced).status();
     // Without direct routes, Sluice's routes of an earlier configuration go (once synced).
@@ -95,10 +96,10 @@ void PeerRouteSync::Run() {
                                was_synced)
                .status();
     }
-    metrics::ObserveReconcile("routing", absl::Now() - started, st.ok());
+    metrics::ObserveReconcile("routing", clock_->Now() - started, st.ok());
     if (!st.ok()) {
       spdlog::warn("peers: {}; retrying in 1s", st.ToString());
-      retry_at = absl::Now() + absl::Seconds(1);
+      retry_at = clock_->Now() + absl::Seconds(1);
     } else {
       retry_at.reset();
     }

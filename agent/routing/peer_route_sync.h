@@ -8,6 +8,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/base/clock.h"
 #include "agent/base/net.h"
 #include "agent/k8s/watches.h"
 #include "agent/kernel/netlink.h"
@@ -26,7 +27,8 @@ namespace sluice::agent {
 class PeerRouteSync {
  public:
   PeerRouteSync(KubernetesState& k8s, Netlink& netlink, maps::NoMasqMap& nomasq,
-                maps::Tunnel4Map& tunnel, std::vector<IpPrefix> base_nomasq, bool direct_routes);
+                maps::Tunnel4Map& tunnel, std::vector<IpPrefix> base_nomasq, bool direct_routes,
+                const Clock* clock = RealClock::Get());
   ~PeerRouteSync();
 
  private:
@@ -39,6 +41,7 @@ class PeerRouteSync {
   maps::Tunnel4Map& tunnel_;
   const std::vector<IpPrefix> base_nomasq_;
   const bool direct_routes_;
+  const Clock* const clock_;
   absl::Mutex mu_;
   bool dirty_ ABSL_GUARDED_BY(mu_) = true;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

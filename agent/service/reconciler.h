@@ -112,11 +112,10 @@ class BpfLbMaps : public LbMaps {
   BpfLbMaps(maps::Lb4ServiceMap& svc, maps::Lb4BackendMap& be, maps::Lb4RevNatMap& rnat,
             maps::Lb4SourceRangeMap& srcr, maps::Ct4Map& ct, maps::Lb4AffinityMap* aff,
             maps::Ct4Map* ct_tcp = nullptr, maps::Lb4NonBackendPortMap* nbport = nullptr,
-            maps::Lb4SlotRecordMap* records = nullptr,
-            SlotRecords::Clock now = std::chrono::steady_clock::now)
+            maps::Lb4SlotRecordMap* records = nullptr, const Clock* clock = RealClock::Get())
       : svc_(svc), be_(be), rnat_(rnat), srcr_(srcr), ct_(ct), aff_(aff), ct_tcp_(ct_tcp) {
     if (nbport != nullptr) nbport_.emplace(*nbport);
-    if (records != nullptr) records_ = std::make_unique<SlotRecords>(*records, std::move(now));
+    if (records != nullptr) records_ = std::make_unique<SlotRecords>(*records, clock);
   }
 
   // Called after FlushUdpFlows wrote reply entries of its own (conntrack::ConntrackGc::

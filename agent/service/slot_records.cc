@@ -20,10 +20,8 @@ uint32_t MaxEntries(int fd) {
 
 }  // namespace
 
-SlotRecords::SlotRecords(maps::Lb4SlotRecordMap& map, Clock now)
-    : map_(map),
-      pool_(MaxEntries(map.fd()), std::chrono::seconds(SLUICE_LB4_REC_QUARANTINE_S),
-            std::move(now)) {}
+SlotRecords::SlotRecords(maps::Lb4SlotRecordMap& map, const Clock* clock)
+    : map_(map), pool_(MaxEntries(map.fd()), absl::Seconds(SLUICE_LB4_REC_QUARANTINE_S), clock) {}
 
 SlotRecords::FrontendKey SlotRecords::KeyOf(const sluice_lb4_key& key) {
   return {key.addr, key.dport, key.proto, key.scope};

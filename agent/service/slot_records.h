@@ -11,7 +11,6 @@
 // records existed. So do all when the records run out.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <tuple>
@@ -26,15 +25,13 @@ namespace sluice::agent {
 
 class SlotRecords {
  public:
-  using Clock = loader::QuarantinedRecords::Clock;
-
   struct Stats {
     size_t named = 0;    // records a master names
     size_t retired = 0;  // records waiting out their quarantine
     size_t free = 0;
   };
 
-  explicit SlotRecords(maps::Lb4SlotRecordMap& map, Clock now = std::chrono::steady_clock::now);
+  explicit SlotRecords(maps::Lb4SlotRecordMap& map, const Clock* clock = RealClock::Get());
 
   // A slot entry (backend_slot >= 1) was written, or is queued to be.
   void SlotWritten(const sluice_lb4_key& key, uint32_t backend_id);

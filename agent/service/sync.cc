@@ -25,8 +25,10 @@ std::string SliceServiceKey(const k8s::EndpointSlice& s) {
 
 ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::EndpointSlice>& slices,
                          std::function<bool()> synced, ServiceReconciler& reconciler,
-                         HealthCheckServers* health, NodeContext node, std::string state_dir)
-    : services_(services),
+                         HealthCheckServers* health, NodeContext node, std::string state_dir,
+                         const Clock* clock)
+    : clock_(clock),
+      services_(services),
       slices_(slices),
       reconciler_(reconciler),
       health_(health),
@@ -44,6 +46,7 @@ ServiceSync::ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::End
   controller::ControllerOptions options;
   options.name = "services";
   options.synced = std::move(synced);
+  options.clock = clock_;
   // A full pass covers the Services in the store and those the maps still hold (restored from
   // the pins after a restart; gone from the API while the agent was down).
   options.all_keys = [this] {
@@ -167,7 +170,7 @@ std::optional<ServiceTranslation> ServiceSync::Translate(const std::string& serv
 
 absl::Status ServiceSync::Reconcile(const controller::Batch& batch) {
   const uint64_t removed_before = reconciler_.FrontendsRemoved();
-  absl::Time start = absl::Now();
+  absl::Time start = clock_->Now();
   std::vector<std::pair<std::string, std::optional<ServiceTranslation>>> changes;
   changes.reserve(batch.keys.size());
   for (const std::string& key : batch.keys) {
@@ -179,7 +182,7 @@ absl::Status ServiceSync::Reconcile(const controller::Batch& batch) {
     }
     changes.emplace_back(key, std::move(t));
   }
-  absl::Duration translated = absl::Now() - start;
+  absl::Duration translated = clock_->Now() - start;
   absl::Status st = reconciler_.ApplyAll(changes);
   if (st.ok() && batch.full) st = reconciler_.PruneStale();
   // Names for sluicectl with the agent down. A batch of endpoint changes leaves them as they
@@ -197,7 +200,7 @@ absl::Status ServiceSync::Reconcile(const controller::Batch& batch) {
       health_->Update(key, t ? t->health_check : std::nullopt);
     }
   }
-  absl::Duration took = absl::Now() - start;
+  absl::Duration took = clock_->Now() - start;
   if (spdlog::should_log(spdlog::level::debug)) {
     ServiceReconcilerStats stats = reconciler_.stats();
     spdlog::debug(

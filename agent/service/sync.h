@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "agent/controller/controller.h"
 #include "agent/k8s/model.h"
 #include "agent/k8s/store.h"
@@ -38,7 +39,8 @@ class ServiceSync {
   // memory only.
   ServiceSync(k8s::Store<k8s::Service>& services, k8s::Store<k8s::EndpointSlice>& slices,
               std::function<bool()> synced, ServiceReconciler& reconciler,
-              HealthCheckServers* health, NodeContext node, std::string state_dir = "");
+              HealthCheckServers* health, NodeContext node, std::string state_dir = "",
+              const Clock* clock = RealClock::Get());
   ServiceSync(const ServiceSync&) = delete;
   ServiceSync& operator=(const ServiceSync&) = delete;
 
@@ -59,6 +61,7 @@ class ServiceSync {
   void PublishUnprogrammed();
   std::optional<ServiceTranslation> Translate(const std::string& service);
 
+  const Clock* const clock_;
   k8s::Store<k8s::Service>& services_;
   k8s::Store<k8s::EndpointSlice>& slices_;
   ServiceReconciler& reconciler_;

@@ -3,10 +3,10 @@
 // that finds the maps in any state.
 #include <arpa/inet.h>
 
-#include <chrono>
 #include <cstring>
 #include <memory>
 
+#include "agent/base/fake_clock.h"
 #include "gtest/gtest.h"
 #include "loader/datapath.h"
 #include "loader/endpoint_table.h"
@@ -14,8 +14,6 @@
 
 namespace sluice::testing {
 namespace {
-
-using Clock = std::chrono::steady_clock;
 
 sluice_endpoint Endpoint(uint32_t ifindex, uint32_t id) {
   sluice_endpoint e{};
@@ -40,7 +38,7 @@ class EndpointTableTest : public ::testing::Test {
   }
   std::unique_ptr<loader::EndpointTable> NewTable() {
     return std::make_unique<loader::EndpointTable>(dp_->endpoints(), dp_->ep4_slots(),
-                                                   dp_->ep4_records(), [this] { return now_; });
+                                                   dp_->ep4_records(), &clock_);
   }
   // What the programs find for addr through the index: its record, or nothing.
   std::optional<sluice_endpoint> Indexed(uint32_t addr) {
@@ -58,7 +56,7 @@ class EndpointTableTest : public ::testing::Test {
   ScratchBpffs fs_;
   std::unique_ptr<loader::Datapath> dp_;
   std::unique_ptr<loader::EndpointTable> table_;
-  Clock::time_point now_ = Clock::time_point() + std::chrono::hours(1);
+  FakeClock clock_;
 };
 
 TEST_F(EndpointTableTest, AnEndpointIsIndexedWithItsValueAndLeavesBothMapsOnDelete) {
@@ -106,11 +104,11 @@ TEST_F(EndpointTableTest, ARetiredRecordIsWrittenAgainOnlyAfterTheQuarantine) {
   EXPECT_EQ(table_->stats().unindexed, 1u);
   EXPECT_TRUE(Same(*dp_->ep4_records().Lookup(first), Endpoint(1, 1))) << "untouched so far";
 
-  now_ += std::chrono::seconds(SLUICE_EP4_REC_QUARANTINE_S) - std::chrono::milliseconds(1);
+  clock_.Advance(absl::Seconds(SLUICE_EP4_REC_QUARANTINE_S) - absl::Milliseconds(1));
   ASSERT_TRUE(table_->Upsert(a, Endpoint(5000001, 1)).ok());
   EXPECT_FALSE(Indexed(a).has_value()) << "reused before the quarantine ended";
 
-  now_ += std::chrono::milliseconds(1);
+  clock_.Advance(absl::Milliseconds(1));
   ASSERT_TRUE(table_->Upsert(a, Endpoint(5000002, 1)).ok());
   ASSERT_TRUE(Indexed(a).has_value());
   EXPECT_EQ(RecordOf(a), first);

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "agent/base/fake_clock.h"
 #include "agent/service/reconciler.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -63,12 +64,11 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
     DatapathTest::SetUp();
     lb_ = MakeMaps();
   }
-  // With slot records, as the agent runs it; their clock is the test's (now_).
+  // With slot records, as the agent runs it; their clock is the test's (clock_).
   std::unique_ptr<BpfLbMaps> MakeMaps() {
-    return std::make_unique<BpfLbMaps>(dp_->lb4_services(), dp_->lb4_backends(), dp_->lb4_revnat(),
-                                       dp_->lb4_source_ranges(), dp_->ct4_any(),
-                                       &dp_->lb4_affinity(), nullptr, nullptr,
-                                       &dp_->lb4_slot_records(), [this] { return now_; });
+    return std::make_unique<BpfLbMaps>(
+        dp_->lb4_services(), dp_->lb4_backends(), dp_->lb4_revnat(), dp_->lb4_source_ranges(),
+        dp_->ct4_any(), &dp_->lb4_affinity(), nullptr, nullptr, &dp_->lb4_slot_records(), &clock_);
   }
   std::unique_ptr<ServiceReconciler> NewReconciler() {
     auto r = ServiceReconciler::Create(*lb_);
@@ -132,7 +132,7 @@ class ServiceReconcilerPrivTest : public testing::DatapathTest {
     return master.ok() ? master->backend_id : UINT32_MAX;
   }
 
-  std::chrono::steady_clock::time_point now_ = std::chrono::steady_clock::now();
+  FakeClock clock_;
   std::unique_ptr<BpfLbMaps> lb_;
 };
 

@@ -6,20 +6,17 @@
 #include <bpf/bpf.h>
 #include <netinet/in.h>
 
-#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <vector>
 
+#include "agent/base/fake_clock.h"
 #include "agent/service/slot_records.h"
 #include "gtest/gtest.h"
 
 namespace sluice::agent {
 namespace {
-
-using std::chrono::seconds;
-using std::chrono::steady_clock;
 
 constexpr uint32_t kRecords = 4;  // records 1 to 3
 
@@ -46,7 +43,7 @@ class SlotRecordsTest : public ::testing::Test {
                             sizeof(sluice_lb4_slot_record), kRecords, nullptr);
     ASSERT_GE(fd, 0) << "bpf_map_create: " << strerror(errno);
     map_ = maps::Lb4SlotRecordMap(maps::MapFd(fd));
-    records_ = std::make_unique<SlotRecords>(map_, [this] { return now_; });
+    records_ = std::make_unique<SlotRecords>(map_, &clock_);
   }
 
   // Writes a frontend's slots 1..ids.size() and its master, as BpfLbMaps hands them over, then
@@ -69,7 +66,7 @@ class SlotRecordsTest : public ::testing::Test {
     return std::vector<uint32_t>(r->backend_id, r->backend_id + n);
   }
 
-  steady_clock::time_point now_ = steady_clock::now();
+  FakeClock clock_;
   maps::Lb4SlotRecordMap map_;
   std::unique_ptr<SlotRecords> records_;
 };
@@ -100,11 +97,11 @@ TEST_F(SlotRecordsTest, ChangedSlotsGetANewRecordAndTheOldOneStaysAsItWasUntilIt
 
   // One record is left; then none until the first retired one's quarantine ends.
   EXPECT_NE(Publish({{0x0a60000b, {1}}})[0], 0u);
-  now_ += seconds(SLUICE_LB4_REC_QUARANTINE_S) - std::chrono::milliseconds(1);
+  clock_.Advance(absl::Seconds(SLUICE_LB4_REC_QUARANTINE_S) - absl::Milliseconds(1));
   EXPECT_EQ(Publish({{0x0a60000c, {2}}}), (std::vector<uint32_t>{0}))
       << "a record reused before its quarantine ended";
   EXPECT_EQ(Ids(first, 3), (std::vector<uint32_t>{5, 6, 7}));
-  now_ += std::chrono::milliseconds(1);
+  clock_.Advance(absl::Milliseconds(1));
   EXPECT_EQ(Publish({{0x0a60000c, {2}}}), (std::vector<uint32_t>{first}));
   EXPECT_EQ(Ids(first, 1), (std::vector<uint32_t>{2}));
 }

@@ -1,0 +1,95 @@
+#include "agent/endpoint/start.h"
+
+#include <utility>
+
+#include "agent/metrics/agent_metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace sluice::agent {
+
+absl::StatusOr<std::unique_ptr<EndpointState>> OpenEndpointState(const StartPieces& pieces,
+                                                                 const IpPrefix& pod_cidr) {
+  auto state = std::make_unique<EndpointState>();
+  auto ipam = Ipam::Open(pieces.state_dir, pod_cidr);
+  if (!ipam.ok()) return StartError(ipam.status(), "open IPAM");
+  state->ipam = std::move(*ipam);
+  auto store = EndpointStore::Open(pieces.state_dir);
+  if (!store.ok()) return StartError(store.status(), "open endpoint store");
+  state->store = std::move(*store);
+  // Every ADD writes there: a full or read-only file system makes the node not ready.
+  pieces.ready->RequireWritableStateDir(pieces.state_dir);
+  state->count_metrics.emplace(
+      *pieces.registry, metrics::AddEndpointCountCollector(
+                            *pieces.registry, [s = state->store.get()] { return s->size(); }));
+  return state;
+}
+
+RunningEndpointService::RunningEndpointService(const StartPieces& pieces, EndpointState& state,
+                                               int mtu)
+    : datapath(*pieces.datapath),
+      service(*pieces.netlink, *state.ipam, *state.store, datapath, {.default_mtu = mtu}) {}
+
+namespace {
+
+// The veths of removed pods waiting for deletion, and the requests refused before acting.
+int AddEndpointServiceCollector(metrics::Registry& registry, EndpointService* service) {
+  return registry.AddCollector([service](metrics::ScrapeSink& out) {
+    const LinkReaperStats s = service->link_reaper().stats();
+    out.Gauge("sluice_endpoint_veths_pending_delete",
+              "Host veths of removed pods, down and waiting for the agent to delete them", {},
+              static_cast<double>(service->link_reaper().pending()));
+    for (const auto& [result, n] : {std::pair{"deleted", s.deleted}, std::pair{"gone", s.gone},
+                                    std::pair{"failed", s.failed}}) {
+      out.Counter("sluice_endpoint_veth_deletes_total",
+                  "Host veths of removed pods the agent deleted after DEL answered "
+                  "(gone: already deleted or the name taken since; failed: left for the next "
+                  "start)",
+                  {{"result", result}}, static_cast<double>(n));
+    }
+    const EndpointServiceStats es = service->stats();
+    for (const auto& [reason, n] : {std::pair{"bad_netns", es.bad_netns},
+                                    std::pair{"other_network", es.other_network_requests},
+                                    std::pair{"lock_timeout", es.lock_timeouts}}) {
+      out.Counter("sluice_endpoint_requests_refused_total",
+                  "CNI requests the agent refused before acting, per reason (bad_netns: the "
+                  "pod's network namespace descriptor missing, undeclared or not a network "
+                  "namespace; other_network: an interface another network attached; "
+                  "lock_timeout: the node or attachment stayed busy past the lock timeout)",
+                  {{"reason", reason}}, static_cast<double>(n));
+    }
+    out.Counter("sluice_endpoint_netns_paths_opened_total",
+                "ADD and CHECK requests of an older plugin, without a namespace descriptor: "
+                "the agent opened CNI_NETNS itself",
+                {}, static_cast<double>(es.netns_paths_opened));
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<RunningEndpointService>> StartEndpointService(
+    const StartPieces& pieces, EndpointState& state, int mtu) {
+  auto running = std::make_unique<RunningEndpointService>(pieces, state, mtu);
+  running->service_metrics.emplace(
+      *pieces.registry, AddEndpointServiceCollector(*pieces.registry, &running->service));
+  if (auto st = running->service.Restore(); !st.ok()) return StartError(st, "restore endpoints");
+  spdlog::info("restored {} endpoints", state.store->size());
+  return running;
+}
+
+absl::StatusOr<std::unique_ptr<api::EndpointApiServer>> ServeEndpointApi(
+    EndpointService& service, const std::string& socket_path) {
+  api::EndpointApiServerOptions options;
+  options.socket_path = socket_path;
+  auto server = std::make_unique<api::EndpointApiServer>(options);
+  // The request's descriptor (the pod's netns) goes to the service beside the instrumented call.
+  if (auto st = server->Start(metrics::InstrumentEndpointApi(
+          [&service](const cni::EndpointRequest& req, int netns_fd) {
+            return service.Handle(req, netns_fd);
+          }));
+      !st.ok()) {
+    return StartError(st, "start endpoint API");
+  }
+  return server;
+}
+
+}  // namespace sluice::agent
