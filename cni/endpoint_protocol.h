@@ -1,4 +1,4 @@
-// Typed encode/decode of the endpoint API messages described in agent/api/protocol.h, so the
+// Typed encode/decode of the endpoint API messages described in agent/endpoint/api_protocol.h, so the
 // plugin (client side) and the agent (server side) share one implementation of the wire format.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The agent side of the endpoint API (see agent/api/protocol.h): a unix stream socket, root only,
+// The agent side of the endpoint API (see agent/endpoint/api_protocol.h): a unix stream socket, root only,
 // one JSON request per connection, each connection served on its own thread up to a bound.
 #pragma once
 

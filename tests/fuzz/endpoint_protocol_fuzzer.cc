@@ -1,10 +1,10 @@
 // libFuzzer target: the endpoint API's wire protocol (agent/endpoint/api_protocol.h), both directions.
 //
 // Agent side, as one connection is served: the request bytes are parsed the way
-// agent/endpoint/api_api_server.cc's Serve() does (nlohmann, no exceptions, must be an object), then decoded
-// the way EndpointService::Handle does before it acts (ParseEndpointRequest of the re-serialised
-// object, NetConfFromJson of its "config"), and every failure is turned into the reply the agent
-// would send. Plugin side: the same bytes as an agent reply (ParseEndpointReply).
+// agent/endpoint/api_server.cc's Serve() does (nlohmann, no exceptions, must be an object), then
+// decoded the way EndpointService::Handle does before it acts (ParseEndpointRequest of the
+// re-serialised object, NetConfFromJson of its "config"), and every failure is turned into the
+// reply the agent would send. Plugin side: the same bytes as an agent reply (ParseEndpointReply).
 //
 // Invariants beyond "no crash, no leak, no UB":
 //   - every reply the agent would send is valid JSON it can parse itself (Handle re-parses it);
