@@ -232,7 +232,9 @@ launch_agent() {
 start_agent() {
   launch_agent
   wait_for 30 test -f "$ROOT/net.d/05-sluice.conflist" || { cat "$ROOT/log/agent.log"; fail "agent not ready"; }
-  wait_for 10 cni_status || fail "agent does not answer STATUS"
+  # After a restart the conflist is there from the first start: STATUS tells when this agent
+  # serves (its datapath load takes seconds, more on a loaded machine).
+  wait_for 30 cni_status || fail "agent does not answer STATUS"
 }
 
 stop_agent() {
