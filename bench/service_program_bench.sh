@@ -2,7 +2,7 @@
 # Control-plane time to program N Services x E endpoints (default 10k x 10), side by side:
 #   - sluice, map API:   sluice_lb_setup writes the maps directly (lb_cluster.h, hitless order);
 #   - sluice, reconciler: the agent's ServiceReconciler::ApplyAll (when sluice_reconcile_setup is
-#                         built: agent/service_reconciler.h exists);
+#                         built: agent/service/reconciler.h exists);
 #   - iptables-legacy-restore -w --noflush of kube-proxy's sync input (jump rules loaded first,
 #     not timed), as kube-proxy does;
 #   - iptables-nft-restore -w --noflush the same way (bounded by --limit: 1.8.9 takes minutes),

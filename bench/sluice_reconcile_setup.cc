@@ -1,5 +1,5 @@
 // Control-plane time to program N Services x E endpoints through the agent's ServiceReconciler
-// (agent/service_reconciler.h) on a freshly loaded Datapath: the same synthetic cluster as
+// (agent/service/reconciler.h) on a freshly loaded Datapath: the same synthetic cluster as
 // lb_cluster.h, given to the reconciler as translator output (ServiceTranslation per Service);
 // the translations are built before the clock starts, so the figure is ApplyAll: id allocation,
 // the diff against the (empty) maps and the hitless-ordered map writes.

@@ -1,7 +1,8 @@
 /* Not attached anywhere: builds lib/'s parsing, service LB, NAT, reject and forwarding code
- * against the XDP context (lib/ctx/xdp.h), so that code keeps building for XDP until an XDP entry
- * file (bpf/xdp.bpf.c) uses it. One program runs the pod path's service translation, the other
- * the native device's ingress paths (lib/netdev.h). */
+ * against the XDP context (lib/ctx/xdp.h) on every build, so the code the XDP program
+ * (bpf/xdp.bpf.c, which runs only lib/xdp_nodeport.h's paths) does not use keeps building for
+ * XDP too. One program runs the pod path's service translation, the other the native device's
+ * ingress paths (lib/netdev.h). */
 #include "lib/ctx/xdp.h"
 #include "lib/arp.h"
 #include "lib/netdev.h"

@@ -33,9 +33,9 @@ SLUICE_ASSERT_OFFSET(struct sluice_endpoint, host_mac, 14);
 SLUICE_ASSERT_OFFSET(struct sluice_endpoint, endpoint_id, 20);
 
 /* The datapath's fast way to a local endpoint: a direct-mapped index of sluice_ep4 that it reads
- * with two array lookups (inlined by the verifier) before the hash lookup (a call). The agent
- * keeps it (agent/endpoint/endpoint_cache.h); sluice_ep4 stays the endpoints' only record, which
- * tools read.
+ * with two array lookups (inlined by the verifier) before the hash lookup (a call). The loader
+ * keeps it beside sluice_ep4 (loader/endpoint_table.h); sluice_ep4 stays the endpoints' only
+ * record, which tools read.
  *
  * sluice_ep4_slot (an mmapable array, maps/slot_array.h): slot = host-order address modulo
  * SLUICE_EP4_SLOTS -> {addr, rec}; all zero is free. A slot names one of the endpoints whose

@@ -209,7 +209,7 @@ class Netlink {
   // The first (primary) IPv4 address of `ifname`, or NotFound.
   [[nodiscard]] virtual absl::StatusOr<IpAddress> FirstIPv4Address(const std::string& ifname) = 0;
 
-  // Writes a sysctl of the caller's netns; see WriteSysctl in agent/netns.h for `key`.
+  // Writes a sysctl of the caller's netns; see WriteSysctl in agent/kernel/netns.h for `key`.
   [[nodiscard]] virtual absl::Status SetSysctl(absl::string_view key, absl::string_view value) = 0;
 };
 

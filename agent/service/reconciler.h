@@ -1,4 +1,4 @@
-// Service reconciler: writes the translator's frontends (agent/service_translator.h) into the
+// Service reconciler: writes the translator's frontends (agent/service/translator.h) into the
 // sluice_lb4_* maps in the hitless order of maps/lb.h, keeps rev_nat and backend ids stable (and
 // restores them from the pinned maps after a restart), flushes the UDP flows of removed backends
 // from sluice_ct4_any, and keeps one wildcard master per ClusterIP in use. The map writes go through

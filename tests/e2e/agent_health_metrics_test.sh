@@ -6,6 +6,7 @@
 # reference parser and counts the endpoints, the CNI requests, the endpoint map's entries and
 # every drop reason. sluicectl reads the running agent's configuration and status.
 source "$(dirname "$0")/lib.sh"
+node_init
 trap teardown EXIT
 CHECK=$(cd "$(dirname "$0")/.." && pwd)/support/prom_check.py
 

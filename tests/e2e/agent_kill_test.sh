@@ -16,8 +16,8 @@
 # `make soak` runs it with 100 kills and longer churn. Prints the figures as "figures: ...".
 set -euo pipefail
 NAME=flt-kill$$
-source "$(dirname "$0")/lablib.sh"
-HERE=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-agent-kill.XXXXXX)
 KEEP_LOGS=/tmp/agent_kill_test-$NAME
 KILLS=${SLUICE_KILLS:-20}
@@ -32,17 +32,8 @@ KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
 log "lab $NAME up"
 
 pod_yaml() {  # pod_yaml POD NODE [APP]: netexec on 8080 TCP+UDP and a line echo server on 9000
-  cat <<YAML
----
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, labels: {app: ${3:-none}}}
-spec:
-  nodeName: $2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
-  - {name: echo, image: echo, command: ["$PY", "$HERE/fault_echo.py", "9000"]}
-YAML
+  pod_manifest "$1" --labels "app=${3:-none}" --node "$2" --ports 8080,8080/UDP \
+    --container "{name: echo, image: echo, command: [\"$PY\", \"$HERE/fault_echo.py\", \"9000\"]}"
 }
 {
   cat <<'YAML'

@@ -8,8 +8,8 @@
 # under 2 s).
 set -euo pipefail
 NAME=flt-api$$
-source "$(dirname "$0")/lablib.sh"
-HERE=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib.sh"
+lab_init
 ROUNDS=${SLUICE_FAULT_ROUNDS:-3}
 BOUND=${SLUICE_FAULT_BOUND:-5}
 KUBECONFIG_PATH=$("$LAB" up --nodes 1 --name "$NAME") || fail "up"

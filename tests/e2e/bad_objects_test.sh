@@ -9,7 +9,8 @@
 # answering with unchanged maps. The big objects are programmed (they are valid), within bounds.
 set -euo pipefail
 NAME=flt-bad$$
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-bad-objects.XXXXXX)
 KEEP_LOGS=/tmp/bad_objects_test-$NAME
 # /metrics on the health listener (one address serves both).
@@ -17,22 +18,17 @@ export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0
 KUBECONFIG_PATH=$("$LAB" up --nodes 1 --name "$NAME") || fail "up"
 log "lab $NAME up"
 
-K apply --validate=false -f - >/dev/null <<'YAML' || fail "apply good"
+{
+  cat <<'YAML'
 apiVersion: v1
 kind: Service
 metadata: {name: good}
 spec:
   selector: {app: good}
   ports: [{name: http, port: 80, targetPort: 8080}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: good-1, labels: {app: good}}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
 YAML
+  pod_manifest good-1 --labels app=good --node node1 --ports 8080
+} | K apply --validate=false -f - >/dev/null || fail "apply good"
 K wait --for=condition=Ready pod/good-1 --timeout=60s >/dev/null || fail "good-1 not Ready"
 GOOD=$(K get svc good -o jsonpath='{.spec.clusterIP}')
 good_answers() { [ "$(lab request --from node/node1 --to "$GOOD:80" --data hostname --timeout 2)" = good-1 ]; }

@@ -4,6 +4,7 @@
 # added, netns gone, after an agent restart), prevResult chaining and address exhaustion.
 POD_CIDR=10.244.0.0/29   # 5 pod addresses: .2 to .6 (.1 is the gateway)
 source "$(dirname "$0")/lib.sh"
+node_init
 trap teardown EXIT
 
 # expect_error CODE OUTPUT: the plugin printed a CNI error object with CODE.

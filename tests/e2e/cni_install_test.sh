@@ -6,6 +6,7 @@
 # the others; with --uninstall_datapath also Sluice's tc programs and pins.
 SLUICE_E2E_PREFIX=${SLUICE_E2E_PREFIX:-ci$$}
 source "$(dirname "$0")/lib.sh"
+node_init
 trap teardown EXIT
 
 setup_node

@@ -10,7 +10,7 @@
 # IDs and a prevResult of an unknown version.
 POD_CIDR=10.244.0.0/28   # .2 to .14
 source "$(dirname "$0")/lib.sh"
-output_gt() { local n=$1; shift; [ "$("$@")" -gt "$n" ]; }
+node_init
 HOLDER=
 cleanup() {
   [ -n "$HOLDER" ] && kill "$HOLDER" 2>/dev/null

@@ -11,10 +11,10 @@
 # socket LB's cgroup links).
 set -euo pipefail
 NAME=${SLUICE_LAB_TEST_NAME:-hi$$}
-HERE=$(cd "$(dirname "$0")" && pwd)
-SRC=$(cd "$HERE/../.." && pwd)
 WORK=$(mktemp -d)
-source "$HERE/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
+SRC=$(cd "$HERE/../.." && pwd)
 fail_logs() {
   local f
   for f in "$DIR/controlplane.log" "$DIR"/node*/log/sluice-*.log; do

@@ -7,7 +7,8 @@
 # namespace, mount, process or file behind. Every address used lives in namespaces the lab creates.
 set -euo pipefail
 NAME=${SLUICE_LAB_TEST_NAME:-lt$$}
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 # fail shows the end of the control plane's log (kubelet, CNI calls), not the agents'.
 fail_logs() { if [ -f "$DIR/controlplane.log" ]; then echo "$DIR/controlplane.log"; fi; }
 LOG_TAIL=30
@@ -20,52 +21,18 @@ K get nodes -o name | sort | tr '\n' ' ' | grep -q "node/node1 node/node2" || fa
 CIDR1=$(K get node node1 -o jsonpath='{.spec.podCIDR}')
 CIDR2=$(K get node node2 -o jsonpath='{.spec.podCIDR}')
 [ -n "$CIDR1" ] && [ -n "$CIDR2" ] && [ "$CIDR1" != "$CIDR2" ] || fail "pod CIDRs '$CIDR1' '$CIDR2'"
-NODE1_IP=$(K get node node1 -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}')
+NODE1_IP=$(node_ip node1)
 [ -n "$NODE1_IP" ] || fail "node1 has no InternalIP"
 
-K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
-apiVersion: v1
-kind: Pod
-metadata: {name: a}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: b}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: c}
-spec:
-  nodeName: node2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: notready, annotations: {lab.sluice.dev/ready: "false"}}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: unscheduled}
-spec:
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
-YAML
+{
+  pod_manifest a --node node1 --ports 8080,8080/UDP
+  pod_manifest b --node node1 --ports 8080,8080/UDP
+  pod_manifest c --node node2 --ports 8080
+  pod_manifest notready --annotations lab.sluice.dev/ready=false --node node1 --ports 8080
+  pod_manifest unscheduled --ports 8080
+} | K apply --validate=false -f - >/dev/null || fail "apply"
 K wait --for=condition=Ready pod/a pod/b pod/c pod/unscheduled --timeout=60s >/dev/null ||
   fail "pods not Ready: $(K get pods -o yaml)"
-ip_of() { K get pod "$1" -o jsonpath='{.status.podIP}'; }
 A=$(ip_of a); B=$(ip_of b); C=$(ip_of c)
 log "pods a=$A b=$B c=$C"
 in_cidr() { python3 -c 'import ipaddress,sys; sys.exit(ipaddress.ip_address(sys.argv[1]) not in ipaddress.ip_network(sys.argv[2]))' "$1" "$2"; }
@@ -170,15 +137,8 @@ grep -qE "^kc-web +ClusterIP +10\.96\.[0-9.]+ +<none> +80/TCP " <<<"$(K get svc 
 log "ok: get -o wide, logs, create service"
 # apply_pod NAME NODE: a netexec pod serving TCP 8080, bound to NODE.
 apply_pod() {
-  K apply --validate=false -f - >/dev/null <<YAML || fail "apply $1"
-apiVersion: v1
-kind: Pod
-metadata: {name: $1}
-spec:
-  nodeName: $2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
-YAML
+  pod_manifest "$1" --node "$2" --ports 8080 | K apply --validate=false -f - >/dev/null ||
+    fail "apply $1"
 }
 # A pod whose CNI ADD fails (node2's agent held down: the plugin cannot reach it) stays
 # ContainerCreating; describe shows the kubelet's Warning with the plugin's own error text.

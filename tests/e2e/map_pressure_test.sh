@@ -12,7 +12,8 @@
 # see the NAT section below for what a user gets).
 set -euo pipefail
 NAME=flt-mp$$
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-map-pressure.XXXXXX)
 KEEP_LOGS=/tmp/map_pressure_test-$NAME
 CAP=12
@@ -28,7 +29,8 @@ before_down() {
   if [ -n "$NAT_SERVER" ]; then kill "$NAT_SERVER" 2>/dev/null || true; fi
 }
 
-K apply --validate=false -f - >/dev/null <<'YAML' || fail "apply good"
+{
+  cat <<'YAML'
 apiVersion: v1
 kind: Service
 metadata: {name: good}
@@ -37,25 +39,10 @@ spec:
   ports:
   - {name: tcp, port: 80, targetPort: 8080, protocol: TCP}
   - {name: udp, port: 80, targetPort: 8080, protocol: UDP}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: good-1, labels: {app: good}}
-spec:
-  nodeName: node1
-  containers:
-  - name: c
-    image: netexec
-    ports: [{containerPort: 8080, protocol: TCP}, {containerPort: 8080, protocol: UDP}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
 YAML
+  pod_manifest good-1 --labels app=good --node node1 --ports 8080/TCP,8080/UDP
+  pod_manifest client --node node1 --ports 8080
+} | K apply --validate=false -f - >/dev/null || fail "apply good"
 K wait --for=condition=Ready pod/good-1 pod/client --timeout=60s >/dev/null || fail "pods not Ready"
 GOOD=$(K get svc good -o jsonpath='{.spec.clusterIP}')
 answers() {  # answers IP PROTO
@@ -171,15 +158,8 @@ addresses_held() { find "$DIR/node1/state/ipam" -type f ! -name 'last_reserved*'
 pod_veths() { local l; l=$(ip -n "$NAME-node1" -o link show); grep -c ': slc' <<<"$l" || true; }
 HELD0=$(addresses_held) VETHS0=$(pod_veths)
 for p in third fourth; do
-  K apply --validate=false -f - >/dev/null <<YAML || fail "apply $p"
-apiVersion: v1
-kind: Pod
-metadata: {name: $p}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
-YAML
+  pod_manifest "$p" --node node1 --ports 8080 | K apply --validate=false -f - >/dev/null ||
+    fail "apply $p"
   [ "$p" = fourth ] || K wait --for=condition=Ready pod/third --timeout=30s >/dev/null || fail "third not Ready"
 done
 ep_full_event() { grep -q "failed (add): .*sluice_ep4 is full" <<<"$(K describe pod fourth)"; }

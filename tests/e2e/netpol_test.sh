@@ -22,7 +22,8 @@ set -euo pipefail
 NAME=npc$$
 # The agents' /metrics (node-local): the policy counters are checked after the cases.
 export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --metrics_address=127.0.0.1:9879"
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-netpol-test.XXXXXX)
 KEEP_LOGS=/tmp/netpol_test-$NAME
 
@@ -39,28 +40,17 @@ metadata: {name: "$ns", labels: {ns: "$ns"}}
 YAML
   done
 } | K apply --validate=false -f - >/dev/null || fail "apply namespaces"
+# Every pod serves TCP and UDP on 80, 81 and 53, each port named as the policies name it.
+PORTS=serve-80-tcp=80/TCP,serve-81-tcp=81/TCP,serve-80-udp=80/UDP,serve-81-udp=81/UDP
+PORTS+=,serve-53-tcp=53/TCP,serve-53-udp=53/UDP
 {
   for ns in x y z; do
     for pod in a b c; do
       node=node1
       if [ "$pod" = b ]; then node=node2; fi
+      pod_manifest "$pod" --namespace "$ns" --labels "pod=$pod,svc=$pod" --node "$node" \
+        --ports "$PORTS"
       cat <<YAML
----
-apiVersion: v1
-kind: Pod
-metadata: {name: "$pod", namespace: "$ns", labels: {pod: "$pod", svc: "$pod"}}
-spec:
-  nodeName: $node
-  containers:
-  - name: c
-    image: netexec
-    ports:
-    - {name: serve-80-tcp, containerPort: 80, protocol: TCP}
-    - {name: serve-81-tcp, containerPort: 81, protocol: TCP}
-    - {name: serve-80-udp, containerPort: 80, protocol: UDP}
-    - {name: serve-81-udp, containerPort: 81, protocol: UDP}
-    - {name: serve-53-tcp, containerPort: 53, protocol: TCP}
-    - {name: serve-53-udp, containerPort: 53, protocol: UDP}
 ---
 apiVersion: v1
 kind: Service

@@ -9,7 +9,8 @@
 # edges coloured by verdict, with the drop reason, and listed in its flow table.
 set -euo pipefail
 NAME=flowsobs$$
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-observe-test.XXXXXX)
 KEEP_LOGS=/tmp/observe_test-$NAME
 
@@ -21,26 +22,15 @@ SOCK=$DIR/node1/observe.sock
 OBSERVE() { "$SLUICECTL" observe --socket "$SOCK" "$@"; }
 log "lab $NAME up"
 
-K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
+{
+  cat <<'YAML'
 apiVersion: v1
 kind: Namespace
 metadata: {name: obs}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: server, namespace: obs, labels: {app: web}}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8081}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client, namespace: obs, labels: {app: client}}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}]}
+YAML
+  pod_manifest server --namespace obs --labels app=web --node node1 --ports 8080,8081
+  pod_manifest client --namespace obs --labels app=client --node node1 --ports 8080
+  cat <<'YAML'
 ---
 apiVersion: v1
 kind: Service
@@ -58,6 +48,7 @@ spec:
   ingress:
   - ports: [{port: 8080, protocol: TCP}]
 YAML
+} | K apply --validate=false -f - >/dev/null || fail "apply"
 K wait -n obs --for=condition=Ready pod/server pod/client --timeout=60s >/dev/null || fail "pods not Ready"
 SERVER_IP=$(K get pod server -n obs -o jsonpath='{.status.podIP}')
 CLUSTER_IP=$(K get service web -n obs -o jsonpath='{.spec.clusterIP}')

@@ -4,6 +4,7 @@
 # link, the map entry and the address; an agent restart keeps traffic and state; 200 ADD/DEL
 # cycles leave nothing behind.
 source "$(dirname "$0")/lib.sh"
+node_init
 trap teardown EXIT
 
 setup_node

@@ -19,6 +19,7 @@
 # (--root/--runroot, vfs driver so there are no overlay mounts), tmp dir, file locks, event log,
 # network config dir and a per-run cgroup parent; teardown removes all of it, on failure too.
 source "$(dirname "$0")/lib.sh"
+node_init
 
 NET=sluicenet
 IMAGE=localhost/sluice-e2e-busybox:$T

@@ -14,8 +14,8 @@ set -euo pipefail
 NAME=rt$$
 MODE=${SLUICE_ROUTING_MODE:-tunnel}
 WORK=$(mktemp -d)
-source "$(dirname "$0")/lablib.sh"
-HERE=$(cd "$(dirname "$0")" && pwd)
+source "$(dirname "$0")/lib.sh"
+lab_init
 BG_PIDS=()
 before_down() { for p in "${BG_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; }
 
@@ -24,35 +24,15 @@ head -c 24 /dev/urandom | base64 >"$WORK/relay.token"
 export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --relay_address=0.0.0.0:4245 --relay_token_file=$WORK/relay.token"
 KUBECONFIG_PATH=$("$LAB" up --nodes 3 --name "$NAME") || fail "up"
 log "lab $NAME up ($MODE routing)"
-node_ip() { K get node "$1" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'; }
 N1=$(node_ip node1); N2=$(node_ip node2); N3=$(node_ip node3)
 EXTERNAL_IP=$(lab status | awk '/^external:/ {print $2}')
 [ -n "$EXTERNAL_IP" ] || fail "no external address in: $(lab status)"
 
-K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
-apiVersion: v1
-kind: Pod
-metadata: {name: a}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: b}
-spec:
-  nodeName: node2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: c, labels: {app: web}}
-spec:
-  nodeName: node3
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+{
+  pod_manifest a --node node1 --ports 8080,8080/UDP
+  pod_manifest b --node node2 --ports 8080,8080/UDP
+  pod_manifest c --labels app=web --node node3 --ports 8080,8080/UDP
+  cat <<'YAML'
 ---
 apiVersion: v1
 kind: Service
@@ -64,9 +44,9 @@ spec:
   - {name: tcp, port: 80, targetPort: 8080, protocol: TCP}
   - {name: udp, port: 80, targetPort: 8080, protocol: UDP}
 YAML
+} | K apply --validate=false -f - >/dev/null || fail "apply"
 K wait --for=condition=Ready pod/a pod/b pod/c --timeout=60s >/dev/null ||
   fail "pods not Ready: $(K get pods -o yaml)"
-ip_of() { K get pod "$1" -o jsonpath='{.status.podIP}'; }
 A=$(ip_of a); B=$(ip_of b); C=$(ip_of c)
 CLUSTER_IP=$(K get svc web -o jsonpath='{.spec.clusterIP}')
 NODEPORT=$(K get svc web -o jsonpath='{.spec.ports[0].nodePort}')
@@ -96,7 +76,6 @@ ctl_on() {  # ctl_on N ARGS...: sluicectl on node N
   ip netns exec "$NAME-node$n" "$SLUICECTL" --bpffs_root="$DIR/node$n/bpf" \
     --state_dir="$DIR/node$n/state" "$@"
 }
-jget() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 want_tunnel=True; [ "$MODE" = tunnel ] || want_tunnel=False
 for to in "$B:8080 2 $N2" "$CLUSTER_IP:80 3 $N3"; do
   set -- $to

@@ -20,8 +20,8 @@
 # Every address used lives in namespaces the lab creates.
 set -euo pipefail
 NAME=${LAB_NAME:-svc$$}  # LAB_NAME: a name of the caller's (unique per run)
-HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d)
 CAPTURE=
 before_down() { if [ -n "$CAPTURE" ]; then kill -TERM "$CAPTURE" 2>/dev/null || true; fi; }
@@ -37,43 +37,15 @@ if [ -n "${KEEP_GOING:-}" ]; then
 fi
 
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
-node_ip() { K get node "$1" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'; }
 NODE1_IP=$(node_ip node1)
 NODE2_IP=$(node_ip node2)
 
-K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
-apiVersion: v1
-kind: Pod
-metadata: {name: host-1, labels: {app: host}}
-spec:
-  nodeName: node1
-  hostNetwork: true
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8081}, {containerPort: 8081, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client-1}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 9090}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client-2}
-spec:
-  nodeName: node2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 9090}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: web-2, labels: {app: web}}
-spec:
-  nodeName: node2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+{
+  pod_manifest host-1 --labels app=host --node node1 --host-network --ports 8081,8081/UDP
+  pod_manifest client-1 --node node1 --ports 9090
+  pod_manifest client-2 --node node2 --ports 9090
+  pod_manifest web-2 --labels app=web --node node2 --ports 8080,8080/UDP
+  cat <<'YAML'
 ---
 apiVersion: v1
 kind: Service
@@ -105,6 +77,7 @@ spec:
   ports:
   - {port: 80, targetPort: 8080}
 YAML
+} | K apply --validate=false -f - >/dev/null || fail "apply"
 K wait --for=condition=Ready pod/host-1 pod/client-1 pod/client-2 pod/web-2 --timeout=60s \
   >/dev/null || fail "pods not Ready"
 

@@ -9,38 +9,19 @@
 # Every address used lives in namespaces the lab creates.
 set -euo pipefail
 NAME=sx$$
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
-node_ip() { K get node "$1" -o jsonpath='{.status.addresses[?(@.type=="InternalIP")].address}'; }
 NODE1_IP=$(node_ip node1)
 NODE2_IP=$(node_ip node2)
 EXTERNAL_IP=$(lab status | awk '/^external:/ {print $2}')
 
-K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
-apiVersion: v1
-kind: Pod
-metadata: {name: web-1, labels: {app: web, local: "yes"}}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: web-2, labels: {app: web}}
-spec:
-  nodeName: node2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 9090}]}
+{
+  pod_manifest web-1 --labels app=web,local=yes --node node1 --ports 8080,8080/UDP
+  pod_manifest web-2 --labels app=web --node node2 --ports 8080,8080/UDP
+  pod_manifest client --node node1 --ports 9090
+  cat <<'YAML'
 ---
 apiVersion: v1
 kind: Service
@@ -90,6 +71,7 @@ spec:
   ports:
   - {port: 80, targetPort: 8080}
 YAML
+} | K apply --validate=false -f - >/dev/null || fail "apply"
 K wait --for=condition=Ready pod/web-1 pod/web-2 pod/client --timeout=60s >/dev/null ||
   fail "pods not Ready"
 cip() { K get service "$1" -o jsonpath='{.spec.clusterIP}'; }

@@ -14,8 +14,8 @@
 # REJECT and NodePort checks live in their own script.
 set -euo pipefail
 NAME=sv$$
-HERE=$(cd "$(dirname "$0")" && pwd)
-source "$HERE/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-service-test.XXXXXX)
 KEEP_LOGS=/tmp/service_test-$NAME
 # The clients still running stop before the lab goes.
@@ -137,18 +137,7 @@ $diag"
 
 # backend_yaml POD NODE [APP]: a pod labelled app=APP (web) serving TCP and UDP 8080. The lab's
 # kubelet reports it Ready once both are bound, so the Service never sends it a connection early.
-backend_yaml() {
-  cat <<YAML
----
-apiVersion: v1
-kind: Pod
-metadata: {name: $1, labels: {app: ${3:-web}}}
-spec:
-  nodeName: $2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
-YAML
-}
+backend_yaml() { pod_manifest "$1" --labels "app=${3:-web}" --node "$2" --ports 8080,8080/UDP; }
 {
   cat <<'YAML'
 apiVersion: v1
@@ -164,15 +153,8 @@ metadata: {name: dns}
 spec:
   selector: {app: dns}
   ports: [{name: dns, port: 53, targetPort: 8080, protocol: UDP}]
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec}
 YAML
+  pod_manifest client --node node1
 } | K apply --validate=false -f - >/dev/null || fail "apply"
 K wait --for=condition=Ready pod/client --timeout=60s >/dev/null ||
   fail "client not Ready: $(K get pods -o yaml)"

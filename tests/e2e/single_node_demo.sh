@@ -7,6 +7,7 @@ BUILD_ARG=${1:-build}
 ACTION=${2:-up}
 export SLUICE_E2E_PREFIX=sluice-demo
 source "$(dirname "$0")/lib.sh" "$BUILD_ARG"
+node_init
 
 if [ "$ACTION" = down ]; then
   pkill -f -- "--bpffs_root=$ROOT/bpf" 2>/dev/null || true

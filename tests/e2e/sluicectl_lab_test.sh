@@ -9,9 +9,9 @@
 # directory), and the restarted agent names them again.
 set -euo pipefail
 NAME=${SLUICE_E2E_NAME:-ops$$}  # a caller may pick a name with its own prefix
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 CHECK=$(cd "$(dirname "$0")/.." && pwd)/support/prom_check.py
-jget() { /usr/bin/python3 -c 'import json,sys; d=json.load(sys.stdin); print(eval(sys.argv[1]))' "$1"; }
 
 # The lab's agents take extra flags from SLUICE_LAB_AGENT_ARGS (agent/lab/lab.cc).
 export SLUICE_LAB_AGENT_ARGS="--metrics_address=127.0.0.1:9962"
@@ -21,21 +21,11 @@ log "lab $NAME up"
 NODE_NS=$NAME-node1
 ctl() { ip netns exec "$NODE_NS" "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" --state_dir="$DIR/node1/state" "$@"; }
 
-K apply --validate=false -f - >/dev/null <<'YAML'
-apiVersion: v1
-kind: Pod
-metadata: {name: web-1, labels: {app: web}}
-spec: {containers: [{name: c, image: x, ports: [{name: http, containerPort: 8080}]}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: client, labels: {role: client}}
-spec: {containers: [{name: c, image: x}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: slow-1, labels: {app: slow}, annotations: {lab.sluice.dev/ready: "false"}}
-spec: {containers: [{name: c, image: x, ports: [{containerPort: 8080}]}]}
+{
+  pod_manifest web-1 --labels app=web --image x --ports http=8080
+  pod_manifest client --labels role=client --image x
+  pod_manifest slow-1 --labels app=slow --annotations lab.sluice.dev/ready=false --image x --ports 8080
+  cat <<'YAML'
 ---
 apiVersion: v1
 kind: Service
@@ -62,6 +52,7 @@ kind: Service
 metadata: {name: slow}
 spec: {selector: {app: slow}, ports: [{port: 80, targetPort: 8080}]}
 YAML
+} | K apply --validate=false -f - >/dev/null
 K wait --for=condition=Ready pod/web-1 pod/client --timeout=60s >/dev/null ||
   fail "web-1 or client not ready"
 

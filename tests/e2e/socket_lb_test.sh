@@ -11,7 +11,8 @@
 #   - `down` leaves no program attached.
 set -euo pipefail
 NAME=sl$$
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-socket-lb-test.XXXXXX)
 HOOKS="connect4 sendmsg4 recvmsg4 getpeername4"
 
@@ -30,22 +31,10 @@ link_id() {
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME") || fail "up"
 log "lab $NAME up"
 
-K apply --validate=false -f - <<'YAML' >/dev/null || fail "apply"
-apiVersion: v1
-kind: Pod
-metadata: {name: a, labels: {app: web}}
-spec:
-  nodeName: node1
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
----
-apiVersion: v1
-kind: Pod
-metadata: {name: c, labels: {app: web}}
-spec:
-  nodeName: node2
-  containers:
-  - {name: c, image: netexec, ports: [{containerPort: 8080}, {containerPort: 8080, protocol: UDP}]}
+{
+  pod_manifest a --labels app=web --node node1 --ports 8080,8080/UDP
+  pod_manifest c --labels app=web --node node2 --ports 8080,8080/UDP
+  cat <<'YAML'
 ---
 apiVersion: v1
 kind: Service
@@ -64,6 +53,7 @@ spec:
   ports:
   - {name: http, port: 80, targetPort: 8080}
 YAML
+} | K apply --validate=false -f - >/dev/null || fail "apply"
 K wait --for=condition=Ready pod/a pod/c --timeout=60s >/dev/null ||
   fail "pods not Ready: $(K get pods -o yaml)"
 WEB=$(K get svc web -o jsonpath='{.spec.clusterIP}')

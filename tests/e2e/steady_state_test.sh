@@ -22,10 +22,10 @@
 # print the figures.
 set -euo pipefail
 NAME=sst-ss$$
-source "$(dirname "$0")/lablib.sh"
+source "$(dirname "$0")/lib.sh"
+lab_init
 WORK=$(mktemp -d /tmp/sluice-steady.XXXXXX)
 KEEP_LOGS=/tmp/steady_state_test-$NAME
-HERE=$(cd "$(dirname "$0")" && pwd)
 LOAD="$HERE/steady_load.py"
 
 TRAFFIC_SECONDS=${SLUICE_STEADY_SECONDS:-50}  # at the rates below (a slower machine takes longer)
@@ -63,8 +63,7 @@ log "lab $NAME up ($((SECONDS - START)) s)"
   printf 'apiVersion: v1\nkind: Service\nmetadata: {name: steady}\nspec:\n  selector: {app: srv}\n  ports:\n'
   printf '  - {name: %s, port: %s, targetPort: %s, protocol: %s}\n' tcp 80 8080 TCP udp 80 8080 UDP echo 90 9000 TCP
   for p in srv-1 srv-2 client-a client-b; do
-    printf -- '---\napiVersion: v1\nkind: Pod\nmetadata: {name: %s, labels: {app: %s}}\nspec:\n  nodeName: node1\n' "$p" "${p%-*}"
-    printf '  containers:\n  - {name: c, image: netexec, ports: [{containerPort: 8080, protocol: TCP}, {containerPort: 8080, protocol: UDP}]}\n'
+    pod_manifest "$p" --labels "app=${p%-*}" --node node1 --ports 8080/TCP,8080/UDP
   done
 } | K apply --validate=false -f - >"$WORK/apply.out" 2>&1 || fail "apply: $(cat "$WORK/apply.out")"
 K wait --for=condition=Ready pod/srv-1 pod/srv-2 pod/client-a pod/client-b --timeout=60s >/dev/null ||

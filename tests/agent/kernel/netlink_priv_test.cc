@@ -514,10 +514,19 @@ TEST_F(NetlinkPrivTest, DefaultRouteDeviceAndFirstAddressOfTheNodeNetns) {
 }
 
 TEST_F(NetlinkPrivTest, SetSysctlWritesOnlyTheCallersNetns) {
+  // A new namespace copies net.ipv4.ip_forward from the machine's root namespace (1 on any
+  // Kubernetes node or container host): the case starts both at 0 itself. The test's own
+  // namespace starts at 0 (tests/support/privileged_main.cc).
+  for (const std::string& ns : {node_, pod_}) {
+    ASSERT_EQ(Sh(absl::StrCat("ip netns exec ", ns, " sysctl -qw net.ipv4.ip_forward=0")).exit_code,
+              0);
+  }
   ASSERT_EQ(ReadSysctlIn(node_, "/proc/sys/net/ipv4/ip_forward"), "0");
   ASSERT_OK(InNode([&] { return nl_.SetSysctl("net.ipv4.ip_forward", "1"); }));
   EXPECT_EQ(ReadSysctlIn(node_, "/proc/sys/net/ipv4/ip_forward"), "1");
   EXPECT_EQ(ReadSysctlIn(pod_, "/proc/sys/net/ipv4/ip_forward"), "0");
+  EXPECT_EQ(absl::StripAsciiWhitespace(Sh("cat /proc/sys/net/ipv4/ip_forward").out), "0")
+      << "the test's own namespace";
   absl::Status missing = InNode([&] { return nl_.SetSysctl("net.ipv4.no_such_knob", "1"); });
   EXPECT_TRUE(absl::IsNotFound(missing)) << missing;
 }
