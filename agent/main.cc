@@ -479,7 +479,7 @@ int Run() {
   if (k8s && absl::GetFlag(FLAGS_network_policy)) {
     policy = StartPolicy(pieces, store, (*endpoints)->service);
   }
-  auto server = ServeEndpointApi((*endpoints)->service, absl::GetFlag(FLAGS_socket));
+  auto server = ServeEndpointApi(pieces, (*endpoints)->service, absl::GetFlag(FLAGS_socket));
   if (!server.ok()) return Fail(server.status());
   std::unique_ptr<PeerRouteSync> peer_routes;
   if (k8s) {
@@ -499,18 +499,18 @@ int Run() {
         InstallCniOnceSynced(*pieces.clock, stop_signals, services.get(), policy.get());
     if (!installed.ok()) return Fail(installed.status());
     if (!*installed) {
-      (*server)->Stop();
+      (*server)->server->Stop();
       return 0;
     }
   }
   (*probes)->ready.cni_installed.Reach();
-  spdlog::info("sluice-agent ready: serving {}", (*server)->socket_path());
+  spdlog::info("sluice-agent ready: serving {}", (*server)->server->socket_path());
 
   int sig = 0;
   sigwait(&stop_signals, &sig);
   spdlog::info("signal {}: stopping; the datapath stays in place", sig);
   if (*monitor) (*monitor)->StopServing();
-  (*server)->Stop();
+  (*server)->server->Stop();
   return 0;
 }
 

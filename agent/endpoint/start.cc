@@ -76,11 +76,30 @@ absl::StatusOr<std::unique_ptr<RunningEndpointService>> StartEndpointService(
   return running;
 }
 
-absl::StatusOr<std::unique_ptr<api::EndpointApiServer>> ServeEndpointApi(
-    EndpointService& service, const std::string& socket_path) {
+absl::StatusOr<std::unique_ptr<ServingEndpointApi>> ServeEndpointApi(
+    const StartPieces& pieces, EndpointService& service, const std::string& socket_path) {
   api::EndpointApiServerOptions options;
   options.socket_path = socket_path;
-  auto server = std::make_unique<api::EndpointApiServer>(options);
+  auto serving = std::make_unique<ServingEndpointApi>();
+  serving->server = std::make_unique<api::EndpointApiServer>(options);
+  api::EndpointApiServer* server = serving->server.get();
+  serving->metrics.emplace(
+      *pieces.registry, pieces.registry->AddCollector([server](metrics::ScrapeSink& out) {
+        const api::EndpointApiServer::Stats s = server->stats();
+        for (const auto& [reason, n] :
+             {std::pair{"bad_request", s.bad_requests}, std::pair{"bad_fds", s.bad_fds},
+              std::pair{"busy", s.busy}, std::pair{"denied_peer", s.denied_peers}}) {
+          out.Counter("sluice_endpoint_api_requests_refused_total",
+                      "Connections to the endpoint API answered without reaching the endpoint "
+                      "service, per reason (bad_request: too large or not a request; bad_fds: "
+                      "more than one descriptor or other control data; busy: past the "
+                      "concurrency limit; denied_peer: a peer of another uid)",
+                      {{"reason", reason}}, static_cast<double>(n));
+        }
+        out.Counter("sluice_endpoint_api_io_errors_total",
+                    "Endpoint API accept, read and write failures and timeouts", {},
+                    static_cast<double>(s.io_errors));
+      }));
   // The request's descriptor (the pod's netns) goes to the service beside the instrumented call.
   if (auto st = server->Start(metrics::InstrumentEndpointApi(
           [&service](const cni::EndpointRequest& req, int netns_fd) {
@@ -89,7 +108,7 @@ absl::StatusOr<std::unique_ptr<api::EndpointApiServer>> ServeEndpointApi(
       !st.ok()) {
     return StartError(st, "start endpoint API");
   }
-  return server;
+  return serving;
 }
 
 }  // namespace sluice::agent

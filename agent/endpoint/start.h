@@ -42,9 +42,15 @@ struct RunningEndpointService {
 [[nodiscard]] absl::StatusOr<std::unique_ptr<RunningEndpointService>> StartEndpointService(
     const StartPieces& pieces, EndpointState& state, int mtu);
 
+struct ServingEndpointApi {
+  std::unique_ptr<api::EndpointApiServer> server;
+  std::optional<metrics::ScopedCollector> metrics;  // reads server: declared after it
+};
+
 // Serves the endpoint API on `socket_path`: each request, instrumented, to `service`, with the
-// descriptor it carried (the pod's network namespace).
-[[nodiscard]] absl::StatusOr<std::unique_ptr<api::EndpointApiServer>> ServeEndpointApi(
-    EndpointService& service, const std::string& socket_path);
+// descriptor it carried (the pod's network namespace). What the server refuses before the
+// service sees it is counted on /metrics.
+[[nodiscard]] absl::StatusOr<std::unique_ptr<ServingEndpointApi>> ServeEndpointApi(
+    const StartPieces& pieces, EndpointService& service, const std::string& socket_path);
 
 }  // namespace sluice::agent

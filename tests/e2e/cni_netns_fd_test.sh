@@ -138,6 +138,24 @@ BAD_NETNS=$(sample 'sluice_endpoint_requests_refused_total{reason="bad_netns"}')
 PATHS=$(sample 'sluice_endpoint_netns_paths_opened_total')
 [ "$PATHS" -ge 1 ] || fail "sluice_endpoint_netns_paths_opened_total is $PATHS after an older plugin's CHECK"
 log "ok: refusals counted on /metrics (bad_netns $BAD_NETNS, paths opened for older plugins $PATHS)"
+# Bytes that are no request: the server answers them (and the doubled descriptors above) before
+# the endpoint service sees anything, and counts them apart.
+/usr/bin/python3 - "$ROOT/sluice.sock" <<'PY' || fail "garbage request: no reply"
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(b"{\"command\": [not json")
+s.shutdown(socket.SHUT_WR)
+reply = b""
+while chunk := s.recv(65536):
+    reply += chunk
+assert json.loads(reply).get("ok") is not True, reply
+PY
+BAD_REQUEST=$(sample 'sluice_endpoint_api_requests_refused_total{reason="bad_request"}')
+BAD_FDS=$(sample 'sluice_endpoint_api_requests_refused_total{reason="bad_fds"}')
+[ "$BAD_REQUEST" -ge 1 ] || fail "sluice_endpoint_api_requests_refused_total{reason=\"bad_request\"} is $BAD_REQUEST after a request that is no JSON"
+[ "$BAD_FDS" -ge 1 ] || fail "sluice_endpoint_api_requests_refused_total{reason=\"bad_fds\"} is $BAD_FDS after a request with two descriptors"
+log "ok: the server's own refusals counted on /metrics (bad_request $BAD_REQUEST, bad_fds $BAD_FDS)"
 
 before=$(agent_fds)
 for i in $(seq 1 25); do
