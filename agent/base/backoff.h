@@ -18,22 +18,25 @@ struct BackoffOptions {
   // Each delay is base * (1 + jitter * U[0,1)), then capped at `cap`.
   double jitter = 1.0;
   // The sequence restarts from `initial` after this long without a back-off (and whenever the
-  // owner calls Reset: what it retries has been seen to work).
+  // owner calls Reset: what it retries has been seen to work). absl::InfiniteDuration(): only
+  // Reset restarts it, and the back-off needs no clock.
   absl::Duration reset_after = absl::Minutes(2);
 };
 
 class Backoff {
  public:
-  // `random` may be empty: no jitter.
+  // `random` may be empty: no jitter. `clock` may be null when opts.reset_after is infinite.
   Backoff(BackoffOptions opts, const Clock* clock, RandomFn random)
       : opts_(opts), clock_(clock), random_(std::move(random)), base_(opts.initial) {}
 
   // The next delay, at most `cap` (clamped to opts.cap); the sequence grows from there.
   absl::Duration Next(absl::Duration cap) {
     cap = std::min(cap, opts_.cap);
-    const absl::Time now = clock_->Now();
-    if (last_ != absl::InfinitePast() && now - last_ > opts_.reset_after) base_ = opts_.initial;
-    last_ = now;
+    if (opts_.reset_after != absl::InfiniteDuration()) {
+      const absl::Time now = clock_->Now();
+      if (last_ != absl::InfinitePast() && now - last_ > opts_.reset_after) base_ = opts_.initial;
+      last_ = now;
+    }
     const absl::Duration base = std::min(base_, cap);
     base_ = std::min(base * opts_.factor, opts_.cap);
     const double r = random_ ? random_() : 0.0;

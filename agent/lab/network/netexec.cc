@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "agent/base/errno.h"
+#include "agent/base/unix_server.h"
 #include "spdlog/spdlog.h"
 
 namespace sluice::lab {
@@ -43,15 +44,6 @@ std::string ReadRequestLine(int fd) {
   return data;
 }
 
-void WriteAll(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    off += n;
-  }
-}
 
 // sd_notify's READY=1 to $NOTIFY_SOCKET (a path, or "@name" for an abstract socket); nothing
 // when it is unset.
@@ -167,7 +159,11 @@ void NetexecServer::ServeTcp() {
     std::thread([fd, peer, name = options_.name, log = options_.log_requests] {
       std::string request = ReadRequestLine(fd);
       if (log) LogRequest("tcp", FormatPeer(peer), request);
-      if (!request.empty()) WriteAll(fd, NetexecAnswer(name, request, FormatPeer(peer)));
+      // A peer that stops reading is given up on, as one that goes (best effort: it asked).
+      if (!request.empty()) {
+        (void)agent::SendAll(fd, NetexecAnswer(name, request, FormatPeer(peer)),
+                             absl::Now() + absl::Seconds(5));
+      }
       shutdown(fd, SHUT_WR);
       close(fd);
     }).detach();

@@ -14,6 +14,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 
 namespace sluice::lab {
@@ -31,10 +32,7 @@ class Fd {
   int fd_;
 };
 
-int RemainingMs(absl::Time deadline) {
-  int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-  return ms < 0 ? 0 : static_cast<int>(ms);
-}
+int RemainingMs(absl::Time deadline) { return PollTimeoutMs(deadline, absl::Now()); }
 
 absl::StatusOr<sockaddr_in> Address(const ProbeTarget& t) {
   sockaddr_in sa = {};

@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "agent/base/errno.h"
+#include "agent/base/files.h"
 #include "agent/lab/tools/process.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -78,17 +79,9 @@ json ToJson(const Topology& t) {
 }
 
 absl::Status WriteTopology(const Topology& t) {
-  std::string path = absl::StrCat(t.dir, "/", kTopologyFile);
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << ToJson(t).dump(2) << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("write ", tmp));
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
+  // Under /run: gone with the machine, so no fsync.
+  return agent::WriteFileAtomically(t.dir, kTopologyFile, ToJson(t).dump(2) + "\n", 0644,
+                                    agent::Durability::kProcessCrash);
 }
 
 Topology Describe(const std::string& lab, int index, int nodes) {

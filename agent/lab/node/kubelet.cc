@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 #include "agent/lab/store/json_path.h"
 #include "agent/lab/tools/process.h"
@@ -150,8 +151,8 @@ class NotifySocket {
     }
     absl::Status status = absl::OkStatus();
     while (!pending.empty() && status.ok()) {
-      int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-      if (ms <= 0) {
+      const int ms = PollTimeoutMs(deadline, absl::Now());
+      if (ms == 0) {
         status = absl::DeadlineExceededError(
             absl::StrCat("netexec on port ", pending.begin()->second, " not serving after ",
                          absl::FormatDuration(kServingTimeout)));
@@ -163,7 +164,7 @@ class NotifySocket {
         p.push_back({pidfds[pid], POLLIN, 0});
         polled.push_back(pid);
       }
-      if (poll(p.data(), p.size(), static_cast<int>(std::min<int64_t>(ms, INT_MAX))) < 0) {
+      if (poll(p.data(), p.size(), ms) < 0) {
         if (errno != EINTR) status = ErrnoStatus(errno, "poll notify socket");
         continue;
       }

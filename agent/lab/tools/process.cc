@@ -20,6 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 
 extern char** environ;
@@ -126,12 +127,12 @@ absl::StatusOr<ProcessResult> RunProcess(const ProcessSpec& spec, absl::Duration
   while (fds[1] >= 0 || fds[2] >= 0) {
     pollfd p[3];
     for (int i = 0; i < 3; ++i) p[i] = {fds[i], static_cast<short>(i == 0 ? POLLOUT : POLLIN), 0};
-    int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
-    if (ms <= 0) {
+    const int ms = PollTimeoutMs(deadline, absl::Now());
+    if (ms == 0) {
       timed_out = true;
       break;
     }
-    int n = poll(p, 3, static_cast<int>(std::min<int64_t>(ms, 1000)));
+    int n = poll(p, 3, ms < 0 ? 1000 : std::min(ms, 1000));
     if (n < 0 && errno != EINTR) break;
     if (n <= 0) continue;
     if (fds[0] >= 0 && p[0].revents) {

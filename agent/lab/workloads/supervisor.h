@@ -5,10 +5,10 @@
 #ifndef SLUICE_AGENT_LAB_WORKLOADS_SUPERVISOR_H_
 #define SLUICE_AGENT_LAB_WORKLOADS_SUPERVISOR_H_
 
-#include <algorithm>
 #include <string>
 
 #include "absl/time/time.h"
+#include "agent/base/backoff.h"
 
 namespace sluice::lab {
 
@@ -19,25 +19,32 @@ struct RestartPolicy {
   absl::Duration stable_after = absl::Seconds(3);
 };
 
-// When one agent is due to be started again. Pure (time is passed in), so it is unit-tested.
+// When one agent is due to be started again: the project's back-off (doubling, no jitter),
+// restarted by the agent's own uptime rather than by a clock. Pure (time is passed in), so it is
+// unit-tested.
 class RestartBackoff {
  public:
   RestartBackoff() : RestartBackoff(RestartPolicy{}) {}
-  explicit RestartBackoff(RestartPolicy policy) : policy_(policy), next_(policy.initial) {}
+  explicit RestartBackoff(RestartPolicy policy)
+      : policy_(policy),
+        backoff_({.initial = policy.initial,
+                  .factor = 2.0,
+                  .cap = policy.cap,
+                  .jitter = 0.0,
+                  .reset_after = absl::InfiniteDuration()},
+                 /*clock=*/nullptr, /*random=*/nullptr) {}
   void Started(absl::Time now) { started_ = now; }
   // The agent exited at `now`: returns when to start it again.
   absl::Time Exited(absl::Time now) {
-    if (now - started_ >= policy_.stable_after) next_ = policy_.initial;
-    absl::Time due = now + next_;
-    next_ = std::min(next_ * 2, policy_.cap);
+    if (now - started_ >= policy_.stable_after) backoff_.Reset();
     ++restarts_;
-    return due;
+    return now + backoff_.Next();
   }
   int restarts() const { return restarts_; }
 
  private:
   RestartPolicy policy_;
-  absl::Duration next_;
+  Backoff backoff_;
   absl::Time started_ = absl::InfinitePast();
   int restarts_ = 0;
 };

@@ -27,6 +27,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "agent/base/errno.h"
+#include "agent/base/files.h"
 #include "agent/lab/network/probe.h"
 #include "agent/lab/store/json_path.h"
 #include "agent/lab/tools/process.h"
@@ -75,17 +76,11 @@ bool PodReady(const json& pod) {
 
 absl::Status WriteFile(const std::string& path, const std::string& content, mode_t mode = 0644) {
   std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  std::string tmp = absl::StrCat(path, ".tmp");
-  {
-    std::ofstream out(tmp, std::ios::trunc | std::ios::binary);
-    out << content;
-    if (!out) return absl::InternalError(absl::StrCat("write ", tmp));
-  }
-  chmod(tmp.c_str(), mode);
-  fs::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat("rename ", tmp, ": ", ec.message()));
-  return absl::OkStatus();
+  const fs::path p(path);
+  fs::create_directories(p.parent_path(), ec);
+  // The lab's files live under /run (or a container's overlay): no fsync.
+  return agent::WriteFileAtomically(p.parent_path().string(), p.filename().string(), content, mode,
+                                    agent::Durability::kProcessCrash);
 }
 
 // The cgroup2 mount of the machine (where the chart's mount-cgroup container would mount one).
