@@ -9,23 +9,7 @@
  * lib/netdev.h. */
 #include "lib/ctx/skb.h"
 #include "lib/netdev.h"
-
-int sluice_net_lb4(struct __sk_buff *skb);
-int sluice_net_nat4(struct __sk_buff *skb);
-
-/* The ingress program's stages, filled by libbpf at each load of this object; not pinned by name
- * (lib/stages.h). */
-struct {
-	__uint(type, BPF_MAP_TYPE_PROG_ARRAY);
-	__uint(max_entries, SLUICE_NET_STAGES);
-	__uint(key_size, sizeof(__u32)); /* a program array takes no BTF key type */
-	__array(values, int(struct __sk_buff *));
-} sluice_net_stages SEC(".maps") = {
-	.values = {
-		[SLUICE_NET_STAGE_LB4] = (void *)&sluice_net_lb4,
-		[SLUICE_NET_STAGE_NAT4] = (void *)&sluice_net_nat4,
-	},
-};
+#include "lib/netdev_stages.h"
 
 SEC("tc")
 int sluice_to_net(struct __sk_buff *skb)
@@ -52,26 +36,6 @@ int sluice_from_net(struct __sk_buff *skb)
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return forwarded(skb, SLUICE_FWD_NET_INGRESS, TC_ACT_OK);
 	return verdict_or_drop(skb, netdev_from_net(skb, &pkt, &sluice_net_stages), SLUICE_FWD_NET_INGRESS);
-}
-
-SEC("tc")
-int sluice_net_lb4(struct __sk_buff *skb)
-{
-	struct stage4_state *st = stage4_state();
-
-	return verdict_or_drop(skb,
-			       st ? netdev_from_net_lb4(skb, st, &sluice_net_stages)
-				  : -SLUICE_DROP_MISSING_STAGE,
-			       SLUICE_FWD_NET_INGRESS);
-}
-
-SEC("tc")
-int sluice_net_nat4(struct __sk_buff *skb)
-{
-	struct stage4_state *st = stage4_state();
-
-	return verdict_or_drop(skb, st ? netdev_from_net_nat4(skb, st) : -SLUICE_DROP_MISSING_STAGE,
-			       SLUICE_FWD_NET_INGRESS);
 }
 
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

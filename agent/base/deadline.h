@@ -1,10 +1,12 @@
-// Deadlines for the calls that take a timeout in milliseconds (poll(2), epoll_wait(2)): one
-// conversion, so that every wait ends at its deadline, not before and not a tick late.
+// Deadlines for the waits the kernel or absl::Mutex times: one conversion for the calls that take
+// a timeout in milliseconds (poll(2), epoll_wait(2)), so that every wait ends at its deadline, not
+// before and not a tick late; and the one place that reads the real clock for such a wait.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 
+#include "absl/time/clock.h"
 #include "absl/time/time.h"
 
 namespace sluice {
@@ -20,5 +22,13 @@ inline int PollTimeoutMs(absl::Time deadline, absl::Time now) {
   return static_cast<int>(std::min<int64_t>(
       absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), int64_t{1} << 30));
 }
+
+// A wait that the kernel times (poll(2) on a socket) or that absl::Mutex times
+// (AwaitWithDeadline) runs on the real clock, whatever sluice::Clock its component was given: a
+// fake clock cannot end it. Its deadline is read here; everything else that reads the time goes
+// through sluice::Clock (agent/base/clock.h). tests/repo/clock_reads_test.py keeps it so.
+inline absl::Time WaitDeadline(absl::Duration timeout) { return absl::Now() + timeout; }
+inline bool WaitDeadlinePassed(absl::Time deadline) { return absl::Now() >= deadline; }
+inline int PollTimeoutMs(absl::Time deadline) { return PollTimeoutMs(deadline, absl::Now()); }
 
 }  // namespace sluice

@@ -11,7 +11,6 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 #include "agent/base/files.h"
@@ -22,13 +21,13 @@ namespace sluice::agent {
 IoWait WaitForIo(int fd, short events, absl::Time deadline, int stop_fd) {
   while (true) {
     struct pollfd fds[2] = {{fd, events, 0}, {stop_fd, POLLIN, 0}};
-    int rc = poll(fds, stop_fd >= 0 ? 2 : 1, PollTimeoutMs(deadline, absl::Now()));
+    int rc = poll(fds, stop_fd >= 0 ? 2 : 1, PollTimeoutMs(deadline));
     if (rc < 0 && errno == EINTR) continue;
     if (rc < 0) return IoWait::kError;
     if (stop_fd >= 0 && fds[1].revents != 0) return IoWait::kStopped;
     // POLLERR and POLLHUP count as ready: the read or write that follows reports them.
     if (fds[0].revents != 0) return IoWait::kReady;
-    if (absl::Now() >= deadline) return IoWait::kTimeout;
+    if (WaitDeadlinePassed(deadline)) return IoWait::kTimeout;
   }
 }
 

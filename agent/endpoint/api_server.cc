@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 #include "spdlog/spdlog.h"
 
@@ -115,7 +115,7 @@ absl::Status EndpointApiServer::Start(Handler handler) {
                          absl::StrCat("permission denied: uid ", peer.uid,
                                       " may not use the sluice endpoint API"));
     if (int err =
-            agent::SendAll(fd, cni::EncodeReply(reply), absl::Now() + absl::Milliseconds(100));
+            agent::SendAll(fd, cni::EncodeReply(reply), WaitDeadline(absl::Milliseconds(100)));
         err != 0) {
       spdlog::debug("api: turning a client away: write: {}", ErrnoText(err));
     }
@@ -147,7 +147,7 @@ void EndpointApiServer::Serve(int fd, const Handler& handler) {
   int err = 0;
   // Closed when this returns, whatever the handler did with them.
   ReceivedFds fds;
-  ReadResult read = ReadToEof(fd, server_.stop_fd(), absl::Now() + options_.io_timeout,
+  ReadResult read = ReadToEof(fd, server_.stop_fd(), WaitDeadline(options_.io_timeout),
                               options_.max_request_bytes, &request_text, &fds, &err);
   if (read == ReadResult::kComplete && (fds.broken || fds.fds.size() > 1)) {
     read = ReadResult::kBadFds;
@@ -216,8 +216,8 @@ void EndpointApiServer::Serve(int fd, const Handler& handler) {
   }
   bool write_failed = false;
   if (reply.has_value()) {
-    absl::Time deadline = absl::Now() + (read == ReadResult::kStopped ? absl::Milliseconds(100)
-                                                                      : options_.io_timeout);
+    const absl::Time deadline = WaitDeadline(
+        read == ReadResult::kStopped ? absl::Milliseconds(100) : options_.io_timeout);
     if (int werr = agent::SendAll(fd, cni::EncodeReply(*reply), deadline); werr != 0) {
       write_failed = true;
       spdlog::warn("api: writing a reply: {}", ErrnoText(werr));

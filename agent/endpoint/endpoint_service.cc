@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "agent/base/deadline.h"
 #include "agent/kernel/netns.h"
 #include "cni/protocol/wire.h"
 #include "loader/tc.h"
@@ -229,7 +230,7 @@ class EndpointService::Hold {
 
 absl::StatusOr<std::unique_ptr<EndpointService::Hold>> EndpointService::Enter(
     bool exclusive, const cni::EndpointRequest* req) {
-  const absl::Time deadline = absl::Now() + options_.lock_timeout;
+  const absl::Time deadline = WaitDeadline(options_.lock_timeout);
   auto busy = [&](absl::string_view what) {
     Count(&EndpointServiceStats::lock_timeouts);
     return cni::CniStatus(api::kCniTryAgainLater,
@@ -437,7 +438,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   // A DEL of this attachment (or GC) may have left its veth with the reaper: its name and its pod
   // end are still taken until it is gone.
   const std::string host_ifname = HostInterfaceName(req.container_id, req.if_name);
-  if (!reaper_.AwaitGone(host_ifname, absl::Now() + options_.lock_timeout)) {
+  if (!reaper_.AwaitGone(host_ifname, WaitDeadline(options_.lock_timeout))) {
     Count(&EndpointServiceStats::lock_timeouts);
     return fail(cni::CniStatus(api::kCniTryAgainLater,
                                absl::StrCat("the removed veth ", host_ifname, " is not gone yet")));
@@ -445,7 +446,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   auto exists = netlink_.LinkExistsInNetns(ns_path, req.if_name);
   if (exists.ok() && *exists && reaper_.pending() > 0) {
     // Another attachment's veth that ended in this netns may still hold the name there.
-    if (reaper_.AwaitIdle(absl::Now() + options_.lock_timeout)) {
+    if (reaper_.AwaitIdle(WaitDeadline(options_.lock_timeout))) {
       exists = netlink_.LinkExistsInNetns(ns_path, req.if_name);
     }
   }
@@ -477,7 +478,7 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   ep.host_ifname = host_ifname;
   ep.ipv4 = addr->ToString();
   ep.mtu = conf.mtu > 0 ? conf.mtu : options_.default_mtu;
-  ep.created = absl::Now();
+  ep.created = options_.clock->Now();
 
   // From here on every failure undoes what was done, so a failed ADD leaves nothing behind.
   // Only the link this ADD created is deleted (by its ifindex): when the name was taken by a

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "agent/endpoint/endpoint_store.h"
 #include "agent/endpoint/ipam.h"
 #include "agent/endpoint/link_reaper.h"
@@ -124,6 +125,7 @@ struct EndpointServiceOptions {
   // same attachment before it answers code 11 "try again later". Shorter than the plugin's own
   // deadline, so the runtime gets an answer rather than a timeout.
   absl::Duration lock_timeout = absl::Seconds(30);
+  const Clock* clock = RealClock::Get();  // stamps Endpoint::created; borrowed
 };
 
 struct EndpointServiceStats {

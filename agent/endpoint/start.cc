@@ -27,7 +27,8 @@ absl::StatusOr<std::unique_ptr<EndpointState>> OpenEndpointState(const StartPiec
 RunningEndpointService::RunningEndpointService(const StartPieces& pieces, EndpointState& state,
                                                int mtu)
     : datapath(*pieces.datapath),
-      service(*pieces.netlink, *state.ipam, *state.store, datapath, {.default_mtu = mtu}) {}
+      service(*pieces.netlink, *state.ipam, *state.store, datapath,
+              {.default_mtu = mtu, .clock = pieces.clock}) {}
 
 namespace {
 
@@ -104,7 +105,8 @@ absl::StatusOr<std::unique_ptr<ServingEndpointApi>> ServeEndpointApi(
   if (auto st = server->Start(metrics::InstrumentEndpointApi(
           [&service](const cni::EndpointRequest& req, int netns_fd) {
             return service.Handle(req, netns_fd);
-          }));
+          },
+          *pieces.registry, pieces.clock));
       !st.ok()) {
     return StartError(st, "start endpoint API");
   }

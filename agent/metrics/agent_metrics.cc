@@ -21,9 +21,11 @@ void ObserveReconcile(const std::string& subsystem, absl::Duration took, bool ok
   if (!ok) errors.Inc();
 }
 
-EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registry) {
-  return [handler = std::move(handler), &registry](const cni::EndpointRequest& req, int fd) {
-    const absl::Time start = absl::Now();
+EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registry,
+                                      const Clock* clock) {
+  return [handler = std::move(handler), &registry, clock](const cni::EndpointRequest& req,
+                                                          int fd) {
+    const absl::Time start = clock->Now();
     cni::EndpointReply reply = handler(req, fd);
     std::string command = req.command;
     if (command != "ADD" && command != "DEL" && command != "CHECK" && command != "GC" &&
@@ -36,7 +38,7 @@ EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registr
                       "Time the agent took to answer a CNI request (ADD returns once the pod's "
                       "interface, maps, programs and policy are in place), per command",
                       l)
-        .Observe(absl::ToDoubleSeconds(absl::Now() - start));
+        .Observe(absl::ToDoubleSeconds(clock->Now() - start));
     Counter& errors = registry.GetCounter("sluice_cni_request_errors_total",
                                           "CNI requests answered with an error, per command", l);
     if (!reply.ok) errors.Inc();

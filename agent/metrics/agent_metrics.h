@@ -7,6 +7,7 @@
 #include <string>
 
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "agent/metrics/registry.h"
 #include "cni/protocol/messages.h"
 
@@ -26,10 +27,11 @@ void ObserveReconcile(const std::string& subsystem, absl::Duration took, bool ok
 
 // Wraps the endpoint API's handler (agent/endpoint/api_server.h):
 // sluice_cni_request_duration_seconds{command} and sluice_cni_request_errors_total{command} (a
-// failure reply). `fd` is the descriptor the request carried, passed through.
+// failure reply), timed on `clock`. `fd` is the descriptor the request carried, passed through.
 using EndpointHandler =
     std::function<cni::EndpointReply(const cni::EndpointRequest& request, int fd)>;
-EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registry = Default());
+EndpointHandler InstrumentEndpointApi(EndpointHandler handler, Registry& registry = Default(),
+                                      const Clock* clock = RealClock::Get());
 
 // Watch events, relists and errors per resource from the reflectors, and whether each watch
 // has completed its first list. `k8s` must outlive the registry's scrapes (RemoveCollector).

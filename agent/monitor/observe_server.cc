@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
@@ -24,7 +25,7 @@ constexpr absl::Duration kWriteTimeout = absl::Seconds(10);
 
 // One line (without its '\n'), up to EOF if the client sends none.
 bool ReadLine(int fd, int stop_fd, std::string* line) {
-  absl::Time deadline = absl::Now() + kRequestTimeout;
+  const absl::Time deadline = WaitDeadline(kRequestTimeout);
   char buf[4096];
   while (line->size() <= kMaxRequestBytes) {
     if (agent::WaitForIo(fd, POLLIN, deadline, stop_fd) != agent::IoWait::kReady) return false;
@@ -99,7 +100,7 @@ ObserveServer::ObserveServer(FlowMonitor& monitor, ObserveServerOptions options)
 ObserveServer::~ObserveServer() { Stop(); }
 
 bool ObserveServer::WriteLine(int fd, const nlohmann::json& line) {
-  return agent::SendAll(fd, line.dump() + "\n", absl::Now() + kWriteTimeout, server_.stop_fd()) ==
+  return agent::SendAll(fd, line.dump() + "\n", WaitDeadline(kWriteTimeout), server_.stop_fd()) ==
          0;
 }
 
@@ -117,7 +118,7 @@ absl::Status ObserveServer::Start() {
     const nlohmann::json line = {{"error", why == agent::UnixServer::Refusal::kBusy
                                                ? "too many observers"
                                                : "permission denied"}};
-    (void)agent::SendAll(fd, line.dump() + "\n", absl::Now() + absl::Milliseconds(100));
+    (void)agent::SendAll(fd, line.dump() + "\n", WaitDeadline(absl::Milliseconds(100)));
   };
   if (absl::Status st = server_.Start(std::move(serve), std::move(refuse)); !st.ok()) return st;
   if (!options_.relay_address.empty()) {
@@ -169,7 +170,7 @@ void ObserveServer::Serve(int fd, bool relayed) {
   if (!observer) return;
   // Where the history ends and live flows begin (a relay's client merges histories by it).
   if (!WriteLine(fd, {{"live", nlohmann::json::object()}})) return;
-  absl::Time next_lost_check = absl::Now() + absl::Seconds(1);
+  absl::Time next_lost_check = options_.clock->Now() + absl::Seconds(1);
   // Whether the agent stops or the client left is looked at when the stream is idle and every
   // 64 flows, not per flow: at full rate the flows are the work.
   int unchecked = 0;
@@ -183,8 +184,8 @@ void ObserveServer::Serve(int fd, bool relayed) {
     } else {
       unchecked = 0;
     }
-    if (absl::Now() >= next_lost_check) {
-      next_lost_check = absl::Now() + absl::Seconds(1);
+    if (const absl::Time now = options_.clock->Now(); now >= next_lost_check) {
+      next_lost_check = now + absl::Seconds(1);
       uint64_t now_lost = monitor_.EventsLost();
       if (now_lost != lost) {
         lost = now_lost;

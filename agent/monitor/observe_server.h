@@ -19,6 +19,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "agent/base/clock.h"
 #include "agent/base/unix_server.h"
 #include "agent/monitor/monitor.h"
 #include "nlohmann/json_fwd.hpp"
@@ -34,6 +35,7 @@ struct ObserveServerOptions {
   size_t default_last = 20;  // a request with neither last nor follow
   std::string relay_address;  // HOST:PORT of the TCP relay; empty: none
   std::string relay_token;    // what a relay request's "token" must be (never empty)
+  const Clock* clock = RealClock::Get();  // paces the lost-event reports; borrowed
 };
 
 class ObserveServer {

@@ -93,6 +93,7 @@ absl::StatusOr<std::unique_ptr<RunningMonitor>> StartMonitor(const agent::StartP
   ObserveServerOptions observe;
   observe.socket_path = options.observe_socket;
   observe.relay_address = options.relay_address;
+  observe.clock = pieces.clock;
   if (!observe.relay_address.empty()) {
     auto token = ReadRelayToken(options.relay_token_file);
     if (!token.ok()) return token.status();
