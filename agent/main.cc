@@ -479,9 +479,10 @@ int Run() {
   if (auto left = loader::AwaitReplacedStagesReleased(**dp, absl::Seconds(1)); !left.ok()) {
     spdlog::warn("release replaced stages: {}", left.status().ToString());
   } else if (*left > 0) {
-    spdlog::warn("{} program arrays of an earlier load are still called by attached programs "
-                 "(devices this agent did not replace); released at the next attach or start",
-                 *left);
+    spdlog::warn(
+        "{} program arrays of an earlier load are still called by attached programs "
+        "(devices this agent did not replace); released at the next attach or start",
+        *left);
   }
   (*probes)->ready.datapath_loaded.Reach();
   // CNI ADD writes a new pod's policy state before it answers: in place before serving.
