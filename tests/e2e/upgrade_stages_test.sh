@@ -25,7 +25,8 @@
 #     program of the other build left anywhere); the NetworkPolicy still admits its clients and
 #     drops another pod; no missing_stage drop on either node. At the end: zero failed
 #     connections or datagrams and no long-lived connection interrupted.
-# Prints the figures as "figures: ...". About 40 s on 2 cores.
+# Prints the figures as "figures: ...". 55-71 s on 2 cores beside other builds (load average ~17),
+# most of it the four agent starts (each loads every BPF object: 4-10 s at that load).
 set -euo pipefail
 NAME=upgrade$$
 source "$(dirname "$0")/lib.sh"
