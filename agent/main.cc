@@ -35,6 +35,7 @@
 #include "agent/service/start.h"
 #include "agent/start/pieces.h"
 #include "loader/datapath.h"
+#include "loader/stage_pins.h"
 #include "loader/uninstall.h"
 #include "maps/types.h"
 #include "spdlog/spdlog.h"
@@ -473,6 +474,16 @@ int Run() {
   const int mtu = PodMtuFromFlags(*node_opts, *node);
   auto endpoints = StartEndpointService(pieces, **endpoint_state, mtu);
   if (!endpoints.ok()) return Fail(endpoints.status());
+  // Every device runs this load's entry programs now: the stage arrays of the programs they
+  // replaced go once the kernel has freed those (loader/stage_pins.h).
+  if (auto left = loader::AwaitReplacedStagesReleased(**dp, absl::Seconds(1)); !left.ok()) {
+    spdlog::warn("release replaced stages: {}", left.status().ToString());
+  } else if (*left > 0) {
+    spdlog::warn(
+        "{} program arrays of an earlier load are still called by attached programs "
+        "(devices this agent did not replace); released at the next attach or start",
+        *left);
+  }
   (*probes)->ready.datapath_loaded.Reach();
   // CNI ADD writes a new pod's policy state before it answers: in place before serving.
   std::unique_ptr<RunningPolicy> policy;

@@ -97,9 +97,9 @@ class Datapath {
   // Unpins the program arrays of earlier loads (kStagesDir) that no entry program uses any more
   // (every device that ran it now runs this load's). Called by Load and after each Attach* of a
   // TC program with stages, so the arrays of a replaced build go once its last entry program is
-  // gone. A replaced filter lets its program go after an RCU grace period, so the array of the
-  // last device replaced stays pinned until the next attach or agent start (an array and its
-  // stages, never called). Returns how many went.
+  // gone. A replaced filter lets its program go after an RCU grace period, too late for the
+  // last attach's own call: the agent's start waits for it (AwaitReplacedStagesReleased,
+  // loader/stage_pins.h). Returns how many went.
   [[nodiscard]] absl::StatusOr<int> ReleaseReplacedStages();
   // Masquerade programs on the native device (egress) and their reverse (ingress).
   [[nodiscard]] absl::Status AttachNative(int ifindex);

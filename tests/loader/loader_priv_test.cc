@@ -9,7 +9,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "loader/bpffs.h"
 #include "loader/datapath.h"
+#include "loader/stage_pins.h"
 #include "loader/tc.h"
 #include "loader/uninstall.h"
 #include "loader/xdp.h"
@@ -498,11 +498,11 @@ TEST(Stages, AnAttachedProgramsStagesOutliveItsAgentAndGoOnceAnUpgradeReplacesIt
   EXPECT_NE(std::find(pins.begin(), pins.end(), old_pod.substr(dir.size())), pins.end());
   ASSERT_TRUE((*new_dp)->AttachPod(Ifindex()).ok());
   // The replaced filter lets its program go after an RCU grace period, so the attach's own
-  // release may come too early; the next attach (or agent start) releases it, as this does.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (StagePins(fs.path()).size() > 3 && std::chrono::steady_clock::now() < deadline) {
-    ASSERT_TRUE((*new_dp)->ReleaseReplacedStages().ok());
-  }
+  // release may come too early; the agent waits for it once its start has attached every
+  // device, as this does.
+  auto left = loader::AwaitReplacedStagesReleased(**new_dp, absl::Seconds(10));
+  ASSERT_TRUE(left.ok()) << left.status();
+  EXPECT_EQ(*left, 0);
   pins = StagePins(fs.path());
   EXPECT_EQ(pins.size(), 3u);
   EXPECT_EQ(std::find(pins.begin(), pins.end(), old_pod.substr(dir.size())), pins.end())
