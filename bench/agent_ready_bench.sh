@@ -7,8 +7,10 @@
 #            after an agent that ran >= 3 s, as a kubelet restarts a DaemonSet's pod);
 #   - start: the agent held down (`sluice-lab agent stop`), then let go: its own start-up alone.
 # After each round the Service still has every pod as a backend in the node's maps, and the next
-# kill waits until the agent has run 4 s (so the supervisor's back-off stays at its first step). Prints each round and "ready: ..." with p50 and
-# max per way, and the phases of the last start from the agent's log (SLUICE_READY_PHASES=0: not).
+# kill waits until the agent has run 4 s (so the supervisor's back-off stays at its first step).
+# Prints each round and "ready: ..." with p50 and max per way, and the last start's agent log with
+# the seconds since its first line, where the time goes (SLUICE_READY_PHASES=0: not).
+# SLUICE_LAB_AGENT=PATH runs another build's agent (the lab starts that binary).
 #
 # usage: bench/agent_ready_bench.sh BUILD_DIR
 #   SLUICE_READY_PODS (100), SLUICE_READY_ROUNDS (5), SLUICE_READY_MAX_SECONDS (unset: no
