@@ -28,8 +28,11 @@
 #  13. packets/s through a NodePort to a backend on another node: sluice_xdp_net (XDP_TX) vs the
 #      TC path vs kube-proxy's iptables (legacy) and nftables NodePort layouts, with the rig's
 #      floor, on a veth pair (xdp_pps).
-#  14. what the verifier costs each agent start: instructions verified and load time of each TC
-#      object, main build vs its SLUICE_NO_KERN_CTX build (verifier_bench).
+#  14. what the verifier costs each agent start: instructions verified and load time of each
+#      object, main build vs its SLUICE_NO_KERN_CTX build, and with SLUICE_BENCH_BASELINE_OBJS
+#      ("NAME=PATH ...", objects built from another tree) new vs old (verifier_bench).
+#  15. an agent restarted with 100 pods on its node: restart -> /readyz 200, p50 and max
+#      (agent_ready_bench.sh; target <= 3 s).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -138,5 +141,13 @@ if want 14; then
 echo
 echo "#### 14. Verifier cost at start-up: TC objects, main build vs SLUICE_NO_KERN_CTX build"
 [ -x "$BUILD/bench/verifier_bench" ] || { echo "bench/run.sh: $BUILD/bench/verifier_bench missing: cmake --build $BUILD --target verifier_bench" >&2; exit 1; }
-"$BUILD/bench/verifier_bench" --rounds=5
+base_args=()
+for b in ${SLUICE_BENCH_BASELINE_OBJS:-}; do base_args+=("--baseline_obj=$b"); done
+"$BUILD/bench/verifier_bench" --rounds=5 ${base_args[@]+"${base_args[@]}"}
+fi
+
+if want 15; then
+echo
+echo "#### 15. Ready after a restart: 100 pods on the node, restart -> /readyz 200"
+"$HERE/agent_ready_bench.sh" "$BUILD"
 fi

@@ -79,8 +79,13 @@ class Datapath {
   // A pin of another size (the configuration changed) is replaced by an empty map of the new
   // size: the agent repopulates the maps it writes (Services) on its first sync; flows in a
   // replaced conntrack or NAT map are lost (docs/operating.md, "Map sizes").
+  // XdpProgram::kSkip leaves sluice_xdp out (--lb_acceleration=disabled): its verification
+  // is about a sixth of the objects' (bench/README.md), for a program never attached; AttachXdp
+  // then fails and xdp_net_fd() is -1.
+  enum class XdpProgram { kLoad, kSkip };
   static absl::StatusOr<std::unique_ptr<Datapath>> Load(const std::string& bpffs_root,
-                                                        const MapSizes& sizes = {});
+                                                        const MapSizes& sizes = {},
+                                                        XdpProgram xdp = XdpProgram::kLoad);
 
   const std::string& bpffs_root() const { return root_; }
 

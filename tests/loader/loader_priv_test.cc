@@ -573,6 +573,33 @@ TEST(Xdp, AttachesNativeOnAVethThroughAPinnedLinkAndARestartSwapsTheProgramInPla
   EXPECT_EQ(*loader::AttachedXdpMode(Ifindex()), loader::XdpMode::kNone);
 }
 
+TEST(Xdp, ALoadWithoutTheXdpProgramStillDetachesAnEarlierRunsAndSharesTheMaps) {
+  ScratchBpffs fs;
+  auto old_dp = loader::Datapath::Load(fs.path());
+  ASSERT_TRUE(old_dp.ok()) << old_dp.status();
+  ASSERT_TRUE((*old_dp)->AttachXdp(Ifindex()).ok());
+  sluice_ep4_key key{0x0a0af40a};
+  sluice_endpoint ep{};
+  ep.endpoint_id = 99;
+  ASSERT_TRUE((*old_dp)->endpoints().Update(key, ep).ok());
+
+  // A restarted agent with --lb_acceleration=disabled: sluice_xdp is not loaded.
+  auto new_dp = loader::Datapath::Load(fs.path(), {}, loader::Datapath::XdpProgram::kSkip);
+  ASSERT_TRUE(new_dp.ok()) << new_dp.status();
+  EXPECT_EQ((*new_dp)->xdp_net_fd(), -1);
+  EXPECT_EQ((*new_dp)->AttachXdp(Ifindex()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_GE((*new_dp)->from_pod_fd(), 0);
+  EXPECT_GE((*new_dp)->from_net_fd(), 0);
+  EXPECT_GE((*new_dp)->from_overlay_fd(), 0);
+  auto got = (*new_dp)->endpoints().Lookup(key);
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->endpoint_id, 99u) << "the pinned maps are the earlier run's";
+  ASSERT_TRUE((*new_dp)->DetachXdp().ok());
+  old_dp->reset();
+  EXPECT_EQ(*loader::AttachedXdpProgram(Ifindex()), 0u);
+}
+
 TEST(Xdp, UninstallTakesSluicesXdpProgramOffTheDevice) {
   ScratchBpffs fs;
   {

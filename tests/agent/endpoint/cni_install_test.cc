@@ -68,6 +68,32 @@ TEST_F(CniInstallTest, InstallWritesThePluginAndConflistAndLeavesOthersByDefault
   EXPECT_EQ(::access((opts_.bin_dir + "/sluice").c_str(), X_OK), 0);
 }
 
+TEST_F(CniInstallTest, AnInstallOverTheSameFilesKeepsThemAndAChangedPluginOrModeIsRewritten) {
+  ASSERT_TRUE(InstallCni(opts_).ok());
+  const std::string plugin = opts_.bin_dir + "/sluice";
+  const std::string conflist = opts_.conf_dir + "/05-sluice.conflist";
+  struct stat plugin_before, conflist_before;
+  ASSERT_EQ(::stat(plugin.c_str(), &plugin_before), 0);
+  ASSERT_EQ(::stat(conflist.c_str(), &conflist_before), 0);
+
+  ASSERT_TRUE(InstallCni(opts_).ok());  // a restarted agent
+  struct stat st;
+  ASSERT_EQ(::stat(plugin.c_str(), &st), 0);
+  EXPECT_EQ(st.st_ino, plugin_before.st_ino) << "the same bytes are not written again";
+  ASSERT_EQ(::stat(conflist.c_str(), &st), 0);
+  EXPECT_EQ(st.st_ino, conflist_before.st_ino);
+
+  Write(opts_.plugin_source, "#!/bin/sh\nexit 0\n", 0755);  // an upgrade
+  opts_.mtu = 1400;
+  ASSERT_TRUE(InstallCni(opts_).ok());
+  EXPECT_EQ(Read(plugin), "#!/bin/sh\nexit 0\n");
+  EXPECT_THAT(Read(conflist), HasSubstr(R"("mtu": 1400)"));
+
+  ::chmod(plugin.c_str(), 0644);  // same bytes, not executable
+  ASSERT_TRUE(InstallCni(opts_).ok());
+  EXPECT_EQ(::access(plugin.c_str(), X_OK), 0);
+}
+
 TEST_F(CniInstallTest, AConfigurationSortingBeforeOursIsNamed) {
   Write(opts_.conf_dir + "/00-flannel.conflist", "{}");
   Write(opts_.conf_dir + "/10-calico.conflist", "{}");
