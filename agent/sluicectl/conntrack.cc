@@ -92,6 +92,7 @@ int Conntrack(const std::vector<std::string>& args) {
     return st.ok() ? 0 : 1;
   }
   const bool json = JsonOutput();
+  if (!PodFlagNamesALocalPod()) return 1;
   const uint64_t now = NowNs();
   auto pods = PodNamesByAddress();
   nlohmann::json out = nlohmann::json::array();
