@@ -87,7 +87,7 @@ trap - ERR
 
 # sluicectl inside node1 (--node): its agent tells it where the maps and records are. The
 # chart's agent runs in a container, whose paths are the lab's stand-ins on this side.
-CTL="$BUILD/agent/sluicectl --node node1"
+CTL="$BUILD/agent/sluicectl --node node1 --lab $NAME"
 if [ "$HELM" = --helm ]; then
   CTL="$CTL --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB --state_dir=/run/sluice-lab/$NAME/node1/state"
 fi
