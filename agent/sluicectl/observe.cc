@@ -49,7 +49,7 @@ struct ObserveArgs {
   monitor::FlowFilter filter;
   int64_t last = -1;
   bool follow = false;
-  std::string output = "table";
+  std::string output;  // -o after the word; default: sluicectl's own -o (before it)
   std::string socket;              // --socket; default: the agent's --observe_socket (common.h)
   std::vector<std::string> nodes;  // --nodes: relays instead of the local socket
   std::string token_file;
@@ -207,6 +207,8 @@ void NothingMatched(const nlohmann::json& req, size_t printed) {
 int Observe(const std::vector<std::string>& args) {
   ObserveArgs a;
   if (int rc = ParseArgs(args, &a); rc >= 0) return rc;
+  // `sluicectl -o json observe` means what `sluicectl observe -o json` does.
+  if (a.output.empty()) a.output = JsonOutput() ? "json" : "table";
   const bool socket_given = !a.socket.empty();
   if (!socket_given) a.socket = ObserveSocket();
   nlohmann::json req = {{"follow", a.follow}, {"filter", monitor::FilterToJson(a.filter)}};

@@ -176,6 +176,22 @@ echo "$out" | grep -qF "no flow matches the filters" || fail "observe matching n
 ctl policy get web-1 | grep -q "^pod default/web-1 " || fail "policy get web-1: $(ctl policy get web-1)"
 [ "$(ctl -o json policy get web-1 | jget 'd["pod"], type(d["policy"]).__name__')" = \
   "('default/web-1', 'bool')" ] || fail "policy get -o json: $(ctl -o json policy get web-1)"
+# -o json before the command word is honoured by every command, or refused; never ignored.
+# (The agent records flows while someone follows: a follower, then traffic.)
+ctl -o json observe --follow --pod default/client >"$DIR/follow.json" 2>/dev/null &
+FOLLOWER=$!
+followed() {
+  lab probe --from default/client --to "$WEB_POD:8080" >/dev/null || true
+  [ -s "$DIR/follow.json" ]
+}
+wait_for 20 followed || fail "-o json observe --follow printed nothing"
+kill "$FOLLOWER" 2>/dev/null; wait "$FOLLOWER" 2>/dev/null || true
+[ "$(head -1 "$DIR/follow.json" | jget '"source" in d and "verdict" in d')" = True ] ||
+  fail "-o json observe printed no JSON flow: $(head -3 "$DIR/follow.json")"
+[ "$(ctl -o json ct flush | jget 'type(d["deleted"]).__name__')" = int ] ||
+  fail "-o json ct flush: $(ctl -o json ct flush)"
+rc=0; ctl -o yaml endpoints >/dev/null 2>&1 || rc=$?
+[ "$rc" = 2 ] || fail "-o yaml: exit $rc, want 2"
 log "ok: ct list of an unknown pod fails, observe says nothing matched, policy get defaults its namespace and speaks json"
 
 scrape=$(ip netns exec "$NODE_NS" curl -sf -m 3 http://127.0.0.1:9962/metrics) || fail "no /metrics"
