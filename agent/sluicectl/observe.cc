@@ -49,7 +49,7 @@ struct ObserveArgs {
   monitor::FlowFilter filter;
   int64_t last = -1;
   bool follow = false;
-  std::string output;  // -o after the word; default: sluicectl's own -o (before it)
+  std::string output;              // -o after the word; default: sluicectl's own -o (before it)
   std::string socket;              // --socket; default: the agent's --observe_socket (common.h)
   std::vector<std::string> nodes;  // --nodes: relays instead of the local socket
   std::string token_file;
