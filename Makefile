@@ -1,5 +1,5 @@
-# Front door to the CMake build. `make deps` once on a fresh Debian bookworm, then `make`,
-# `make test`, `make bench`, `make demo`, `make fuzz`.
+# Front door to the CMake build. On a fresh Debian bookworm `make demo` and `make test` each
+# install what is missing (`make deps`) and build first; `make`, `make bench`, `make fuzz`.
 BUILD ?= build
 CMAKE_FLAGS ?=
 # Unit tests run in parallel; privileged and e2e tests carry RUN_SERIAL and run alone.
@@ -52,7 +52,8 @@ deps:
 	@# The chart tests' Kubernetes schemas (kubernetes-models), pinned by tests/helm/package-lock.json.
 	@test -d tests/helm/node_modules/kubernetes-models || npm ci --prefix tests/helm --no-audit --no-fund
 
-test: build
+# Complete on a fresh machine, as `make demo` is: the packages first, then the build.
+test: deps build
 	ctest --test-dir $(BUILD) --output-on-failure --timeout 900 -j$(NPROC)
 
 test-unit: build

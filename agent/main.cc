@@ -175,8 +175,14 @@ namespace sluice::agent {
 namespace {
 
 // Logs a start step's failure ("<what>: <status>", agent/start/pieces.h); the exit code.
+// A refusal by the kernel (EPERM, EACCES) names what the agent needs.
 int Fail(const absl::Status& st) {
-  spdlog::critical("{}", std::string(st.message()));
+  spdlog::critical("{}", cli::ExplainPermission(
+                             st,
+                             "sluice-agent loads BPF programs, pins maps under --bpffs_root, "
+                             "writes --state_dir and configures links and routes: run it as root "
+                             "(or with CAP_BPF, CAP_NET_ADMIN, CAP_SYS_ADMIN and CAP_PERFMON, and "
+                             "write access to those directories)"));
   return 1;
 }
 
@@ -534,7 +540,7 @@ int Run() {
 }  // namespace sluice::agent
 
 int main(int argc, char** argv) {
-  sluice::cli::ParseCommandLine(
+  sluice::cli::ParseFlagsOnly(
       argc, argv, "sluice-agent",
       "sluice-agent [--kubeconfig=FILE --node_name=NAME | --pod_cidr=CIDR] [flags]: Sluice's node "
       "agent");

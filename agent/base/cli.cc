@@ -89,6 +89,25 @@ std::vector<char*> ParseCommandLine(int argc, char** argv, absl::string_view pro
   return absl::ParseCommandLine(argc, argv);
 }
 
+void ParseFlagsOnly(int argc, char** argv, absl::string_view program, absl::string_view usage) {
+  std::vector<char*> args = ParseCommandLine(argc, argv, program, usage);
+  if (args.size() > 1) std::exit(RefuseArgument(program, args[1], usage));
+}
+
+int RefuseArgument(absl::string_view program, absl::string_view word, absl::string_view usage) {
+  std::fprintf(stderr, "%s: unexpected argument '%s'\nusage: %s\n", std::string(program).c_str(),
+               std::string(word).c_str(), std::string(usage).c_str());
+  return 2;
+}
+
+std::string ExplainPermission(const absl::Status& status, absl::string_view needed) {
+  std::string out(status.message());
+  if (status.code() == absl::StatusCode::kPermissionDenied) {
+    absl::StrAppend(&out, "; ", needed);
+  }
+  return out;
+}
+
 absl::Status SetLogLevel(absl::string_view level) {
   static constexpr absl::string_view kLevels[] = {"trace", "debug",    "info", "warn",
                                                   "error", "critical", "off"};

@@ -27,6 +27,21 @@ std::vector<std::pair<std::string, std::string>> OwnFlagValues();
 std::vector<char*> ParseCommandLine(int argc, char** argv, absl::string_view program,
                                     absl::string_view usage);
 
+// The same for a daemon, which takes flags only: a positional argument (`sluice-agent help`,
+// `sluice-operator version`) is refused with the usage on stderr and exit 2, before anything
+// starts.
+void ParseFlagsOnly(int argc, char** argv, absl::string_view program, absl::string_view usage);
+
+// Prints "PROGRAM: unexpected argument 'WORD'" and the usage to stderr; returns 2, the exit code
+// of a usage error.
+int RefuseArgument(absl::string_view program, absl::string_view word, absl::string_view usage);
+
+// What a refusal by the kernel or the filesystem (EPERM, EACCES: PermissionDenied) means for
+// whoever ran the binary: `status`'s message followed by what is needed, e.g. "...: EACCES
+// (Permission denied); sluicectl reads the pinned maps and the agent's state: run it as root
+// (or with CAP_BPF and read access to the files)". Other statuses: their message unchanged.
+std::string ExplainPermission(const absl::Status& status, absl::string_view needed);
+
 // trace, debug, info, warn, error, critical, off. Anything else: InvalidArgument naming
 // `--log_level` and the accepted levels, and the level is left as it was.
 [[nodiscard]] absl::Status SetLogLevel(absl::string_view level);

@@ -224,6 +224,7 @@ std::string SiblingBinary(const char* env, const std::string& relative) {
 
 std::string AgentBinary() { return SiblingBinary("SLUICE_LAB_AGENT", "../sluice-agent"); }
 std::string CniBinary() { return SiblingBinary("SLUICE_LAB_CNI", "../../cni/sluice-cni"); }
+std::string SluicectlBinary() { return SiblingBinary("SLUICE_LAB_SLUICECTL", "../sluicectl"); }
 std::string KubeconfigPath(const std::string& lab) { return LabDir(lab) + "/kubeconfig"; }
 
 std::vector<std::string> AgentCommand(const Topology& t, const LabNode& node,

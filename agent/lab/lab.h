@@ -29,6 +29,8 @@ struct UpOptions {
 // <build>/cni/sluice-cni (overridable with SLUICE_LAB_AGENT / SLUICE_LAB_CNI).
 std::string AgentBinary();
 std::string CniBinary();
+// `sluice-lab sluicectl`'s binary: $SLUICE_LAB_SLUICECTL, else the build's agent/sluicectl.
+std::string SluicectlBinary();
 
 // The command line of one node's agent (inside `ip netns exec`). Today the pod CIDR comes from
 // the Node object and is passed as --pod_cidr. SLUICE_LAB_AGENT_FROM_API=1 passes

@@ -5,7 +5,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
+#include <filesystem>
 #include <iostream>
 #include <map>
 #include <set>
@@ -70,6 +73,10 @@ usage:
   sluice-lab restart-agent [--name NAME] NODE
                                              agent restart --node NODE --wait: prints
                                              "OLD_PID -> NEW_PID" once the new agent runs
+  sluice-lab sluicectl [--name NAME] NODE [--] [SLUICECTL ARGS...]
+                                             sluicectl inside a node (its network namespace,
+                                             where its agent answers): it reads that node's
+                                             maps, records and flows (sluicectl --node NODE)
   sluice-lab serve [--listen A] [--port P] [--kubeconfig K] [--token T] [--verbose]
                                              only the apiserver (no nodes), until SIGTERM
   sluice-lab netexec --port P --name NAME [--tcp] [--udp]
@@ -80,6 +87,8 @@ usage:
                                              (internal) one container of a pod of the Sluice
                                              image, in its own mount namespace
 
+Every command but --help, --version, serve and netexec runs as root (network namespaces, bpffs
+mounts, /run/sluice-lab).
 FROM is external, node/NODE (node1, node2, ...) or NAMESPACE/POD (POD alone: namespace default).
 --name defaults to the only lab present. Pods are netexec servers on their containerPorts; the
 annotation lab.sluice.dev/ready: "false" keeps a pod running but not Ready.
@@ -347,6 +356,43 @@ int CmdRestartAgent(const Args& a) {
   return 0;
 }
 
+// `sluice-lab sluicectl NODE ARGS...`: the node's network namespace, then sluicectl (beside
+// this binary as the build lays them out, or $SLUICE_LAB_SLUICECTL). There its agent answers on
+// its health address, and sluicectl learns the node's bpffs root, state directory and sockets
+// from it.
+int CmdSluicectl(const Args& a) {
+  if (a.positional.size() != 1) return UsageError("sluicectl NODE [--] [ARGS...]");
+  auto lab = ResolveLab(Get(a, "name"));
+  if (!lab.ok()) return Fail(lab.status());
+  auto t = LoadTopology(*lab);
+  if (!t.ok()) return Fail(t.status());
+  const LabNode* node = t->FindNode(a.positional[0]);
+  if (node == nullptr) {
+    std::string nodes;
+    for (const LabNode& n : t->nodes) absl::StrAppend(&nodes, nodes.empty() ? "" : ", ", n.name);
+    return Fail(absl::NotFoundError(
+        absl::StrCat("lab ", *lab, " has no node ", a.positional[0], " (nodes: ", nodes, ")")));
+  }
+  if (auto st = EnterNetns(node->netns_path()); !st.ok()) return Fail(st);
+  std::vector<std::string> words = {SluicectlBinary()};
+  words.insert(words.end(), a.after_dashes.begin(), a.after_dashes.end());
+  std::vector<char*> argv;
+  for (std::string& w : words) argv.push_back(w.data());
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  return Fail(
+      absl::NotFoundError(absl::StrCat("cannot run ", words[0], ": ", std::strerror(errno),
+                                       " (set SLUICE_LAB_SLUICECTL to the sluicectl binary)")));
+}
+
+// The commands that take no positional argument: a stray word is refused, not ignored.
+bool TakesNoPositional(const std::string& cmd) {
+  static const std::set<std::string> kNone = {"up",           "down",     "status", "kubeconfig",
+                                              "serve",        "netexec",  "probe",  "request",
+                                              "controlplane", "container"};
+  return kNone.contains(cmd);
+}
+
 int Main(int argc, char** argv) {
   if (argc < 2 || std::string(argv[1]) == "help" || std::string(argv[1]) == "--help" ||
       std::string(argv[1]) == "-h") {
@@ -359,6 +405,26 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
+  if (cmd == "sluicectl") {
+    // sluice-lab sluicectl [--name LAB] NODE [--] ARGS...: what follows NODE is sluicectl's own,
+    // flags included, so only the words up to NODE are this command's.
+    Args own;
+    size_t k = 0;
+    while (k < rest.size() && rest[k].size() > 1 && rest[k][0] == '-' && rest[k] != "--") {
+      const std::string flag = rest[k++];
+      if ((flag == "--name" || flag == "-name") && k < rest.size()) {
+        own.values["name"] = rest[k++];
+      } else if (flag.rfind("--name=", 0) == 0) {
+        own.values["name"] = flag.substr(7);
+      } else {
+        return UsageError(absl::StrCat("sluicectl: ", flag, " before NODE (only --name)"));
+      }
+    }
+    if (k < rest.size()) own.positional.push_back(rest[k++]);
+    if (k < rest.size() && rest[k] == "--") ++k;
+    own.after_dashes.assign(rest.begin() + k, rest.end());
+    return CmdSluicectl(own);
+  }
   auto args = ParseArgs(
       rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait", "no_agents"});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
@@ -366,6 +432,9 @@ int Main(int argc, char** argv) {
   if (a.switches.contains("help")) {
     std::cout << kUsage;
     return 0;
+  }
+  if (TakesNoPositional(cmd) && !a.positional.empty()) {
+    return UsageError(absl::StrCat(cmd, ": unexpected argument '", a.positional[0], "'"));
   }
   if (cmd == "up") return CmdUp(a);
   if (cmd == "netexec") return CmdNetexec(a);
@@ -408,5 +477,17 @@ int Main(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   spdlog::set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] %v");
-  return sluice::lab::Main(argc, argv);
+  // A filesystem refusal deep in `up` (a user who is not root) is an answer, not an abort.
+  try {
+    return sluice::lab::Main(argc, argv);
+  } catch (const std::filesystem::filesystem_error& e) {
+    const bool denied =
+        e.code() == std::errc::permission_denied || e.code() == std::errc::operation_not_permitted;
+    std::cerr << "sluice-lab: " << e.what()
+              << (denied ? "; sluice-lab runs as root: it creates network namespaces, mounts "
+                           "bpffs and writes under /run/sluice-lab"
+                         : "")
+              << "\n";
+    return 1;
+  }
 }

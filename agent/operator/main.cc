@@ -5,21 +5,16 @@
 #include <unistd.h>
 
 #include <climits>
-#include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/reflection.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "agent/base/cli.h"
 #include "agent/k8s/config.h"
 #include "agent/k8s/http_client.h"
 #include "agent/metrics/http_server.h"
@@ -65,38 +60,16 @@ std::string DefaultIdentity() {
   return "sluice-operator";
 }
 
-// --help: this binary's own flags, exit 0 (abseil's --help lists only flags of a file named
-// after the program and exits 1).
-bool PrintHelpIfAsked(int argc, char** argv) {
-  bool asked = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string_view a = argv[i];
-    if (a == "--") break;
-    if (a == "--help" || a == "-help" || a == "-h") asked = true;
-  }
-  if (!asked) return false;
-  std::printf("%s\n\n", std::string(absl::ProgramUsageMessage()).c_str());
-  std::map<std::string, const absl::CommandLineFlag*> ours;
-  for (const auto& [name, flag] : absl::GetAllFlags()) {
-    if (flag->Filename().find("operator/main.cc") != std::string::npos)
-      ours[std::string(flag->Name())] = flag;
-  }
-  for (const auto& [name, flag] : ours) {
-    std::printf("  --%s (%s); default: %s\n", name.c_str(), flag->Help().c_str(),
-                flag->DefaultValue().c_str());
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  // --help and --version as every binary answers them; flags only, so a stray word
+  // (`sluice-operator version`) is refused before anything starts.
+  sluice::cli::ParseFlagsOnly(
+      argc, argv, "sluice-operator",
       "sluice-operator --cluster_pool_ipv4_pod_cidr_list=CIDR[,CIDR] "
       "[--cluster_pool_ipv4_mask_size=N] [flags]: cluster-pool IPAM, writes each Node's "
       "spec.podCIDR");
-  if (PrintHelpIfAsked(argc, argv)) return 0;
-  absl::ParseCommandLine(argc, argv);
   using sluice::agent::ClusterPool;
   using sluice::agent::IpPrefix;
 

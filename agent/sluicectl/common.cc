@@ -3,13 +3,16 @@
 #include <arpa/inet.h>
 #include <time.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "agent/base/cli.h"
 #include "agent/endpoint/endpoint_store.h"
 #include "agent/metrics/http_server.h"
+#include "agent/monitor/observe_server.h"
 #include "httplib.h"
 #include "loader/datapath.h"
 #include "nlohmann/json.hpp"
@@ -48,6 +51,14 @@ std::string Mac(const uint8_t* m) {
 
 const char* Proto(uint8_t p) { return p == 6 ? "tcp" : p == 17 ? "udp" : p == 1 ? "icmp" : "?"; }
 
+std::string ExplainPermission(const absl::Status& status) {
+  return cli::ExplainPermission(
+      status, absl::StrCat("sluicectl reads the agent's pinned maps (under --bpffs_root=",
+                           absl::GetFlag(FLAGS_bpffs_root),
+                           ") and its state directory: run it as root (or with CAP_BPF and "
+                           "access to those files), as the agent runs"));
+}
+
 bool JsonOutput() {
   const std::string o = absl::GetFlag(FLAGS_o);
   if (o != "table" && o != "json") {
@@ -79,9 +90,87 @@ absl::StatusOr<std::string> AgentGet(const std::string& path, int* status) {
   return res->body;
 }
 
+namespace {
+
+struct LearntNode {
+  std::string not_reached;
+  bool state_dir_known = true;
+  std::string observe_socket = monitor::kDefaultObserveSocket;
+};
+
+LearntNode& Learnt() {
+  static LearntNode* learnt = new LearntNode();
+  return *learnt;
+}
+
+}  // namespace
+
+void LearnNodeFromAgent(const std::vector<std::string>& explicit_flags) {
+  auto given = [&](const char* name) {
+    return std::find(explicit_flags.begin(), explicit_flags.end(), name) != explicit_flags.end();
+  };
+  LearntNode& learnt = Learnt();
+  auto body = AgentGet("/config");
+  nlohmann::json config;
+  if (body.ok()) config = nlohmann::json::parse(*body, nullptr, /*allow_exceptions=*/false);
+  if (!config.is_object() || !config.contains("flags") || !config["flags"].is_object()) {
+    learnt.state_dir_known = given("state_dir");
+    if (given("bpffs_root") && given("state_dir")) return;  // nothing guessed
+    std::string guessed;
+    for (const char* name : {"bpffs_root", "state_dir"}) {
+      if (given(name)) continue;
+      absl::StrAppend(&guessed, guessed.empty() ? "" : " and ", "--", name, "=",
+                      name == std::string("bpffs_root") ? absl::GetFlag(FLAGS_bpffs_root)
+                                                        : absl::GetFlag(FLAGS_state_dir));
+    }
+    learnt.not_reached = absl::StrCat(
+        body.ok()
+            ? absl::StrCat("the agent on ", absl::GetFlag(FLAGS_agent), " sent no configuration")
+            : std::string(body.status().message()),
+        ", so this reads the defaults ", guessed,
+        ", which may not be the agent's: pass the agent's --bpffs_root and --state_dir, or "
+        "--agent=HOST:PORT (its --health_address); in a sluice-lab, --node NODE; in a cluster, "
+        "run sluicectl in the agent's pod (kubectl exec)");
+    return;
+  }
+  const nlohmann::json& flags = config["flags"];
+  auto take = [&](const char* name, absl::Flag<std::string>* flag) {
+    if (given(name) || !flags.contains(name) || !flags[name].is_string()) return;
+    absl::SetFlag(flag, flags[name].get<std::string>());
+  };
+  take("bpffs_root", &FLAGS_bpffs_root);
+  take("state_dir", &FLAGS_state_dir);
+  if (flags.contains("observe_socket") && flags["observe_socket"].is_string()) {
+    learnt.observe_socket = flags["observe_socket"].get<std::string>();
+  }
+}
+
+const std::string& AgentNotReached() { return Learnt().not_reached; }
+bool StateDirKnown() { return Learnt().state_dir_known; }
+std::string ObserveSocket() { return Learnt().observe_socket; }
+
 bool PodSelected(const std::string& pod_name) {
   const std::string want = absl::GetFlag(FLAGS_pod);
   return want.empty() || pod_name == want;
+}
+
+bool PodFlagNamesALocalPod() {
+  const std::string want = absl::GetFlag(FLAGS_pod);
+  if (want.empty()) return true;
+  std::error_code ec;
+  std::vector<agent::Endpoint> records = EndpointRecords(&ec);
+  for (const agent::Endpoint& e : records) {
+    if (PodName(e) == want) return true;
+  }
+  std::fprintf(stderr, "sluicectl: --pod=%s: %s\n", want.c_str(),
+               ec ? absl::StrCat("cannot read the endpoint records under ",
+                                 absl::GetFlag(FLAGS_state_dir), ": ", ec.message())
+                        .c_str()
+                  : absl::StrCat("no endpoint of that pod on this node (", records.size(),
+                                 " endpoint records under ", absl::GetFlag(FLAGS_state_dir),
+                                 "; NAMESPACE/NAME as `sluicectl endpoints` lists them)")
+                        .c_str());
+  return false;
 }
 
 bool ServiceSelected(const std::string& service_port) {

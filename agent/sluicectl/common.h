@@ -38,16 +38,34 @@ uint64_t NowNs();                   // CLOCK_MONOTONIC ns: the datapath's timest
 bool JsonOutput();
 void PrintJson(const nlohmann::json& j);
 
+// A refusal (EPERM, EACCES) followed by what sluicectl needs: root, or CAP_BPF and access to
+// the pinned maps and the agent's state directory.
+std::string ExplainPermission(const absl::Status& status);
+
 // Opens the pinned map `name` under --bpffs_root, or exits 1 with the reason.
 template <typename M>
 M OpenOrDie(const char* name) {
   auto m = M::Open(maps::PinPath(absl::GetFlag(FLAGS_bpffs_root), name));
   if (!m.ok()) {
-    std::fprintf(stderr, "sluicectl: %s\n", std::string(m.status().message()).c_str());
+    std::fprintf(stderr, "sluicectl: %s\n", ExplainPermission(m.status()).c_str());
     std::exit(1);
   }
   return std::move(*m);
 }
+
+// Where this node's agent keeps its maps, records and sockets: sluicectl asks the running agent
+// (GET /config on --agent) and takes its --bpffs_root, --state_dir and --observe_socket for every
+// one of those the command line does not set (`explicit_flags`: the names given there). Where no
+// agent answers, the flags keep their defaults, and AgentNotReached() says so and what to pass.
+void LearnNodeFromAgent(const std::vector<std::string>& explicit_flags);
+// Empty when the agent answered (or every path was given); else one sentence for stderr: which
+// agent did not answer, which defaults are being read instead, and what to pass.
+const std::string& AgentNotReached();
+// Whether --state_dir is a fact (given, or the agent's own) rather than an unconfirmed default:
+// a count read from a directory that may not be the agent's is no count.
+bool StateDirKnown();
+// The agent's --observe_socket (learnt as above), else the monitor's default.
+std::string ObserveSocket();
 
 // GET `path` from the agent's health server (--agent): the body of a 200 or 503 reply, with
 // the status in *status; an error when the agent does not answer.
@@ -57,6 +75,10 @@ absl::StatusOr<std::string> AgentGet(const std::string& path, int* status = null
 // (services): empty matches everything.
 bool PodSelected(const std::string& pod_name);
 bool ServiceSelected(const std::string& service_port);  // "default/web:http" matches default/web
+// A list filtered by a pod that is not on this node would print nothing, which reads as "no
+// entries": --pod must name a pod of this node's endpoint records, or this prints why to stderr
+// and returns false (the command then exits 1).
+bool PodFlagNamesALocalPod();
 
 // The agent's endpoint records under --state_dir (one per pod interface on this node), read
 // without opening its store (which tidies the directory); unreadable records are skipped. *ec

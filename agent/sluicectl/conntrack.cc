@@ -72,7 +72,7 @@ int ConntrackStats() {
 
 int Conntrack(const std::vector<std::string>& args) {
   const std::string sub = args.empty() ? "list" : args[0];
-  if (sub != "list" && sub != "flush" && sub != "stats") {
+  if ((sub != "list" && sub != "flush" && sub != "stats") || args.size() > 1) {
     std::fprintf(stderr, "usage: sluicectl ct list|flush|stats\n");
     return 2;
   }
@@ -88,10 +88,15 @@ int Conntrack(const std::vector<std::string>& args) {
           [&](const sluice_ct4_key& k, const sluice_ct4_entry&) { keys.push_back(k); }));
       for (const auto& k : keys) deleted += ct->Delete(k).ok() ? 1 : 0;
     }
-    std::printf("deleted %zu conntrack entries\n", deleted);
+    if (JsonOutput()) {
+      PrintJson({{"deleted", deleted}});
+    } else {
+      std::printf("deleted %zu conntrack entries\n", deleted);
+    }
     return st.ok() ? 0 : 1;
   }
   const bool json = JsonOutput();
+  if (!PodFlagNamesALocalPod()) return 1;
   const uint64_t now = NowNs();
   auto pods = PodNamesByAddress();
   nlohmann::json out = nlohmann::json::array();

@@ -59,6 +59,7 @@ absl::StatusOr<std::vector<PolicyDrops>> ReadPolicyDrops(maps::PolicyDropMap& ma
 
 int Drops() {
   const bool json = JsonOutput();
+  if (!PodFlagNamesALocalPod()) return 1;
   auto drops = OpenOrDie<maps::DropMap>(maps::name::sluice_drops);
   auto totals = loader::ReadDropTotals(drops);
   if (!totals.ok()) {

@@ -8,6 +8,7 @@ namespace sluice::ctl {
 
 int Endpoints() {
   const bool json = JsonOutput();
+  if (!PodFlagNamesALocalPod()) return 1;
   auto eps = OpenOrDie<maps::EndpointMap>(maps::name::sluice_ep4);
   auto pods = PodNamesByAddress();
   auto pod_of = [&](const std::string& ip) {

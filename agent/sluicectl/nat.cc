@@ -12,6 +12,7 @@ namespace sluice::ctl {
 
 int Nat() {
   const bool json = JsonOutput();
+  if (!PodFlagNamesALocalPod()) return 1;
   auto snat = OpenOrDie<maps::NatMap>(maps::name::sluice_snat4);
   auto rnat = OpenOrDie<maps::NatMap>(maps::name::sluice_rnat4);
   const uint64_t now = NowNs();

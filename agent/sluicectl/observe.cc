@@ -49,8 +49,8 @@ struct ObserveArgs {
   monitor::FlowFilter filter;
   int64_t last = -1;
   bool follow = false;
-  std::string output = "table";
-  std::string socket = monitor::kDefaultObserveSocket;
+  std::string output;              // -o after the word; default: sluicectl's own -o (before it)
+  std::string socket;              // --socket; default: the agent's --observe_socket (common.h)
   std::vector<std::string> nodes;  // --nodes: relays instead of the local socket
   std::string token_file;
 };
@@ -190,16 +190,33 @@ bool ReadTokenFile(const std::string& path, std::string* token) {
   return true;
 }
 
+// An answer without a flow would look like a command that did nothing: say that nothing matched
+// (on stderr, so -o json's stream stays one flow per line).
+void NothingMatched(const nlohmann::json& req, size_t printed) {
+  if (printed != 0) return;
+  if (req["filter"].empty()) {
+    std::fprintf(stderr, "sluicectl observe: no flows: the agent's flow monitor holds none yet\n");
+  } else {
+    std::fprintf(stderr, "sluicectl observe: no flow matches the filters %s\n",
+                 req["filter"].dump().c_str());
+  }
+}
+
 }  // namespace
 
 int Observe(const std::vector<std::string>& args) {
   ObserveArgs a;
   if (int rc = ParseArgs(args, &a); rc >= 0) return rc;
+  // `sluicectl -o json observe` means what `sluicectl observe -o json` does.
+  if (a.output.empty()) a.output = JsonOutput() ? "json" : "table";
+  const bool socket_given = !a.socket.empty();
+  if (!socket_given) a.socket = ObserveSocket();
   nlohmann::json req = {{"follow", a.follow}, {"filter", monitor::FilterToJson(a.filter)}};
   if (a.last >= 0) req["last"] = a.last;
   signal(SIGPIPE, SIG_IGN);
   absl::Mutex out_mu;  // one printer for every node's stream
   bool header = false;
+  size_t printed = 0;  // guarded by out_mu
   auto print = [&](const nlohmann::json& flow) {
     auto f = monitor::FlowFromJson(flow);
     absl::MutexLock l(&out_mu);
@@ -207,6 +224,7 @@ int Observe(const std::vector<std::string>& args) {
       std::fprintf(stderr, "sluicectl observe: %s\n", std::string(f.status().message()).c_str());
       return;
     }
+    ++printed;
     if (a.output == "json") {
       std::printf("%s\n", flow.dump().c_str());
       std::fflush(stdout);
@@ -235,8 +253,12 @@ int Observe(const std::vector<std::string>& args) {
     });
     if (!st.ok()) {
       std::fprintf(stderr, "sluicectl observe: %s\n", std::string(st.message()).c_str());
+      if (!socket_given && !AgentNotReached().empty()) {
+        std::fprintf(stderr, "sluicectl observe: %s\n", AgentNotReached().c_str());
+      }
       return 1;
     }
+    NothingMatched(req, printed);
     return 0;
   }
 
@@ -293,6 +315,7 @@ int Observe(const std::vector<std::string>& args) {
   for (size_t k = from; k < merged.size(); ++k) print(merged[k].second);
   history_printed.Notify();
   for (auto& t : streams) t.join();
+  if (failed == 0) NothingMatched(req, printed);
   return failed == 0 ? 0 : 1;
 }
 

@@ -85,35 +85,49 @@ int Identities() {
 }
 
 int Policy(const std::vector<std::string>& args) {
-  if (args.size() != 2 || args[0] != "get" || args[1].find('/') == std::string::npos) {
-    std::fprintf(stderr, "usage: sluicectl policy get NAMESPACE/POD\n");
+  if (args.size() != 2 || args[0] != "get" || args[1].empty() || args[1].front() == '/' ||
+      args[1].back() == '/') {
+    std::fprintf(stderr, "usage: sluicectl policy get [NAMESPACE/]POD\n");
     return 2;
   }
-  const std::string want = args[1];
+  const bool json = JsonOutput();
+  // POD alone means namespace default, as observe's --pod and sluice-lab's FROM read it.
+  const std::string want = args[1].find('/') == std::string::npos ? "default/" + args[1] : args[1];
   std::optional<agent::Endpoint> ep;
   std::error_code ec;
   for (agent::Endpoint& e : EndpointRecords(&ec)) {
     if (e.pod_namespace + "/" + e.pod_name == want) ep = std::move(e);
   }
   if (ec) {
-    std::fprintf(stderr, "sluicectl: endpoint records: %s\n", ec.message().c_str());
+    std::fprintf(stderr, "sluicectl: endpoint records under %s: %s\n",
+                 absl::GetFlag(FLAGS_state_dir).c_str(), ec.message().c_str());
     return 1;
   }
   if (!ep) {
-    std::fprintf(stderr, "sluicectl: no endpoint of pod %s on this node\n", want.c_str());
+    std::fprintf(stderr, "sluicectl: no endpoint of pod %s on this node (records under %s)\n",
+                 want.c_str(), absl::GetFlag(FLAGS_state_dir).c_str());
     return 1;
   }
   auto names = IdentityNames();
   auto eps = OpenOrDie<maps::PolicyEndpointMap>(maps::name::sluice_policy_ep);
   auto rules = OpenOrDie<maps::Policy4Map>(maps::name::sluice_policy4);
   auto drops = OpenOrDie<maps::PolicyDropMap>(maps::name::sluice_pol_drops);
-  std::printf("pod %s  endpoint %u  address %s\n", want.c_str(), ep->endpoint_id, ep->ipv4.c_str());
+  nlohmann::json out = {{"pod", want}, {"endpoint", ep->endpoint_id}, {"address", ep->ipv4}};
   auto entry = eps.Lookup(ep->endpoint_id);
   if (!entry.ok()) {
-    std::printf("no policy entry: outside policy (every direction open, flows not tracked)\n");
+    out["policy"] = false;
+    if (json) {
+      PrintJson(out);
+    } else {
+      std::printf("pod %s  endpoint %u  address %s\n", want.c_str(), ep->endpoint_id,
+                  ep->ipv4.c_str());
+      std::printf("no policy entry: outside policy (every direction open, flows not tracked)\n");
+    }
     return 0;
   }
-  std::printf("identity %u  %s\n", entry->identity, Named(names, entry->identity).c_str());
+  out["policy"] = true;
+  out["identity"] = entry->identity;
+  out["labels"] = Named(names, entry->identity);
   for (uint8_t dir : {SLUICE_POLICY_INGRESS, SLUICE_POLICY_EGRESS}) {
     bool enforced = entry->flags & (dir == SLUICE_POLICY_INGRESS ? SLUICE_POLICY_EP_F_INGRESS
                                                                  : SLUICE_POLICY_EP_F_EGRESS);
@@ -124,20 +138,41 @@ int Policy(const std::vector<std::string>& args) {
     if (auto per_cpu = drops.Lookup(dk); per_cpu.ok()) {
       for (const auto& c : *per_cpu) denied += c.packets;
     }
-    std::printf("\n%s: %s, %llu packets denied\n",
-                dir == SLUICE_POLICY_INGRESS ? "ingress" : "egress",
+    nlohmann::json allows = nlohmann::json::array();
+    if (enforced) {
+      auto st = rules.ForEach([&](const sluice_policy4_key& k, const sluice_policy4_entry&) {
+        uint32_t id = 0;
+        agent::PolicyAllow a = agent::AllowOfKey(k, &id);
+        if (id != ep->endpoint_id || a.direction != dir) return;
+        allows.push_back(
+            {{"ports", Ports(a)}, {"peer", a.identity}, {"peerLabels", Named(names, a.identity)}});
+      });
+      if (!st.ok()) {
+        std::fprintf(stderr, "sluicectl: %s\n", std::string(st.message()).c_str());
+        return 1;
+      }
+    }
+    out[dir == SLUICE_POLICY_INGRESS ? "ingress" : "egress"] = {
+        {"enforced", enforced}, {"deniedPackets", denied}, {"allows", allows}};
+  }
+  if (json) {
+    PrintJson(out);
+    return 0;
+  }
+  std::printf("pod %s  endpoint %u  address %s\n", want.c_str(), ep->endpoint_id, ep->ipv4.c_str());
+  std::printf("identity %u  %s\n", entry->identity, Named(names, entry->identity).c_str());
+  for (const char* dir : {"ingress", "egress"}) {
+    const nlohmann::json& d = out[dir];
+    const bool enforced = d["enforced"].get<bool>();
+    std::printf("\n%s: %s, %llu packets denied\n", dir,
                 enforced ? "enforced" : "open (no policy selects it)",
-                static_cast<unsigned long long>(denied));
+                static_cast<unsigned long long>(d["deniedPackets"].get<uint64_t>()));
     if (!enforced) continue;
     std::printf("  %-14s %-9s %s\n", "PORTS", "PEER", "PEER LABELS");
-    auto st = rules.ForEach([&](const sluice_policy4_key& k, const sluice_policy4_entry&) {
-      uint32_t id = 0;
-      agent::PolicyAllow a = agent::AllowOfKey(k, &id);
-      if (id != ep->endpoint_id || a.direction != dir) return;
-      std::printf("  %-14s %-9u %s\n", Ports(a).c_str(), a.identity,
-                  Named(names, a.identity).c_str());
-    });
-    if (!st.ok()) return 1;
+    for (const auto& a : d["allows"]) {
+      std::printf("  %-14s %-9u %s\n", a["ports"].get<std::string>().c_str(),
+                  a["peer"].get<uint32_t>(), a["peerLabels"].get<std::string>().c_str());
+    }
   }
   return 0;
 }

@@ -132,7 +132,7 @@ int Status() {
   // The maps.
   auto fill = metrics::ReadMapFill(absl::GetFlag(FLAGS_bpffs_root));
   if (!fill.ok()) {
-    std::fprintf(stderr, "sluicectl: %s\n", std::string(fill.status().message()).c_str());
+    std::fprintf(stderr, "sluicectl: %s\n", ExplainPermission(fill.status()).c_str());
     return 1;
   }
   std::map<std::string, metrics::MapFill> by_name;
@@ -169,6 +169,9 @@ int Status() {
   for (const UnprogrammedFrontend& u : refused.frontends) ++refused_by_map[u.map];
   Ipam ipam = ReadIpam();
   out["ipam"] = {{"podCIDR", ipam.cidr}, {"used", ipam.used}, {"total", ipam.total}};
+  // Allocations counted in a directory that may not be the agent's would be zeros posing as
+  // facts: without the agent's word or --state_dir, the count is unknown.
+  if (!StateDirKnown()) out["ipam"] = {{"podCIDR", ipam.cidr}, {"unknown", AgentNotReached()}};
   out["endpoints"] = by_name["sluice_ep4"].entries;
   out["services"] = {
       {"frontends", frontends},
@@ -249,9 +252,11 @@ int Status() {
                 out["agent"]["version"].get<std::string>().c_str(),
                 absl::GetFlag(FLAGS_agent).c_str());
   } else {
-    std::printf("Agent:                 down: %s\n", ready.status().message().data());
-    std::printf("                       (the rest is read from the pinned maps and %s)\n",
-                absl::GetFlag(FLAGS_state_dir).c_str());
+    // No answer may also mean it runs where --agent does not lead (another network namespace).
+    std::printf("Agent:                 down, or not on --agent: %s\n",
+                ready.status().message().data());
+    std::printf("                       (the rest is read from the pinned maps under %s and %s)\n",
+                absl::GetFlag(FLAGS_bpffs_root).c_str(), absl::GetFlag(FLAGS_state_dir).c_str());
   }
   if (up) {
     std::printf("Ready:                 %s\n", ready_status == 200 ? "yes" : "no");
@@ -260,7 +265,9 @@ int Status() {
     }
   }
   std::printf("KubeProxyReplacement:  %s\n", kpr.c_str());
-  if (!ipam.cidr.empty()) {
+  if (!StateDirKnown()) {
+    std::printf("IPAM:                  unknown: no agent answered and no --state_dir was given\n");
+  } else if (!ipam.cidr.empty()) {
     std::printf("IPAM:                  %llu/%llu allocated from %s\n",
                 static_cast<unsigned long long>(ipam.used),
                 static_cast<unsigned long long>(ipam.total), ipam.cidr.c_str());

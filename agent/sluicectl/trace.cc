@@ -52,7 +52,9 @@ constexpr char kUsage[] =
     "Runs one packet from a local pod through this node's live program and maps and prints\n"
     "each decision; its conntrack, NAT and affinity entries are removed afterwards. --arrive\n"
     "runs a packet another node's trace sent here (its outputHex) through this node's\n"
-    "receiving program (the tunnel device's, or --dev's ingress).\n";
+    "receiving program (the tunnel device's, or --dev's ingress).\n"
+    "Exit status: 0 when the packet goes on (delivered, forwarded, to the node's stack), 3 when\n"
+    "it is dropped or rejected, 1 on an error, 2 on a usage error.\n";
 
 struct Options {
   std::string from;
@@ -721,6 +723,12 @@ int Fail(const absl::Status& st) {
   return 1;
 }
 
+// A drop is an answer, but not a success: scripts (and `&&`) see it in the exit status.
+constexpr int kExitDropped = 3;
+int ExitCodeOf(const std::string& outcome) {
+  return outcome == "dropped" || outcome == "rejected" ? kExitDropped : 0;
+}
+
 }  // namespace
 
 int Trace(const std::vector<std::string>& args) {
@@ -784,7 +792,7 @@ int Trace(const std::vector<std::string>& args) {
       PrintHop(absl::StrCat(Describe(p), " arriving"), *hop, j);
       if (veth) PrintHop("then out of the pod's host veth", *veth, *veth_judged);
     }
-    return 0;
+    return ExitCodeOf(veth_judged ? veth_judged->outcome : j.outcome);
   }
 
   // The source: a local endpoint, by pod name or address.
@@ -825,12 +833,12 @@ int Trace(const std::vector<std::string>& args) {
                      {"address", Ip(saddr)},
                      {"endpointID", src->endpoint_id}};
     PrintJson(out);
-    return 0;
+    return ExitCodeOf(j.outcome);
   }
   PrintHop(absl::StrCat(Describe(Parse(hop->in.data(), hop->in.size())), " from ",
                         PodOrAddr(pods, saddr)),
            *hop, j);
-  return 0;
+  return ExitCodeOf(j.outcome);
 }
 
 }  // namespace sluice::ctl

@@ -85,6 +85,12 @@ show "node2 host process -> $CIP:80, 10 requests" "$(spread 10 node/node2 "$CIP:
 show "external -> node1 $NODE1_IP:$NODEPORT, 20 requests" "$(spread 20 external "$NODE1_IP:$NODEPORT")"
 trap - ERR
 
+# sluicectl inside node1 (--node): its agent tells it where the maps and records are. The
+# chart's agent runs in a container, whose paths are the lab's stand-ins on this side.
+CTL="$BUILD/agent/sluicectl --node node1 --lab $NAME"
+if [ "$HELM" = --helm ]; then
+  CTL="$CTL --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB --state_dir=/run/sluice-lab/$NAME/node1/state"
+fi
 cat <<TXT
 
 == look around
@@ -92,10 +98,11 @@ cat <<TXT
   $LAB status --name $NAME
   $LAB probe --name $NAME --from default/client --to $(ip web-2):8080
   $LAB exec --name $NAME client -- ip route
-  ip netns exec $NAME-node1 ip route show proto 181          # routes to the other node's pods
-  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB endpoints
-  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB drops
-  $BUILD/agent/sluicectl --bpffs_root=/run/sluice-lab/$NAME/node1/bpf$BPF_SUB services
+  $CTL status
+  $CTL endpoints
+  $CTL services
+  $CTL drops
+  $CTL trace --from default/client --to $(ip web-2):8080   # to node2's pod, through the tunnel
   bpftool map dump pinned /run/sluice-lab/$NAME/node1/bpf$BPF_SUB/sluice_lb4_svc | head -40
 
 == tear down

@@ -52,9 +52,10 @@ show "node  -> pod c   tcp hostname" "$(tcp_request "$NODE" "$C" 8080 hostname)"
 cat <<TXT
 
 == look around
-  $SLUICECTL --bpffs_root=$ROOT/bpf endpoints   # pods the datapath delivers to
-  $SLUICECTL --bpffs_root=$ROOT/bpf nat         # masqueraded flows
-  $SLUICECTL --bpffs_root=$ROOT/bpf drops       # drops by reason
+  ip netns exec $NODE $SLUICECTL status      # the node's agent tells sluicectl its paths
+  ip netns exec $NODE $SLUICECTL endpoints   # pods the datapath delivers to
+  ip netns exec $NODE $SLUICECTL nat         # masqueraded flows
+  ip netns exec $NODE $SLUICECTL drops       # drops by reason
   bpftool map dump pinned $ROOT/bpf/sluice_ep4
   ip netns exec $NODE tc filter show dev \$(ip -n $NODE -o link | awk -F': ' '/slc/{print \$2; exit}' | cut -d@ -f1) ingress
   ip netns exec $T-a ping -c2 $C

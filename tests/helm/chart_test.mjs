@@ -44,7 +44,8 @@ const agentFlags = new Set(
 // it must be one.
 const operatorHelp = spawnSync(args.operator, ['--help'], { encoding: 'utf8' });
 assert.equal(operatorHelp.status, 0, 'sluice-operator --help exits 0');
-const operatorFlags = new Set([...operatorHelp.stdout.matchAll(/^\s+--(\w+) /gm)].map((m) => m[1]));
+// One `  --name=default` line each, as every binary's --help prints them (agent/base/cli).
+const operatorFlags = new Set([...operatorHelp.stdout.matchAll(/^\s+--(\w+)=/gm)].map((m) => m[1]));
 assert.ok(operatorFlags.has('leader_election_namespace'), 'sluice-operator --help lists its flags');
 
 const valuesDir = mkdtempSync(`${tmpdir()}/sluice-helm-`);

@@ -154,8 +154,10 @@ TEST_F(SluicectlPolicyTest, DropsListPolicyDeniedPerEndpointAndDirectionWithItsP
   out = Ctl("drops --pod=x/a");
   EXPECT_THAT(out, ContainsRegex("7 +x/a +ingress +3 ")) << out;
   EXPECT_THAT(out, Not(HasSubstr("(gone)"))) << out;
+  // A pod with no endpoint here is an error, not an empty list that reads as "no drops".
   out = Ctl("drops --pod=x/nope");
-  EXPECT_THAT(out, HasSubstr("policy_denied by endpoint:\n  (none)")) << out;
+  EXPECT_THAT(out, HasSubstr("--pod=x/nope: no endpoint of that pod on this node")) << out;
+  EXPECT_THAT(out, Not(HasSubstr("policy_denied by endpoint"))) << out;
 }
 
 TEST_F(SluicectlPolicyTest, DropsJsonHasReasonsAndPolicyDeniedByEndpoint) {
