@@ -424,6 +424,27 @@ absl::StatusOr<bool> InstallCniOnceSynced(const Clock& clock, const sigset_t& st
 // Starts the features in order, each with the pieces built before it. Each handle is declared
 // in start order, so that the agent stops in the reverse order: what serves stops before what
 // it reads.
+// Without NodePort acceleration the XDP program is never attached: not loaded either.
+absl::StatusOr<std::unique_ptr<loader::Datapath>> LoadDatapath(bool xdp) {
+  return loader::Datapath::Load(
+      absl::GetFlag(FLAGS_bpffs_root), MapSizesFromFlags(),
+      xdp ? loader::Datapath::XdpProgram::kLoad : loader::Datapath::XdpProgram::kSkip);
+}
+
+// Every device runs this load's entry programs once the endpoints are restored: the stage arrays
+// of the programs they replaced go once the kernel has freed those (loader/stage_pins.h).
+void ReleaseStagesOfEarlierLoads(loader::Datapath& dp, const Clock* clock) {
+  auto left = loader::AwaitReplacedStagesReleased(dp, absl::Seconds(1), clock);
+  if (!left.ok()) {
+    spdlog::warn("release replaced stages: {}", left.status().ToString());
+  } else if (*left > 0) {
+    spdlog::warn(
+        "{} program arrays of an earlier load are still called by attached programs "
+        "(devices this agent did not replace); released at the next attach or start",
+        *left);
+  }
+}
+
 int Run() {
   if (auto st = cli::SetLogLevel(absl::GetFlag(FLAGS_log_level)); !st.ok()) {
     std::fprintf(stderr, "sluice-agent: %s\n", std::string(st.message()).c_str());
@@ -458,10 +479,7 @@ int Run() {
   const sigset_t stop_signals = BlockStopSignals();
   if (auto st = MakeNodeSysctlsWritable(); !st.ok()) return Fail(st);
   LibnlNetlink netlink;
-  // Without NodePort acceleration the XDP program is never attached: not loaded either.
-  auto dp = loader::Datapath::Load(
-      absl::GetFlag(FLAGS_bpffs_root), MapSizesFromFlags(),
-      *lb_acceleration ? loader::Datapath::XdpProgram::kLoad : loader::Datapath::XdpProgram::kSkip);
+  auto dp = LoadDatapath(/*xdp=*/*lb_acceleration);
   if (!dp.ok()) return Fail(dp.status(), "load datapath");
   metrics::CountMapUpdateFailures();
   pieces.netlink = &netlink;
@@ -485,16 +503,7 @@ int Run() {
   const int mtu = PodMtuFromFlags(*node_opts, *node);
   auto endpoints = StartEndpointService(pieces, **endpoint_state, mtu);
   if (!endpoints.ok()) return Fail(endpoints.status());
-  // Every device runs this load's entry programs now: the stage arrays of the programs they
-  // replaced go once the kernel has freed those (loader/stage_pins.h).
-  if (auto left = loader::AwaitReplacedStagesReleased(**dp, absl::Seconds(1)); !left.ok()) {
-    spdlog::warn("release replaced stages: {}", left.status().ToString());
-  } else if (*left > 0) {
-    spdlog::warn(
-        "{} program arrays of an earlier load are still called by attached programs "
-        "(devices this agent did not replace); released at the next attach or start",
-        *left);
-  }
+  ReleaseStagesOfEarlierLoads(**dp, pieces.clock);
   (*probes)->ready.datapath_loaded.Reach();
   // CNI ADD writes a new pod's policy state before it answers: in place before serving.
   std::unique_ptr<RunningPolicy> policy;

@@ -56,21 +56,23 @@ int OthersPinned(const std::string& dir, const std::set<uint32_t>& own) {
 
 }  // namespace
 
-absl::StatusOr<int> AwaitReplacedStagesReleased(Datapath& dp, absl::Duration timeout) {
+absl::StatusOr<int> AwaitReplacedStagesReleased(Datapath& dp, absl::Duration timeout,
+                                                const Clock* clock) {
   std::set<uint32_t> own;
   for (int fd : {dp.from_pod_fd(), dp.from_net_fd(), dp.from_overlay_fd()}) {
     if (auto st = AddCalledArrays(fd, own); !st.ok()) return st;
   }
   const std::string dir = absl::StrCat(dp.bpffs_root(), "/", kStagesDir);
-  const absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = clock->Now() + timeout;
+  absl::Notification never;  // the pauses end on time only
   absl::Duration wait = absl::Milliseconds(1);
   while (true) {
     auto released = dp.ReleaseReplacedStages();
     if (!released.ok()) return released.status();
     const int others = OthersPinned(dir, own);
-    if (others == 0 || absl::Now() >= deadline) return others;
+    if (others == 0 || clock->Now() >= deadline) return others;
     // Freed an RCU grace period (and a work item) after the replacing attach: milliseconds.
-    absl::SleepFor(wait);
+    (void)clock->SleepFor(wait, never);
     wait = std::min(wait * 2, absl::Milliseconds(50));
   }
 }

@@ -4,6 +4,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "agent/base/clock.h"
 #include "loader/datapath.h"
 
 namespace sluice::loader {
@@ -14,6 +15,8 @@ namespace sluice::loader {
 // release may come too early for the last device a start replaces. Called once the start has
 // attached every device; returns how many arrays of other builds are still pinned at `timeout`
 // (an attached program of another build still calls them: a device this agent did not replace).
-[[nodiscard]] absl::StatusOr<int> AwaitReplacedStagesReleased(Datapath& dp, absl::Duration timeout);
+// The timeout and the pauses between looks are `clock`'s.
+[[nodiscard]] absl::StatusOr<int> AwaitReplacedStagesReleased(
+    Datapath& dp, absl::Duration timeout, const Clock* clock = RealClock::Get());
 
 }  // namespace sluice::loader
