@@ -1,13 +1,18 @@
 """Continuous load for the fault proofs (agent_kill_test.sh): run inside a client pod's network
 namespace until OUT.stop exists, then write a JSON summary to OUT.
 
-  fault_load.py OUT NAME=KIND:HOST:PORT[:LO-HI]...
+  fault_load.py OUT NAME=KIND:HOST:PORT[:LO-HI][:pause=MS]...
 
 KIND is tcp (a new connection per "hostname" request), udp (one datagram and its reply; a new
 socket, so a new flow, every 20 requests) or long (one TCP connection opened at the start and
 kept: a line every 100 ms must come back echoed; a broken connection is never reopened, it counts
 as interrupted). OUT.started appears once every stream has had an answer.
 LO-HI: the stream's sockets bind source ports from this range in turn (else the kernel picks).
+pause=MS: the pause between two requests of a tcp or udp stream (default 4 ms for tcp, 10 ms for
+udp). A tcp stream through the node's masquerade needs one: as fast as the machine goes, its
+closed connections can hold more of the node's masquerade ports (--nat_port_range, held for
+--ct_tcp_closing_timeout after the close) than there are, and the SYNs past that drop as
+nat_no_port: a limit of the load, not of what it proves (docs/operating.md gives the rate).
 Summary: {NAME: {"kind", "total", "failures", "errors": [[t, error]...first 20]}, ...}.
 """
 import errno, json, os, socket, sys, threading, time
@@ -16,9 +21,14 @@ out = sys.argv[1]
 streams = []
 for arg in sys.argv[2:]:
     name, spec = arg.split("=", 1)
-    kind, host, port, *ports = spec.split(":")
-    lo, hi = (int(x) for x in ports[0].split("-")) if ports else (0, -1)
-    streams.append((name, kind, host, int(port), lo, hi))
+    kind, host, port, *rest = spec.split(":")
+    lo, hi, pause = 0, -1, None
+    for opt in rest:
+        if opt.startswith("pause="):
+            pause = int(opt[len("pause="):]) / 1000
+        else:
+            lo, hi = (int(x) for x in opt.split("-"))
+    streams.append((name, kind, host, int(port), lo, hi, pause))
 stop = threading.Event()
 results = {}
 started = set()
@@ -65,7 +75,7 @@ def bound_tcp_socket(src):
     raise OSError(errno.EADDRINUSE, "64 source ports in a row in use")
 
 
-def tcp(name, host, port, lo, hi):
+def tcp(name, host, port, lo, hi, pause=None):
     src = source_ports(lo, hi)
     while not stop.is_set():
         try:
@@ -85,10 +95,10 @@ def tcp(name, host, port, lo, hi):
             record(name, "tcp", True)
         except Exception as e:
             record(name, "tcp", False, repr(e))
-        time.sleep(0.004)
+        time.sleep(0.004 if pause is None else pause)
 
 
-def udp(name, host, port, lo, hi):
+def udp(name, host, port, lo, hi, pause=None):
     s, n, src = None, 0, source_ports(lo, hi)
     while not stop.is_set():
         if n % 20 == 0:
@@ -106,10 +116,10 @@ def udp(name, host, port, lo, hi):
             record(name, "udp", True)
         except Exception as e:
             record(name, "udp", False, repr(e))
-        time.sleep(0.01)
+        time.sleep(0.01 if pause is None else pause)
 
 
-def long(name, host, port, lo, hi):
+def long(name, host, port, lo, hi, pause=None):
     # The connection is made before the first kill; retried only until it first succeeds.
     deadline = time.time() + 30
     while True:
@@ -141,11 +151,11 @@ def long(name, host, port, lo, hi):
 
 
 threads = []
-for name, kind, host, port, lo, hi in streams:
+for name, kind, host, port, lo, hi, pause in streams:
     results[name] = {"kind": kind, "target": f"{host}:{port}", "total": 0, "failures": 0,
                      "errors": [], "error_times": [], "interrupted": False}
     fn = {"tcp": tcp, "udp": udp, "long": long}[kind]
-    t = threading.Thread(target=fn, args=(name, host, port, lo, hi), daemon=True)
+    t = threading.Thread(target=fn, args=(name, host, port, lo, hi, pause), daemon=True)
     t.start()
     threads.append(t)
 while not os.path.exists(out + ".stop"):
