@@ -258,6 +258,10 @@ std::vector<std::string> AgentCommand(const Topology& t, const LabNode& node,
     argv.push_back("--bgp_control_plane");
     argv.push_back(absl::StrCat("--bgp_local_asn=", kNodeAsn));
     argv.push_back(absl::StrCat("--bgp_peers=", t.router_ip, ":", kRouterAsn));
+    // The client's network is routed to the pods, not masqueraded: the datapath masquerades
+    // every pod packet to a destination outside sluice_nomasq4, the replies of connections
+    // that came in from there too (docs/routing.md, "BGP", "Not yet").
+    argv.push_back(absl::StrCat("--non_masquerade_cidrs=", t.client_net));
   }
   if (const char* extra = getenv("SLUICE_LAB_AGENT_ARGS"); extra != nullptr) {
     for (absl::string_view a : absl::StrSplit(extra, ' ', absl::SkipWhitespace())) {
