@@ -48,7 +48,7 @@ absl::StatusOr<std::string> RenderBirdConfig(const BgpOptions& options, const Ip
   if (!router_id.is_v4()) return absl::InvalidArgumentError("BGP router id: not IPv4");
   if (options.local_asn == 0) return absl::InvalidArgumentError("BGP local ASN 0");
   for (const auto& [what, text] : {std::pair{"BGP password", &options.password},
-                                     std::pair{"BIRD's log file", &options.log_file}}) {
+                                   std::pair{"BIRD's log file", &options.log_file}}) {
     for (char c : *text) {
       if (c == '"' || c == '\\' || static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -59,11 +59,10 @@ absl::StatusOr<std::string> RenderBirdConfig(const BgpOptions& options, const Ip
   std::string out = absl::StrCat(
       "# Written by sluice-agent (agent/bgp): every change is lost at its next start.\n",
       "router id ", router_id.ToString(), ";\n",
-      options.log_file.empty() ? std::string("log syslog all;\n")
-                               : absl::StrCat("log \"", options.log_file,
-                                              "\" { info, warning, error, fatal };\n"),
-      "\n",
-      "protocol device { scan time 10; }\n\n",
+      options.log_file.empty()
+          ? std::string("log syslog all;\n")
+          : absl::StrCat("log \"", options.log_file, "\" { info, warning, error, fatal };\n"),
+      "\n", "protocol device { scan time 10; }\n\n",
       "# Routes the peers announce, into the main table. Graceful restart: after `bird -R` the\n"
       "# routes already in the kernel stay until they are learned again.\n",
       "protocol kernel sluice_kernel {\n",
@@ -75,13 +74,11 @@ absl::StatusOr<std::string> RenderBirdConfig(const BgpOptions& options, const Ip
     if (!cidr.network().is_v4()) continue;  // IPv6 pods are not yet (docs/routing.md)
     absl::StrAppend(&out, "  route ", cidr.ToString(), " blackhole;\n");
   }
-  absl::StrAppend(&out, "}\n\n",
-                  "template bgp sluice_peer {\n  local as ", options.local_asn, ";\n",
-                  "  graceful restart on;\n  graceful restart time ",
+  absl::StrAppend(&out, "}\n\n", "template bgp sluice_peer {\n  local as ", options.local_asn,
+                  ";\n", "  graceful restart on;\n  graceful restart time ",
                   options.graceful_restart_time, ";\n");
   if (!options.password.empty()) absl::StrAppend(&out, "  password \"", options.password, "\";\n");
-  absl::StrAppend(&out,
-                  "  ipv4 { import all; export where proto = \"sluice_pod_cidrs\"; };\n}\n");
+  absl::StrAppend(&out, "  ipv4 { import all; export where proto = \"sluice_pod_cidrs\"; };\n}\n");
   std::set<std::string> seen;
   for (const auto& peer : options.peers) {
     std::string name = PeerProtocolName(peer.address);

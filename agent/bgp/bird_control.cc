@@ -36,8 +36,8 @@ absl::StatusOr<std::vector<std::string>> ReadReply(int fd, absl::Time deadline,
         if (!line.empty() && line[0] == ' ') lines.push_back(line.substr(1));
         continue;
       }
-      int code = (line[0] - '0') * 1000 + (line[1] - '0') * 100 + (line[2] - '0') * 10 +
-                 (line[3] - '0');
+      int code =
+          (line[0] - '0') * 1000 + (line[1] - '0') * 100 + (line[2] - '0') * 10 + (line[3] - '0');
       std::string text = line.substr(5);
       if (code == 1 && !*greeting_seen) {  // "0001 BIRD 2.0.12 ready."
         *greeting_seen = true;

@@ -54,8 +54,8 @@ absl::StatusOr<std::unique_ptr<Speaker>> Speaker::Start(SpeakerOptions options) 
   if (!config.ok()) return config.status();
   if (auto st = MakeDirs(options.dir); !st.ok()) return st;
   // 0600: it may hold the sessions' password.
-  if (auto st = WriteFileAtomically(options.dir, "bird.conf", *config, 0600,
-                                    Durability::kProcessCrash);
+  if (auto st =
+          WriteFileAtomically(options.dir, "bird.conf", *config, 0600, Durability::kProcessCrash);
       !st.ok()) {
     return st;
   }
@@ -65,8 +65,8 @@ absl::StatusOr<std::unique_ptr<Speaker>> Speaker::Start(SpeakerOptions options) 
   if (BirdAlive(s.pid_, s.options_.bird_binary)) {
     auto reply = BirdCommand(s.control_socket(), "configure");
     if (!reply.ok()) {
-      return absl::Status(reply.status().code(),
-                          absl::StrCat("reload BIRD (pid ", s.pid_, "): ", reply.status().message()));
+      return absl::Status(reply.status().code(), absl::StrCat("reload BIRD (pid ", s.pid_,
+                                                              "): ", reply.status().message()));
     }
     spdlog::info("BGP: adopted BIRD (pid {}) with its sessions: {}", s.pid_,
                  absl::StrJoin(*reply, "; "));
@@ -94,8 +94,8 @@ Speaker::~Speaker() {
 absl::Status Speaker::Launch(bool recovery) {
   std::string conf = options_.dir + "/bird.conf";
   std::string pidfile = options_.dir + "/bird.pid";
-  std::vector<std::string> args = {options_.bird_binary, "-c", conf, "-s", control_socket(),
-                                   "-P", pidfile};
+  std::vector<std::string> args = {options_.bird_binary, "-c", conf,   "-s",
+                                   control_socket(),     "-P", pidfile};
   if (recovery) args.push_back("-R");
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());
@@ -131,10 +131,9 @@ absl::Status Speaker::Launch(bool recovery) {
       pid_ = ReadPidFile(pidfile);
       spdlog::info("BGP: started BIRD (pid {}{}), {} peer(s), announcing {}", pid_,
                    recovery ? ", graceful restart recovery" : "", options_.bgp.peers.size(),
-                   absl::StrJoin(options_.pod_cidrs, ", ",
-                                 [](std::string* out, const IpPrefix& p) {
-                                   out->append(p.ToString());
-                                 }));
+                   absl::StrJoin(options_.pod_cidrs, ", ", [](std::string* out, const IpPrefix& p) {
+                     out->append(p.ToString());
+                   }));
       return absl::OkStatus();
     }
     last = reply.status();

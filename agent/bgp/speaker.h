@@ -18,9 +18,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "agent/base/net.h"
 #include "agent/bgp/bird_config.h"
 #include "agent/bgp/bird_control.h"
-#include "agent/base/net.h"
 
 namespace sluice::agent::bgp {
 

@@ -21,8 +21,8 @@ struct RunningBgp {
 // `options.peers` and the ASNs from the flags; the router id, what is announced and where BIRD
 // lives come from the node and the pieces (<state_dir>/bgp).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<RunningBgp>> StartBgp(const StartPieces& pieces,
-                                                                  const bgp::BgpOptions& options,
-                                                                  const Node& node,
-                                                                  const std::string& bird_binary);
+                                                                   const bgp::BgpOptions& options,
+                                                                   const Node& node,
+                                                                   const std::string& bird_binary);
 
 }  // namespace sluice::agent

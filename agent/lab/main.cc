@@ -364,8 +364,8 @@ int Main(int argc, char** argv) {
     return 0;
   }
   std::vector<std::string> rest(argv + 2, argv + argc);
-  auto args = ParseArgs(
-      rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait", "no_agents", "bgp"});
+  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose",
+                               "wait", "no_agents", "bgp"});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   const Args& a = *args;
   if (a.switches.contains("help")) {

@@ -29,29 +29,16 @@ std::string RouterBgpConfig(const Topology& t) {
   // the router the next hop of everything it announces, also of one node's pod CIDR to another
   // node on the same underlay (eBGP would otherwise keep that node as a third-party next hop).
   return absl::StrCat(
-      "! Written by sluice-lab (agent/lab/network/router.cc).\n",
-      "hostname ", t.router_netns, "\n",
-      "log stdout informational\n",
-      "router bgp ", kRouterAsn, "\n",
-      " bgp router-id ", t.router_ip, "\n",
-      " no bgp ebgp-requires-policy\n",
-      " no bgp default ipv4-unicast\n",
-      " bgp graceful-restart\n",
-      " bgp bestpath as-path multipath-relax\n",
-      " neighbor NODES peer-group\n",
-      " neighbor NODES remote-as external\n",
-      " neighbor NODES timers 3 9\n",
-      " bgp listen range ", underlay, " peer-group NODES\n",
-      " address-family ipv4 unicast\n",
-      "  network ", t.client_net, "\n",
-      "  neighbor NODES activate\n",
-      "  neighbor NODES as-override\n",
-      "  neighbor NODES route-map NODES-OUT out\n",
-      " exit-address-family\n",
-      "exit\n",
-      "route-map NODES-OUT permit 10\n",
-      " set ip next-hop peer-address\n",
-      "exit\n");
+      "! Written by sluice-lab (agent/lab/network/router.cc).\n", "hostname ", t.router_netns, "\n",
+      "log stdout informational\n", "router bgp ", kRouterAsn, "\n", " bgp router-id ", t.router_ip,
+      "\n", " no bgp ebgp-requires-policy\n", " no bgp default ipv4-unicast\n",
+      " bgp graceful-restart\n", " bgp bestpath as-path multipath-relax\n",
+      " neighbor NODES peer-group\n", " neighbor NODES remote-as external\n",
+      " neighbor NODES timers 3 9\n", " bgp listen range ", underlay, " peer-group NODES\n",
+      " address-family ipv4 unicast\n", "  network ", t.client_net, "\n",
+      "  neighbor NODES activate\n", "  neighbor NODES as-override\n",
+      "  neighbor NODES route-map NODES-OUT out\n", " exit-address-family\n", "exit\n",
+      "route-map NODES-OUT permit 10\n", " set ip next-hop peer-address\n", "exit\n");
 }
 
 absl::StatusOr<std::vector<pid_t>> StartRouter(const Topology& t) {
@@ -87,12 +74,12 @@ absl::StatusOr<std::vector<pid_t>> StartRouter(const Topology& t) {
   std::vector<pid_t> pids;
   for (const char* daemon : {"zebra", "bgpd"}) {
     std::string bin = daemon == std::string("zebra") ? kZebra : kBgpd;
-    auto pid = StartProcess(
-        {.argv = {bin, "-N", t.frr_pathspace(), "--vty_socket", dir, "-u", "frr", "-g", "frr",
-                  "-P", "0", "-f", absl::StrCat(dir, "/", daemon, ".conf"), "-i",
-                  absl::StrCat(dir, "/", daemon, ".pid")},
-         .netns_path = t.netns_path(t.router_netns),
-         .log_path = absl::StrCat(dir, "/", daemon, ".log")});
+    auto pid =
+        StartProcess({.argv = {bin, "-N", t.frr_pathspace(), "--vty_socket", dir, "-u", "frr", "-g",
+                               "frr", "-P", "0", "-f", absl::StrCat(dir, "/", daemon, ".conf"),
+                               "-i", absl::StrCat(dir, "/", daemon, ".pid")},
+                      .netns_path = t.netns_path(t.router_netns),
+                      .log_path = absl::StrCat(dir, "/", daemon, ".log")});
     if (!pid.ok()) {
       for (pid_t p : pids) StopProcess(p);
       return pid.status();

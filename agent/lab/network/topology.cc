@@ -196,8 +196,8 @@ absl::Status CreateRouterLinks(const Topology& t) {
   std::string router_side = absl::StrCat(t.client_net.substr(0, t.client_net.rfind('.')), ".1");
   std::vector<std::vector<std::string>> steps = {
       {"-n", t.client_netns, "link", "set", "lo", "up"},
-      {"-n", t.router_netns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0",
-       "netns", t.client_netns},
+      {"-n", t.router_netns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0", "netns",
+       t.client_netns},
       {"-n", t.router_netns, "addr", "add", router_side + "/24", "dev", "eth1"},
       {"-n", t.router_netns, "link", "set", "eth1", "up"},
       {"-n", t.client_netns, "addr", "add", t.client_ip + "/24", "dev", "eth0"},

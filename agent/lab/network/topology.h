@@ -1,8 +1,8 @@
 // The lab's network: an underlay namespace with a bridge (the control plane's address is its
 // .1), one namespace per node attached to it by a veth (eth0), an "external" namespace standing
 // for a client outside the cluster, with `up --bgp` a router namespace on the underlay running
-// FRR (router.h) and a client namespace behind it, and per-node bpffs mounts and state directories under
-// /run/sluice-lab/<lab>/. Every lab gets its own /24 (172.30.<index>.0/24) so labs coexist.
+// FRR (router.h) and a client namespace behind it, and per-node bpffs mounts and state directories
+// under /run/sluice-lab/<lab>/. Every lab gets its own /24 (172.30.<index>.0/24) so labs coexist.
 // Links and namespaces are made with iproute2 (`ip`), run with an argv, exit codes checked.
 #ifndef SLUICE_AGENT_LAB_NETWORK_TOPOLOGY_H_
 #define SLUICE_AGENT_LAB_NETWORK_TOPOLOGY_H_
@@ -50,7 +50,7 @@ struct Topology {
   std::string router_ip;
   std::string client_netns;  // <lab>-client
   std::string client_ip;
-  std::string client_net;  // 172.31.<index>.0/24
+  std::string client_net;                                     // 172.31.<index>.0/24
   std::string router_dir() const { return dir + "/router"; }  // FRR's configs, vty sockets, pids
   std::string frr_pathspace() const { return "sluice-lab-" + lab; }  // /run/frr/<this>
 

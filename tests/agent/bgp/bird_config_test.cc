@@ -34,10 +34,10 @@ TEST(ParseBgpPeer, HoldTimeAloneGivesAThirdAsKeepalive) {
 }
 
 TEST(ParseBgpPeer, RefusesWhatBirdWouldNotTakeOrMisread) {
-  for (const char* bad : {"", "172.30.0.254", "172.30.0.254:0", "172.30.0.254:x",
-                          "fd00::1:65000", "172.30.0.254:65000:2", "172.30.0.254:65000:9:9",
-                          "172.30.0.254:65000:9:3:1", "172.30.0.254:4294967296",
-                          "172.30.0.254;:65000"}) {
+  for (const char* bad :
+       {"", "172.30.0.254", "172.30.0.254:0", "172.30.0.254:x", "fd00::1:65000",
+        "172.30.0.254:65000:2", "172.30.0.254:65000:9:9", "172.30.0.254:65000:9:3:1",
+        "172.30.0.254:4294967296", "172.30.0.254;:65000"}) {
     auto peer = ParseBgpPeer(bad);
     EXPECT_FALSE(peer.ok()) << "accepted \"" << bad << "\"";
     if (!peer.ok()) EXPECT_THAT(peer.status().message(), HasSubstr("ADDRESS:ASN"));
@@ -45,11 +45,11 @@ TEST(ParseBgpPeer, RefusesWhatBirdWouldNotTakeOrMisread) {
 }
 
 TEST(RenderBirdConfig, AnnouncesThePodCidrsToEveryPeerWithGracefulRestart) {
-  BgpOptions options{.local_asn = 64512,
-                     .peers = {*ParseBgpPeer("172.30.0.254:65000"),
-                               *ParseBgpPeer("172.30.0.253:65001:30:10")},
-                     .graceful_restart_time = 120,
-                     .log_file = "/var/lib/sluice/bgp/bird.log"};
+  BgpOptions options{
+      .local_asn = 64512,
+      .peers = {*ParseBgpPeer("172.30.0.254:65000"), *ParseBgpPeer("172.30.0.253:65001:30:10")},
+      .graceful_restart_time = 120,
+      .log_file = "/var/lib/sluice/bgp/bird.log"};
   auto conf = RenderBirdConfig(options, Ip("172.30.0.11"), {Prefix("10.244.1.0/24")});
   ASSERT_TRUE(conf.ok()) << conf.status();
   EXPECT_THAT(*conf, HasSubstr("router id 172.30.0.11;"));
@@ -80,8 +80,8 @@ TEST(RenderBirdConfig, PasswordIsQuotedAndOneThatWouldBreakTheFileIsRefused) {
 }
 
 TEST(RenderBirdConfig, APeerGivenTwiceIsRefused) {
-  BgpOptions options{.peers = {*ParseBgpPeer("172.30.0.254:65000"),
-                               *ParseBgpPeer("172.30.0.254:65001")}};
+  BgpOptions options{
+      .peers = {*ParseBgpPeer("172.30.0.254:65000"), *ParseBgpPeer("172.30.0.254:65001")}};
   EXPECT_FALSE(RenderBirdConfig(options, Ip("172.30.0.11"), {}).ok());
 }
 

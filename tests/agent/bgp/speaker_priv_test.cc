@@ -2,8 +2,8 @@
 // with the rendered configuration, left running when the agent's speaker goes (an agent
 // restart), adopted and reloaded by the next one, and started again in graceful restart
 // recovery when it dies under a running agent.
-#include "agent/bgp/speaker.h"
-
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -11,12 +11,10 @@
 #include <filesystem>
 #include <fstream>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "agent/bgp/speaker.h"
 
 namespace sluice::agent::bgp {
 namespace {
@@ -54,7 +52,8 @@ class SpeakerTest : public ::testing::Test {
     fs::remove_all(dir_);
   }
   SpeakerOptions Options() {
-    return {.bgp = {.local_asn = 64512, .peers = {*ParseBgpPeer("127.0.0.2:65000")},
+    return {.bgp = {.local_asn = 64512,
+                    .peers = {*ParseBgpPeer("127.0.0.2:65000")},
                     .log_file = dir_ + "/bird.log"},
             .router_id = *IpAddress::Parse("127.0.0.1"),
             .pod_cidrs = {*IpPrefix::Parse("10.244.7.0/24")},
@@ -96,7 +95,8 @@ TEST_F(SpeakerTest, OutlivesTheAgentIsAdoptedAndIsRestartedWhenItDies) {
     pid_t now = PidFile(dir_);
     return (*speaker)->speaker_restarts() == 1 && now != first && now > 1 && kill(now, 0) == 0 &&
            (*speaker)->speaker_up();
-  })) << "restarts " << (*speaker)->speaker_restarts();
+  })) << "restarts "
+      << (*speaker)->speaker_restarts();
 }
 
 TEST_F(SpeakerTest, ABadConfigurationIsAnErrorAndStartsNothing) {
