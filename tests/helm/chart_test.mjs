@@ -233,6 +233,22 @@ const cases = [
     assert.equal(cfg.auto_direct_node_routes, 'true');
     assert.equal(cfg.mtu, '9000');
   }],
+  ['BGP control plane', ['--set', 'routingMode=native', '--set', 'ipv4NativeRoutingCIDR=10.0.0.0/8',
+    '--set', 'bgpControlPlane.enabled=true', '--set', 'bgpControlPlane.localASN=4200000001',
+    '--set', 'bgpControlPlane.peers[0].peerAddress=10.1.0.1,bgpControlPlane.peers[0].peerASN=65000',
+    '--set', 'bgpControlPlane.peers[1].peerAddress=10.1.0.2,bgpControlPlane.peers[1].peerASN=65001',
+    '--set', 'bgpControlPlane.peers[1].holdTimeSeconds=90'], (r) => {
+    checkConfigKeys(r);
+    agentAcceptsConfig(r);
+    const cfg = config(r);
+    assert.equal(cfg.bgp_control_plane, 'true');
+    assert.equal(cfg.bgp_local_asn, '4200000001');
+    assert.equal(cfg.bgp_graceful_restart_time, '120');
+    assert.equal(cfg.bgp_peers, '10.1.0.1:65000:9:3,10.1.0.2:65001:90:30');
+  }],
+  ['BGP off by default', [], (r) => {
+    for (const k of ['bgp_control_plane', 'bgp_peers', 'bgp_local_asn']) assert.equal(config(r)[k], undefined, k);
+  }],
   ['prometheus on', ['--set', 'prometheus.enabled=true'], (r) => {
     checkConfigKeys(r);
     assert.equal(config(r).metrics_address, ':9962');
@@ -315,6 +331,9 @@ const refused = [
   [['--set', 'autoDirectNodeRoutes=true'], null, 'autoDirectNodeRoutes=true needs routingMode=native'],
   [['--set', 'ipam.mode=cluster-pool,ipam.operator.clusterPoolIPv4PodCIDRList={10.11.0.0/16},ipam.operator.clusterPoolIPv4MaskSize=12'], null, 'is larger than the pool 10.11.0.0/16'],
   [['--set', 'k8sServicePort=6443'], null, 'k8sServicePort is set without k8sServiceHost'],
+  [['--set', 'bgpControlPlane.enabled=true'], null, 'bgpControlPlane.enabled=true needs bgpControlPlane.peers'],
+  [['--set', 'bgpControlPlane.enabled=true,bgpControlPlane.peers[0].peerAddress=10.1.0.1,bgpControlPlane.peers[0].peerASN=65000,bgpControlPlane.peers[0].holdTimeSeconds=9,bgpControlPlane.peers[0].keepAliveTimeSeconds=9'], null, 'keepAliveTimeSeconds must be below holdTimeSeconds'],
+  [['--set', 'bgpControlPlane.enabled=true,bgpControlPlane.peers[0].peerAddress=nope,bgpControlPlane.peers[0].peerASN=65000'], 'peerAddress', null],
   [['--set', 'k8sServiceHost=192.168.10.121'], null, 'k8sServiceHost needs k8sServicePort'],
   // Cilium values Sluice has no such feature for: the schema refuses unknown keys.
   [['--set', 'hubble.enabled=true'], 'Additional property hubble is not allowed', null],
