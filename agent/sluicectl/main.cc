@@ -18,6 +18,8 @@
 //   sluicectl trace --from POD --to ADDR:PORT [--proto tcp|udp] [--flags S] [-o json]
 //                                    one packet through the live program and maps, each
 //                                    decision printed, its state taken back (trace.cc)
+//   sluicectl bgp                    BGP sessions, prefixes advertised to and learned from each
+//                                    (BIRD's control socket under --state_dir)
 //   sluicectl config                 the running agent's configuration (every flag's value)
 //   sluicectl version                this build's version and the running agent's
 #include <cstdio>
@@ -40,13 +42,14 @@ constexpr Command kCommands[] = {
     {"endpoints", sluice::ctl::Endpoints}, {"nat", sluice::ctl::Nat},
     {"services", sluice::ctl::Services},   {"identities", sluice::ctl::Identities},
     {"config", sluice::ctl::Config},       {"version", sluice::ctl::Version},
+    {"bgp", sluice::ctl::Bgp},
 };
 
 constexpr char kUsage[] =
     "sluicectl [--bpffs_root=DIR] [--state_dir=DIR] [--agent=HOST:PORT] [-o json] COMMAND\n"
     "commands: status | drops | endpoints | nat | services | ct list|flush|stats | identities |\n"
     "          policy get NAMESPACE/POD | observe [options] | trace [options] |\n"
-    "          config | version";
+    "          bgp | config | version";
 
 }  // namespace
 

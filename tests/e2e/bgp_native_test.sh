@@ -26,7 +26,7 @@ fail_logs() {
 }
 command -v vtysh >/dev/null && command -v bird >/dev/null || fail "FRR and BIRD are needed (make deps)"
 
-export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --routing_mode=native"
+export SLUICE_LAB_AGENT_ARGS="${SLUICE_LAB_AGENT_ARGS:-} --routing_mode=native --metrics_address=127.0.0.1:9962"
 KUBECONFIG_PATH=$("$LAB" up --nodes 2 --name "$NAME" --bgp) || fail "up"
 N1=$(node_ip node1); N2=$(node_ip node2)
 ROUTER=$(lab status | awk '/^router:/ {print $2}')
@@ -77,6 +77,15 @@ wait_for 20 route_via_router 2 "$CIDR1" || fail "node2: $(on_node 2 ip route)"
 ! on_node 1 ip route | grep -q "via $N2" || fail "node1 has a direct route: $(on_node 1 ip route)"
 ! on_node 1 ip link show sluice_vxlan >/dev/null 2>&1 || fail "native node1 has sluice_vxlan"
 log "ok: node1 routes $CIDR2 and node2 $CIDR1 via the router (proto bird), no direct routes"
+
+# What the node says about it: sluicectl bgp and the agent's metrics.
+ctl1() { on_node 1 "$SLUICECTL" --bpffs_root="$DIR/node1/bpf" --state_dir="$DIR/node1/state" "$@"; }
+got=$(ctl1 -o json bgp | jget '[(s["established"], s["advertised"], "'"$CIDR2"'" in s["learned"]) for s in d]')
+[ "$got" = "[(True, ['$CIDR1'], True)]" ] || fail "sluicectl bgp on node1: $got; $(ctl1 bgp)"
+metric1() { on_node 1 curl -s 127.0.0.1:9962/metrics | grep "^$1" || true; }
+[ "$(metric1 sluice_bgp_session_established)" = "sluice_bgp_session_established{peer=\"$ROUTER\",peer_asn=\"65000\"} 1" ] ||
+  fail "metrics: $(metric1 sluice_bgp)"
+log "ok: sluicectl bgp and sluice_bgp_session_established on node1: established, $CIDR1 advertised, $CIDR2 learned"
 
 # Pod to pod across nodes crosses the router: its forward hook counts a -> b and b -> a.
 ip netns exec "$NAME-router" nft -f - <<NFT || fail "nft"
@@ -149,6 +158,8 @@ for l in client pod; do
   [ ! -e "$WORK/$l.failures" ] || fail "$l -> a failed: $(cat "$WORK/$l.failures")"
 done
 grep -q "BGP: BIRD (pid $BIRD1) is gone" "$DIR/node1/log/agent.log" || fail "no restart logged"
+[ "$(metric1 sluice_bgp_speaker_restarts_total)" = "sluice_bgp_speaker_restarts_total 1" ] ||
+  fail "restart not counted: $(metric1 sluice_bgp)"
 log "ok: BIRD back on node1, $CIDR1 fresh; $(count client) client -> a and $(count pod) b -> a requests, none failed"
 
 # A node that goes silent (its link down): the router withdraws its prefix within the hold time.
