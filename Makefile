@@ -19,7 +19,7 @@ DEB_PACKAGES := \
 	libnl-3-dev libnl-route-3-dev libspdlog-dev libfmt-dev nlohmann-json3-dev \
 	libsimdjson-dev libcurl4-openssl-dev libcpp-httplib-dev libyaml-cpp-dev libssl-dev \
 	iproute2 iptables nftables ethtool iputils-ping socat netcat-openbsd procps python3 \
-	ipset \
+	ipset bird2 frr \
 	openssl curl util-linux iperf3 python3-prometheus-client \
 	podman runc containernetworking-plugins busybox-static \
 	golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \

@@ -18,8 +18,11 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "agent/base/cli.h"
 #include "agent/base/config_dir.h"
+#include "agent/base/files.h"
+#include "agent/bgp/start.h"
 #include "agent/conntrack/start.h"
 #include "agent/endpoint/cni_install.h"
 #include "agent/endpoint/start.h"
@@ -85,6 +88,18 @@ ABSL_FLAG(bool, auto_direct_node_routes, false,
 ABSL_FLAG(std::string, ipv4_native_routing_cidr, "",
           "routing_mode=native: destinations reached without masquerade (the range the network "
           "routes natively, e.g. the cluster's pod range)");
+ABSL_FLAG(bool, bgp_control_plane, false,
+          "announce this node's pod CIDR over BGP to --bgp_peers and route by what they announce "
+          "(BIRD, run and supervised by the agent; docs/routing.md, \"BGP\")");
+ABSL_FLAG(uint32_t, bgp_local_asn, 64512, "bgp_control_plane: this node's autonomous system");
+ABSL_FLAG(std::vector<std::string>, bgp_peers, {},
+          "bgp_control_plane: peers as ADDRESS:ASN[:HOLD_SECONDS[:KEEPALIVE_SECONDS]] (default "
+          "hold 9 s, keepalive 3 s), comma-separated");
+ABSL_FLAG(uint32_t, bgp_graceful_restart_time, 120,
+          "bgp_control_plane: seconds the peers keep this node's routes while BIRD restarts");
+ABSL_FLAG(std::string, bgp_password_file, "",
+          "bgp_control_plane: a file holding the TCP MD5 password of every session");
+ABSL_FLAG(std::string, bgp_speaker_binary, "bird", "bgp_control_plane: BIRD 2's binary");
 ABSL_FLAG(std::string, bpffs_root, SLUICE_DEFAULT_BPFFS_ROOT, "where maps are pinned");
 ABSL_FLAG(std::string, state_dir, "/var/lib/sluice", "IPAM and endpoint records");
 ABSL_FLAG(std::string, socket, "/run/sluice/sluice.sock", "endpoint API socket");
@@ -421,6 +436,25 @@ absl::StatusOr<bool> InstallCniOnceSynced(const Clock& clock, const sigset_t& st
   return true;
 }
 
+absl::StatusOr<bgp::BgpOptions> BgpOptionsFromFlags() {
+  bgp::BgpOptions options{.local_asn = absl::GetFlag(FLAGS_bgp_local_asn),
+                          .graceful_restart_time = absl::GetFlag(FLAGS_bgp_graceful_restart_time)};
+  for (const auto& text : absl::GetFlag(FLAGS_bgp_peers)) {
+    auto peer = bgp::ParseBgpPeer(text);
+    if (!peer.ok()) return StartError(peer.status(), "--bgp_peers");
+    options.peers.push_back(*peer);
+  }
+  if (options.peers.empty()) {
+    return absl::InvalidArgumentError("--bgp_control_plane needs --bgp_peers");
+  }
+  if (std::string file = absl::GetFlag(FLAGS_bgp_password_file); !file.empty()) {
+    auto password = ReadSmallFile(file);
+    if (!password.ok()) return StartError(password.status(), "--bgp_password_file");
+    options.password = std::string(absl::StripTrailingAsciiWhitespace(*password));
+  }
+  return options;
+}
+
 // Starts the features in order, each with the pieces built before it. Each handle is declared
 // in start order, so that the agent stops in the reverse order: what serves stops before what
 // it reads.
@@ -515,6 +549,14 @@ int Run() {
   std::unique_ptr<PeerRouteSync> peer_routes;
   if (k8s) {
     peer_routes = StartPeerRoutes(pieces, *node_opts, absl::GetFlag(FLAGS_auto_direct_node_routes));
+  }
+  std::unique_ptr<RunningBgp> bgp;
+  if (absl::GetFlag(FLAGS_bgp_control_plane)) {
+    auto options = BgpOptionsFromFlags();
+    if (!options.ok()) return Fail(options.status());
+    auto started = StartBgp(pieces, *options, *node, absl::GetFlag(FLAGS_bgp_speaker_binary));
+    if (!started.ok()) return Fail(started.status());
+    bgp = std::move(*started);
   }
   std::unique_ptr<RunningServices> services;
   if (k8s && absl::GetFlag(FLAGS_kube_proxy_replacement)) {

@@ -29,6 +29,7 @@
 #include "agent/base/files.h"
 #include "agent/lab/apiserver/apiserver.h"
 #include "agent/lab/network/probe.h"
+#include "agent/lab/network/router.h"
 #include "agent/lab/node/kubelet.h"
 #include "agent/lab/tools/process.h"
 #include "agent/lab/workloads/supervisor.h"
@@ -254,6 +255,15 @@ std::vector<std::string> AgentCommand(const Topology& t, const LabNode& node,
        }) {
     argv.push_back(f);
   }
+  if (t.bgp) {  // every node peers with the lab's router (docs/routing.md, "BGP")
+    argv.push_back("--bgp_control_plane");
+    argv.push_back(absl::StrCat("--bgp_local_asn=", kNodeAsn));
+    argv.push_back(absl::StrCat("--bgp_peers=", t.router_ip, ":", kRouterAsn));
+    // The client's network is routed to the pods, not masqueraded: the datapath masquerades
+    // every pod packet to a destination outside sluice_nomasq4, the replies of connections
+    // that came in from there too (docs/routing.md, "BGP", "Not yet").
+    argv.push_back(absl::StrCat("--non_masquerade_cidrs=", t.client_net));
+  }
   if (const char* extra = getenv("SLUICE_LAB_AGENT_ARGS"); extra != nullptr) {
     for (absl::string_view a : absl::StrSplit(extra, ' ', absl::SkipWhitespace())) {
       argv.emplace_back(a);
@@ -280,6 +290,8 @@ absl::StatusOr<std::string> ResolveNetns(const Topology& t, const std::string& f
   std::string netns;
   if (from == "external") {
     netns = t.external_netns;
+  } else if (from == "client" && t.bgp) {
+    netns = t.client_netns;
   } else if (from.rfind("node/", 0) == 0) {
     const LabNode* n = t.FindNode(from.substr(5));
     if (n == nullptr) return absl::NotFoundError(absl::StrCat("no node ", from.substr(5)));
@@ -315,7 +327,7 @@ absl::StatusOr<std::string> Up(const UpOptions& options, const std::string& self
   for (const auto& bin : {AgentBinary(), CniBinary()}) {
     if (access(bin.c_str(), X_OK) != 0) return absl::NotFoundError(absl::StrCat(bin, " not found"));
   }
-  auto topology = CreateTopology(options.name, options.nodes);
+  auto topology = CreateTopology(options.name, options.nodes, options.bgp);
   if (!topology.ok()) return topology.status();
   std::string log = topology->dir + "/controlplane.log";
   std::vector<std::string> argv = {self_exe, "controlplane", "--name", options.name};
@@ -374,6 +386,7 @@ int RunControlPlane(const std::string& name, bool no_agents) {
   ApiServer api(api_options);
   TcpForwarder forwarder;
   std::vector<AgentProcess> agents;
+  std::vector<pid_t> router;  // FRR's zebra and bgpd (up --bgp)
   std::unique_ptr<Kubelet> kubelet;
   std::unique_ptr<Workloads> workloads;
   std::mutex status_mu;
@@ -450,6 +463,13 @@ int RunControlPlane(const std::string& name, bool no_agents) {
     if (auto st = WriteKubeconfig(t.dir + "/kubeconfig-nodes", nodes); !st.ok()) return st;
     spdlog::info("apiserver at {} (underlay) and {} (root namespace)", api.url(), root.server);
 
+    if (t.bgp) {
+      auto pids = StartRouter(t);
+      if (!pids.ok()) return pids.status();
+      router = *pids;
+      spdlog::info("router {} (FRR, AS {}) at {}: vtysh --vty_socket {}", t.router_netns,
+                   kRouterAsn, t.router_ip, t.router_dir());
+    }
     ObjectStore& store = api.store();
     for (const auto& n : t.nodes) {
       auto created = store.Create(Resource("nodes"), NodeObject(n, !no_agents));
@@ -583,6 +603,7 @@ int RunControlPlane(const std::string& name, bool no_agents) {
   for (auto& a : agents) {
     if (!a.exited) StopProcess(a.pid, absl::Seconds(10));
   }
+  for (pid_t p : router) StopProcess(p, absl::Seconds(5));
   forwarder.Stop();
   api.Stop();
   if (auto d = DestroyTopology(t); !d.ok()) {
@@ -642,6 +663,11 @@ absl::StatusOr<std::string> Status(const std::string& name) {
                                           p.value("ready", false) ? "true" : "false"));
   }
   absl::StrAppend(&out, "external: ", t->external_ip, " (--from external)\n");
+  if (t->bgp) {
+    absl::StrAppend(&out, "router: ", t->router_ip, " (FRR, AS ", kRouterAsn,
+                    "; vtysh --vty_socket ", t->router_dir(), ")\nclient: ", t->client_ip,
+                    " behind the router (--from client)\n");
+  }
   return out;
 }
 

@@ -23,6 +23,9 @@ struct UpOptions {
   // Nodes without agents (and without the lab's pod CIDR allocator): Sluice is then installed
   // from the Helm chart with kubectl, its DaemonSet and operator run by the lab (workloads/).
   bool no_agents = false;
+  // A router running FRR on the underlay and a client behind it; every agent peers with the
+  // router over BGP (agent/lab/network/router.h).
+  bool bgp = false;
 };
 
 // Where the sibling binaries are: <build>/agent/lab/sluice-lab -> <build>/agent/sluice-agent and

@@ -38,12 +38,15 @@ constexpr char kUsage[] =
 
 usage:
   sluice-lab --version | --help
-  sluice-lab up [--nodes N] [--name NAME] [--no-agents]
+  sluice-lab up [--nodes N] [--name NAME] [--no-agents] [--bgp]
                                              create a lab (2 nodes, name "lab" by default);
                                              prints the kubeconfig path once every agent is ready;
                                              --no-agents: nodes without agents or pod CIDRs,
                                              NotReady until Sluice is installed from the Helm
-                                             chart (kubectl apply; docs/lab.md)
+                                             chart (kubectl apply; docs/lab.md);
+                                             --bgp: a router running FRR on the underlay and a
+                                             client behind it (--from client); the agents
+                                             peer with it (docs/routing.md, "BGP")
   sluice-lab down [--name NAME]              stop it and remove everything it made
   sluice-lab status [--name NAME]            nodes, pod CIDRs, agents, pods
   sluice-lab kubeconfig [--name NAME]        print the kubeconfig path
@@ -89,7 +92,8 @@ usage:
 
 Every command but --help, --version, serve and netexec runs as root (network namespaces, bpffs
 mounts, /run/sluice-lab).
-FROM is external, node/NODE (node1, node2, ...) or NAMESPACE/POD (POD alone: namespace default).
+FROM is external, client (up --bgp), node/NODE (node1, node2, ...) or NAMESPACE/POD (POD alone:
+namespace default).
 --name defaults to the only lab present. Pods are netexec servers on their containerPorts; the
 annotation lab.sluice.dev/ready: "false" keeps a pod running but not Ready.
 )";
@@ -160,6 +164,7 @@ int CmdUp(const Args& a) {
   o.name = Get(a, "name", "lab");
   if (!absl::SimpleAtoi(Get(a, "nodes", "2"), &o.nodes)) return UsageError("--nodes: a number");
   o.no_agents = a.switches.contains("no_agents");
+  o.bgp = a.switches.contains("bgp");
   auto kubeconfig = Up(o, SelfExe());
   if (!kubeconfig.ok()) return Fail(kubeconfig.status());
   std::cout << *kubeconfig << std::endl;
@@ -320,7 +325,7 @@ int CmdExec(const Args& a) {
   auto t = LoadTopology(*lab);
   if (!t.ok()) return Fail(t.status());
   std::string target = a.positional[0];
-  if (target != "external" && target.rfind("node/", 0) != 0) {
+  if (target != "external" && target != "client" && target.rfind("node/", 0) != 0) {
     target = Get(a, "n", Get(a, "namespace", "default")) + "/" + target;
   }
   auto netns = ResolveNetns(*t, target);
@@ -425,8 +430,8 @@ int Main(int argc, char** argv) {
     own.after_dashes.assign(rest.begin() + k, rest.end());
     return CmdSluicectl(own);
   }
-  auto args = ParseArgs(
-      rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose", "wait", "no_agents"});
+  auto args = ParseArgs(rest, {"tcp", "udp", "help", "mid_event", "at_next_event", "verbose",
+                               "wait", "no_agents", "bgp"});
   if (!args.ok()) return UsageError(std::string(args.status().message()));
   const Args& a = *args;
   if (a.switches.contains("help")) {

@@ -96,6 +96,7 @@ std::string ProgName(uint32_t id);
 std::map<uint32_t, std::string> IdentityNames();
 
 // The subcommands; each returns the process exit code.
+int Bgp();
 int Drops();
 int Endpoints();
 int Nat();

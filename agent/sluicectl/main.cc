@@ -19,6 +19,8 @@
 //   sluicectl trace --from POD --to ADDR:PORT [--proto tcp|udp] [--flags S] [-o json]
 //                                    one packet through the live program and maps, each
 //                                    decision printed, its state taken back (trace.cc)
+//   sluicectl bgp                    BGP sessions, prefixes advertised to and learned from each
+//                                    (BIRD's control socket under --state_dir)
 //   sluicectl config                 the running agent's configuration (every flag's value)
 //   sluicectl version                this build's version and the running agent's
 //
@@ -60,6 +62,7 @@ constexpr Command kCommands[] = {
     {"endpoints", sluice::ctl::Endpoints}, {"nat", sluice::ctl::Nat},
     {"services", sluice::ctl::Services},   {"identities", sluice::ctl::Identities},
     {"config", sluice::ctl::Config},       {"version", sluice::ctl::Version},
+    {"bgp", sluice::ctl::Bgp},
 };
 
 constexpr char kUsage[] =
@@ -67,7 +70,7 @@ constexpr char kUsage[] =
     "          [--state_dir=DIR] [-o json] COMMAND\n"
     "commands: status | drops | endpoints | nat | services | ct list|flush|stats | identities |\n"
     "          policy get [NAMESPACE/]POD | observe [options] | trace [options] |\n"
-    "          config | version\n"
+    "          bgp | config | version\n"
     "The running agent (--agent) tells sluicectl its --bpffs_root, --state_dir and observe\n"
     "socket; flags given here win. In a sluice-lab, --node NODE runs inside that node.";
 

@@ -234,6 +234,9 @@ const cases = [
     assert.equal(cfg.auto_direct_node_routes, 'true');
     assert.equal(cfg.mtu, '9000');
   }],
+  ['BGP off by default', [], (r) => {
+    for (const k of ['bgp_control_plane', 'bgp_peers', 'bgp_local_asn']) assert.equal(config(r)[k], undefined, k);
+  }],
   ['prometheus on', ['--set', 'prometheus.enabled=true'], (r) => {
     checkConfigKeys(r);
     assert.equal(config(r).metrics_address, ':9962');
@@ -277,6 +280,24 @@ const cases = [
   }],
 ];
 
+// BGP peers, a list: from a values file (the renderer's --set takes no list indexes).
+writeFileSync(`${valuesDir}/bgp.yaml`, 'routingMode: native\nipv4NativeRoutingCIDR: 10.0.0.0/8\n' +
+  'bgpControlPlane:\n  enabled: true\n  localASN: 4200000001\n  peers:\n' +
+  '  - {peerAddress: 10.1.0.1, peerASN: 65000}\n  - {peerAddress: 10.1.0.2, peerASN: 65001, holdTimeSeconds: 90}\n');
+writeFileSync(`${valuesDir}/bgp-keepalive.yaml`, 'bgpControlPlane:\n  enabled: true\n  peers:\n' +
+  '  - {peerAddress: 10.1.0.1, peerASN: 65000, holdTimeSeconds: 9, keepAliveTimeSeconds: 9}\n');
+writeFileSync(`${valuesDir}/bgp-address.yaml`, 'bgpControlPlane:\n  enabled: true\n  peers:\n' +
+  '  - {peerAddress: nope, peerASN: 65000}\n');
+cases.push(['BGP control plane', ['-f', `${valuesDir}/bgp.yaml`], (r) => {
+  checkConfigKeys(r);
+  agentAcceptsConfig(r);
+  const cfg = config(r);
+  assert.equal(cfg.bgp_control_plane, 'true');
+  assert.equal(cfg.bgp_local_asn, '4200000001');
+  assert.equal(cfg.bgp_graceful_restart_time, '120');
+  assert.equal(cfg.bgp_peers, '10.1.0.1:65000:9:3,10.1.0.2:65001:90:30');
+}]);
+
 // A values file as operators keep them: nested keys merge with the defaults, null removes one.
 writeFileSync(`${valuesDir}/values.yaml`, 'prometheus:\n  enabled: true\nnodeSelector: null\nk8sServiceHost: 10.0.0.1\nk8sServicePort: 6443\n');
 cases.push(['values file, then --set over it', ['-f', `${valuesDir}/values.yaml`, '--set', 'k8sServiceHost=10.0.0.2'], (r) => {
@@ -316,6 +337,9 @@ const refused = [
   [['--set', 'autoDirectNodeRoutes=true'], null, 'autoDirectNodeRoutes=true needs routingMode=native'],
   [['--set', 'ipam.mode=cluster-pool,ipam.operator.clusterPoolIPv4PodCIDRList={10.11.0.0/16},ipam.operator.clusterPoolIPv4MaskSize=12'], null, 'is larger than the pool 10.11.0.0/16'],
   [['--set', 'k8sServicePort=6443'], null, 'k8sServicePort is set without k8sServiceHost'],
+  [['--set', 'bgpControlPlane.enabled=true'], null, 'bgpControlPlane.enabled=true needs bgpControlPlane.peers'],
+  [['-f', `${valuesDir}/bgp-keepalive.yaml`], null, 'keepAliveTimeSeconds must be below holdTimeSeconds'],
+  [['-f', `${valuesDir}/bgp-address.yaml`], 'peerAddress', null],
   [['--set', 'k8sServiceHost=192.168.10.121'], null, 'k8sServiceHost needs k8sServicePort'],
   // Cilium values Sluice has no such feature for: the schema refuses unknown keys.
   [['--set', 'hubble.enabled=true'], 'Additional property hubble is not allowed', null],

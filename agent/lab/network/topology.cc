@@ -75,6 +75,7 @@ json ToJson(const Topology& t) {
           {"gatewayIP", t.gateway_ip},
           {"externalIP", t.external_ip},
           {"prefixLength", t.prefix_len},
+          {"bgp", t.bgp},
           {"nodes", nodes}};
 }
 
@@ -84,8 +85,14 @@ absl::Status WriteTopology(const Topology& t) {
                                     agent::Durability::kProcessCrash);
 }
 
-Topology Describe(const std::string& lab, int index, int nodes) {
+Topology Describe(const std::string& lab, int index, int nodes, bool bgp) {
   Topology t;
+  t.bgp = bgp;
+  t.router_netns = lab + "-router";
+  t.client_netns = lab + "-client";
+  t.router_ip = absl::StrCat("172.30.", index, ".254");
+  t.client_ip = absl::StrCat("172.31.", index, ".2");
+  t.client_net = absl::StrCat("172.31.", index, ".0/24");
   t.lab = lab;
   t.index = index;
   t.dir = LabDir(lab);
@@ -180,6 +187,36 @@ absl::Status ChecksumOnTheWire(const std::string& netns) {
   return RunChecked({"ip", "netns", "exec", netns, "ethtool", "-K", "eth0", "tx", "off"});
 }
 
+// The router: eth0 on the underlay, eth1 to the client's network, forwarding between them. It
+// sends no ICMP redirects: a node's packet for another node's pods leaves by the interface it
+// came in on, and a redirect would teach the node the direct path the lab exists to avoid.
+absl::Status CreateRouterLinks(const Topology& t) {
+  if (auto st = AttachToUnderlay(t, t.router_netns, "rtr", t.router_ip); !st.ok()) return st;
+  if (auto st = Ip({"netns", "add", t.client_netns}); !st.ok()) return st;
+  std::string router_side = absl::StrCat(t.client_net.substr(0, t.client_net.rfind('.')), ".1");
+  std::vector<std::vector<std::string>> steps = {
+      {"-n", t.client_netns, "link", "set", "lo", "up"},
+      {"-n", t.router_netns, "link", "add", "eth1", "type", "veth", "peer", "name", "eth0", "netns",
+       t.client_netns},
+      {"-n", t.router_netns, "addr", "add", router_side + "/24", "dev", "eth1"},
+      {"-n", t.router_netns, "link", "set", "eth1", "up"},
+      {"-n", t.client_netns, "addr", "add", t.client_ip + "/24", "dev", "eth0"},
+      {"-n", t.client_netns, "link", "set", "eth0", "up"},
+      {"-n", t.client_netns, "route", "add", "default", "via", router_side},
+  };
+  for (const auto& s : steps) {
+    if (auto st = Ip(s); !st.ok()) return st;
+  }
+  for (const char* sysctl : {"net.ipv4.ip_forward=1", "net.ipv4.conf.all.send_redirects=0",
+                             "net.ipv4.conf.eth0.send_redirects=0"}) {
+    if (auto st = RunChecked({"ip", "netns", "exec", t.router_netns, "sysctl", "-qw", sysctl});
+        !st.ok()) {
+      return st;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CreateLinks(const Topology& t) {
   if (auto st = Ip({"netns", "add", t.underlay_netns}); !st.ok()) return st;
   std::vector<std::vector<std::string>> steps = {
@@ -224,6 +261,9 @@ absl::Status CreateLinks(const Topology& t) {
     }
   }
   if (auto st = AttachToUnderlay(t, t.external_netns, "ext", t.external_ip); !st.ok()) return st;
+  if (t.bgp) {
+    if (auto st = CreateRouterLinks(t); !st.ok()) return st;
+  }
   return AgentsRunXdp() ? ChecksumOnTheWire(t.external_netns) : absl::OkStatus();
 }
 
@@ -275,7 +315,7 @@ absl::StatusOr<Topology> LoadTopology(const std::string& lab) {
   if (j.is_discarded() || !j.is_object()) {
     return absl::DataLossError(absl::StrCat("unreadable ", path));
   }
-  Topology t = Describe(lab, j.value("index", 0), 0);
+  Topology t = Describe(lab, j.value("index", 0), 0, j.value("bgp", false));
   for (const auto& n : j.value("nodes", json::array())) {
     t.nodes.push_back({.name = n.value("name", ""),
                        .netns = n.value("netns", ""),
@@ -285,7 +325,7 @@ absl::StatusOr<Topology> LoadTopology(const std::string& lab) {
   return t;
 }
 
-absl::StatusOr<Topology> CreateTopology(const std::string& lab, int nodes) {
+absl::StatusOr<Topology> CreateTopology(const std::string& lab, int nodes, bool bgp) {
   if (auto st = ValidateLabName(lab); !st.ok()) return st;
   if (nodes < 1 || nodes > 50) return absl::InvalidArgumentError("--nodes must be 1..50");
   Topology t;
@@ -302,12 +342,13 @@ absl::StatusOr<Topology> CreateTopology(const std::string& lab, int nodes) {
     int index = 0;
     while (used.contains(index)) ++index;
     if (index > 254) return absl::ResourceExhaustedError("no free underlay /24 for another lab");
-    t = Describe(lab, index, nodes);
+    t = Describe(lab, index, nodes, bgp);
     fs::create_directories(absl::StrCat(t.dir, "/pods"));
     // Recorded before anything is made, so `down` can clean up after a failure half-way.
     if (auto st = WriteTopology(t); !st.ok()) return st;
   }
-  for (const auto& ns : {t.underlay_netns, t.external_netns}) {
+  for (const auto& ns : {t.underlay_netns, t.external_netns, t.router_netns, t.client_netns}) {
+    if ((ns == t.router_netns || ns == t.client_netns) && !t.bgp) continue;
     if (NetnsExists(ns)) {
       return absl::AlreadyExistsError(absl::StrCat("network namespace ", ns, " already exists"));
     }
@@ -370,6 +411,10 @@ absl::Status DestroyTopology(const Topology& t) {
     namespaces.push_back(e.path().filename());
   }
   for (const auto& n : t.nodes) namespaces.push_back(n.netns);
+  if (t.bgp) {
+    namespaces.push_back(t.client_netns);
+    namespaces.push_back(t.router_netns);
+  }
   namespaces.push_back(t.external_netns);
   namespaces.push_back(t.underlay_netns);
   for (const auto& ns : namespaces) {
@@ -391,6 +436,7 @@ absl::Status DestroyTopology(const Topology& t) {
       note(ErrnoStatus(errno, absl::StrCat("umount ", m)));
     }
   }
+  if (t.bgp) fs::remove_all(absl::StrCat("/run/frr/", t.frr_pathspace()), ec);
   if (first.ok()) {
     fs::remove_all(t.dir, ec);
     if (ec) note(absl::InternalError(absl::StrCat("remove ", t.dir, ": ", ec.message())));

@@ -1,7 +1,8 @@
 // The lab's network: an underlay namespace with a bridge (the control plane's address is its
 // .1), one namespace per node attached to it by a veth (eth0), an "external" namespace standing
-// for a client outside the cluster, and per-node bpffs mounts and state directories under
-// /run/sluice-lab/<lab>/. Every lab gets its own /24 (172.30.<index>.0/24) so labs coexist.
+// for a client outside the cluster, with `up --bgp` a router namespace on the underlay running
+// FRR (router.h) and a client namespace behind it, and per-node bpffs mounts and state directories
+// under /run/sluice-lab/<lab>/. Every lab gets its own /24 (172.30.<index>.0/24) so labs coexist.
 // Links and namespaces are made with iproute2 (`ip`), run with an argv, exit codes checked.
 #ifndef SLUICE_AGENT_LAB_NETWORK_TOPOLOGY_H_
 #define SLUICE_AGENT_LAB_NETWORK_TOPOLOGY_H_
@@ -42,6 +43,16 @@ struct Topology {
   std::string external_ip;  // 172.30.<index>.200
   int prefix_len = 24;
   std::vector<LabNode> nodes;
+  // `up --bgp`: a top-of-rack router on the underlay (172.30.<index>.254) and a client behind it
+  // on a network of its own, 172.31.<index>.0/24 (router .1, client .2).
+  bool bgp = false;
+  std::string router_netns;  // <lab>-router
+  std::string router_ip;
+  std::string client_netns;  // <lab>-client
+  std::string client_ip;
+  std::string client_net;                                     // 172.31.<index>.0/24
+  std::string router_dir() const { return dir + "/router"; }  // FRR's configs, vty sockets, pids
+  std::string frr_pathspace() const { return "sluice-lab-" + lab; }  // /run/frr/<this>
 
   std::string PodNetns(const std::string& ns, const std::string& pod) const {
     return lab + "-pod-" + ns + "-" + pod;
@@ -60,7 +71,9 @@ std::vector<std::string> ListLabs();
 
 // Claims an index (lowest free), creates everything and records it in <dir>/topology.json.
 // On failure, whatever was created is removed again.
-absl::StatusOr<Topology> CreateTopology(const std::string& lab, int nodes);
+// With `bgp`, the router's and the client's namespaces too (the router's daemons are the control
+// plane's to start: router.h).
+absl::StatusOr<Topology> CreateTopology(const std::string& lab, int nodes, bool bgp = false);
 // The recorded topology of an existing lab.
 absl::StatusOr<Topology> LoadTopology(const std::string& lab);
 // Removes the namespaces (after killing every process still in them), the recorded pod

@@ -38,6 +38,15 @@ refuses the same values first; these checks keep the message clear when a schema
 {{- if and $v.autoDirectNodeRoutes (ne $v.routingMode "native") -}}
 {{- fail "autoDirectNodeRoutes=true needs routingMode=native" -}}
 {{- end -}}
+{{- if and $v.bgpControlPlane.enabled (not $v.bgpControlPlane.peers) -}}
+{{- fail "bgpControlPlane.enabled=true needs bgpControlPlane.peers (peerAddress, peerASN)" -}}
+{{- end -}}
+{{- range $v.bgpControlPlane.peers -}}
+{{- $hold := int64 (default 9 .holdTimeSeconds) -}}
+{{- if and .keepAliveTimeSeconds (ge (int64 .keepAliveTimeSeconds) $hold) -}}
+{{- fail (printf "bgpControlPlane.peers: %s: keepAliveTimeSeconds must be below holdTimeSeconds (%d)" .peerAddress $hold) -}}
+{{- end -}}
+{{- end -}}
 {{- if and $v.k8sServicePort (not $v.k8sServiceHost) -}}
 {{- fail "k8sServicePort is set without k8sServiceHost" -}}
 {{- end -}}
