@@ -20,6 +20,7 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
+#include "agent/base/version.h"
 #include "agent/k8s/config.h"
 #include "agent/k8s/http_client.h"
 #include "agent/metrics/http_server.h"
@@ -96,6 +97,13 @@ int main(int argc, char** argv) {
       "[--cluster_pool_ipv4_mask_size=N] [flags]: cluster-pool IPAM, writes each Node's "
       "spec.podCIDR");
   if (PrintHelpIfAsked(argc, argv)) return 0;
+  // --version as every other binary answers it (abseil's own prints no version or commit).
+  for (int i = 1; i < argc && std::string_view(argv[i]) != "--"; ++i) {
+    if (std::string_view(argv[i]) == "--version" || std::string_view(argv[i]) == "-version") {
+      std::printf("sluice-operator %s\n", SLUICE_VERSION_STRING);
+      return 0;
+    }
+  }
   absl::ParseCommandLine(argc, argv);
   using sluice::agent::ClusterPool;
   using sluice::agent::IpPrefix;
