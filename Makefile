@@ -22,10 +22,11 @@ DEB_PACKAGES := \
 	ipset bird2 frr \
 	openssl curl util-linux iperf3 python3-prometheus-client \
 	podman runc containernetworking-plugins busybox-static \
+	buildah crun uidmap mmdebstrap eatmydata \
 	golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
 	golang-github-xeipuuv-gojsonschema-dev nodejs chromium
 
-.PHONY: all build deps test test-unit test-privileged bench demo demo-helm fuzz soak clean format
+.PHONY: all build deps image-bases test test-unit test-privileged bench demo demo-helm fuzz soak clean format
 
 all: build
 
@@ -88,6 +89,12 @@ demo-helm: deps build
 # libFuzzer comes from libclang-rt-dev. Crashes land in $(BUILD)/fuzz/work/<target>/.
 fuzz:
 	tests/fuzz/fuzz.sh all $(BUILD)/fuzz $(FUZZ_SECONDS)
+
+# The Debian bases of helm/Dockerfile (debian:bookworm, debian:bookworm-slim), built locally
+# from Debian's packages with mmdebstrap and checked against helm/image/packages/*.list
+# (issue 37's first step; `make image` itself is not written yet).
+image-bases: deps
+	helm/image/base.sh
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c' | grep -v '^bpf/')
