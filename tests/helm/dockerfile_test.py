@@ -12,20 +12,11 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, finish  # noqa: E402
+
 source, build = sys.argv[1], sys.argv[2]
 dockerfile = os.path.join(source, "helm", "Dockerfile")
-failures = []
-passed = 0
-
-
-def check(name, ok, detail=""):
-    global passed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failures.append(name)
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
 
 
 # Instructions with their continuation lines joined, comments dropped.
@@ -143,5 +134,4 @@ for lib in needed:
     check(f"{lib} comes from a runtime package ({owner})", owner in runtime_pkgs)
 check("util-linux (nsenter for the mount init containers) is installed", "util-linux" in runtime_pkgs)
 
-print(f"{passed} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+finish()

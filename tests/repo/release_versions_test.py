@@ -10,19 +10,10 @@ import re
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support"))
+from checklist import check, finish  # noqa: E402
+
 source, build = sys.argv[1], sys.argv[2]
-failures = []
-passed = 0
-
-
-def check(name, ok, detail=""):
-    global passed
-    if ok:
-        passed += 1
-        print(f"ok   {name}")
-    else:
-        failures.append(name)
-        print(f"FAIL {name}{': ' + detail if detail else ''}")
 
 
 def read(path):
@@ -61,5 +52,4 @@ for name, rel in binaries.items():
     check(f"{name} --version names a git commit",
           re.search(r"\(git (\S*-g)?[0-9a-f]{7,}(-dirty)?\)", out) is not None, out)
 
-print(f"{passed} passed, {len(failures)} failed")
-sys.exit(1 if failures else 0)
+finish()
