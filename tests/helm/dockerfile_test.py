@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks helm/Dockerfile's structure where no container engine can build it: two Debian
+"""Checks helm/Dockerfile's structure without building it (the suite builds no image yet): two Debian
 bookworm stages, every COPY source present (in the repository, or built by the build stage and
 present in the local build), the runtime stage's packages providing every shared library the
 agent links, the binaries the chart runs copied into the image, sluice-agent the entrypoint.
