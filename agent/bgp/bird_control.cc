@@ -12,6 +12,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 #include "agent/base/files.h"
 
@@ -49,10 +50,9 @@ absl::StatusOr<std::vector<std::string>> ReadReply(int fd, absl::Time deadline,
       lines.push_back(text);
       if (line[4] == ' ') return lines;
     }
-    absl::Duration left = deadline - absl::Now();
-    if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("BIRD did not answer");
+    if (WaitDeadlinePassed(deadline)) return absl::DeadlineExceededError("BIRD did not answer");
     pollfd p{.fd = fd, .events = POLLIN, .revents = 0};
-    int r = poll(&p, 1, static_cast<int>(absl::ToInt64Milliseconds(left)) + 1);
+    int r = poll(&p, 1, PollTimeoutMs(deadline));
     if (r < 0 && errno != EINTR) return ErrnoStatus(errno, "poll BIRD's control socket");
     if (r <= 0) continue;
     char chunk[4096];
@@ -86,7 +86,7 @@ absl::StatusOr<std::vector<std::string>> BirdCommand(const std::string& socket_p
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
     return ErrnoStatus(errno, absl::StrCat("connect ", socket_path));
   }
-  absl::Time deadline = absl::Now() + timeout;
+  const absl::Time deadline = WaitDeadline(timeout);
   bool greeting = false;
   if (auto hello = ReadReply(fd, deadline, &greeting); !hello.ok()) return hello.status();
   if (auto st = WriteAll(fd, absl::StrCat(command, "\n"), "write BIRD's control socket");

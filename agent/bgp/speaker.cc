@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "agent/base/deadline.h"
 #include "agent/base/errno.h"
 #include "agent/base/files.h"
 #include "spdlog/spdlog.h"
@@ -123,9 +124,9 @@ absl::Status Speaker::Launch(bool recovery) {
     return absl::InternalError(absl::StrCat("`", absl::StrJoin(args, " "), "` failed (status ",
                                             status, "): see its log (syslog or stderr)"));
   }
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  const absl::Time deadline = WaitDeadline(absl::Seconds(10));
   absl::Status last;
-  while (absl::Now() < deadline) {
+  while (!WaitDeadlinePassed(deadline)) {
     auto reply = BirdCommand(control_socket(), "show status", absl::Seconds(1));
     if (reply.ok()) {
       pid_ = ReadPidFile(pidfile);
