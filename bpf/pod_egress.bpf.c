@@ -43,67 +43,64 @@ struct {
 
 /* sluice_from_pod is two stages joined by a tail call through sluice_pod_stages (lib/stages.h),
  * each verified on its own: parse and dispatch by family (the entry: ARP, the source check, the
- * gateway's echo; IPv4 traffic that is surely no Service's, and the packets of a connection to a
- * ClusterIP that conntrack follows, are judged and forwarded here, without a tail call), and IPv4
- * Service translation for the rest of what may be a Service's packet or a backend's reply (new
- * flows, other frontends, replies), which judges and forwards its result itself. Policy and
- * forward (from_pod_fwd4) is in both, inline in the Service stage and a global function in the
- * entry (sluice_from_pod_fwd4): as a third stage it cost Service traffic a second tail call,
- * measured 4-5 ns per packet (docs/architecture.md, "Stages"). */
+ * gateway's echo; IPv4 traffic that is surely no Service's is judged and forwarded here, without
+ * a tail call), and IPv4 Service translation (for packets that may be a Service's or a backend's
+ * reply), which judges and forwards its result itself. Policy and forward (from_pod_fwd4) is
+ * inline in both: as a third stage it cost Service traffic a second tail call, measured 4-5 ns
+ * per packet (docs/architecture.md, "Stages"). */
 
 /* IPv4 policy and forward, inline in the Service stage and in the entry (for traffic that skips
- * the Service stage). maybe_local: the destination may be a pod of this node (it was one before
- * translation, or translation changed it), so it is looked up. Returns a TC verdict or minus a
- * drop reason. */
-static __always_inline int from_pod_fwd4(struct __sk_buff *skb, struct pkt4 *pkt,
-					 const struct policy4_flow *sent, __u32 src_id, int lb,
-					 int maybe_local)
+ * the Service stage). Returns a TC verdict or minus a drop reason. */
+static __always_inline int from_pod_fwd4(struct __sk_buff *skb, struct stage4_state *st)
 {
 	const struct sluice_tunnel4_entry *peer;
 	const struct sluice_node_config *cfg = node_config();
 	const struct sluice_endpoint *dst;
 	struct policy4_flow flow;
-	int ret;
+	struct pkt4 pkt = st->pkt;
+	__u32 src_id = st->src_id;
+	int lb = st->lb, ret;
 
 	/* Still for the gateway (no hairpinned flow's reply): the node would route it upstream. */
-	if (lb != LB4_REVNAT && cfg && pkt->daddr == cfg->gateway_ip4)
+	if (lb != LB4_REVNAT && cfg && pkt.daddr == cfg->gateway_ip4)
 		return -SLUICE_DROP_TO_GATEWAY;
 
 	/* Policy judges real addresses: a DNATed packet with its backend, a backend's reply as
 	 * the backend sent it. */
 	if (lb == LB4_REVNAT)
-		flow = *sent;
+		flow = st->sent;
 	else
-		policy4_flow_of(pkt, &flow);
-	/* To a pod of this node, the receiver's ingress point takes what the sender's egress point
-	 * found in conntrack (policy4_check); the path out of the node keeps a check of its own
-	 * (one shared, its code measured ~10 ns slower per packet). */
-	dst = maybe_local ? lookup_ep4(pkt->daddr) : NULL;
+		policy4_flow_of(&pkt, &flow);
+	/* DNAT changed the destination; reverse NAT only for a hairpinned flow, whose original
+	 * destination (the gateway) was no endpoint. To a pod of this node, the receiver's ingress
+	 * point takes what the sender's egress point found in conntrack (policy4_check); the path
+	 * out of the node keeps a check of its own (one shared, its code measured ~10 ns slower
+	 * per packet). */
+	dst = st->local_dst || lb == LB4_DNAT || lb == LB4_REVNAT ? lookup_ep4(pkt.daddr) : NULL;
 	if (dst) {
 		ret = policy4_check(src_id, SLUICE_POLICY_EGRESS, &flow, POLICY4_CT_UNKNOWN);
 		if (ret < 0)
 			return ret;
-		return redirect_to_endpoint(skb, dst, pkt, &flow, ret);
+		return redirect_to_endpoint(skb, dst, &pkt, &flow, ret);
 	}
 	ret = policy4_check(src_id, SLUICE_POLICY_EGRESS, &flow, POLICY4_CT_UNKNOWN);
 	if (ret < 0)
 		return ret;
-	peer = tunnel4_lookup(pkt->daddr);
-	if (peer && tunnel_mode(cfg) && tunnel_too_big(skb, pkt, cfg))
-		return tunnel_frag_needed(skb, pkt, cfg);
+	peer = tunnel4_lookup(pkt.daddr);
+	if (peer && tunnel_mode(cfg) && tunnel_too_big(skb, &pkt, cfg))
+		return tunnel_frag_needed(skb, &pkt, cfg);
 	if (peer)
-		return redirect_to_node(skb, pkt, cfg, peer);
+		return redirect_to_node(skb, &pkt, cfg, peer);
 	/* A reply now comes from a frontend, possibly this node's own address (NodePort), which
 	 * the stack would refuse as a martian source: route it here. */
 	if (lb == LB4_REVNAT)
-		return redirect_by_fib(skb, pkt);
+		return redirect_by_fib(skb, &pkt);
 	return TC_ACT_OK;
 }
 
-/* IPv4 Service translation of what the entry did not finish: DNAT to a backend (a new flow, a
- * frontend that is no ClusterIP), or a backend's reply back from its frontend; then policy and
- * forward. A local pod is never a frontend, so traffic to one only needs the reply check. Returns
- * a TC verdict or minus a drop reason. */
+/* IPv4 Service translation: DNAT to a backend, or a backend's reply back from its frontend; then
+ * policy and forward. A local pod is never a frontend, so traffic to one only needs the reply
+ * check. Returns a TC verdict or minus a drop reason. */
 static __always_inline int from_pod_lb4(struct __sk_buff *skb, struct stage4_state *st)
 {
 	struct ct4_pkt p;
@@ -112,36 +109,17 @@ static __always_inline int from_pod_lb4(struct __sk_buff *skb, struct stage4_sta
 	if (ct4_tuple(&st->pkt, &p) != CT4_TUPLE)
 		return -SLUICE_DROP_INVALID_PACKET; /* the entry calls this stage for tuples only */
 	lb = st->local_dst ? lb4_rev_nat(skb, &st->pkt, &p)
-			   : lb4_from_pod_untracked(skb, &st->pkt, &p, node_config(),
-						    st->tracked_missed);
+			   : lb4_from_pod(skb, &st->pkt, &p, node_config());
 	if (lb < 0)
 		return lb;
 	if (lb == LB4_REJECT)
 		return reject(skb, &st->pkt, SLUICE_DROP_DIR_EGRESS);
-	/* DNAT changed the destination; reverse NAT only for a hairpinned flow, whose original
-	 * destination (the gateway) was no endpoint. */
-	return from_pod_fwd4(skb, &st->pkt, &st->sent, st->src_id, lb,
-			     st->local_dst || lb != LB4_NONE);
+	st->lb = lb;
+	return from_pod_fwd4(skb, st);
 }
 
-/* from_pod_fwd4 for the entry, which gets there on two paths (no Service step; a tracked flow's
- * DNAT): a global function, verified once for both, where inline the verifier walked it once per
- * path (the entry verified 224,708 instructions instead of 35,644; the call costs ~2 ns per
- * packet). The entry hands it no Service stage's result: after a tracked flow's DNAT the
- * destination is looked up (maybe_local) and the rest is what traffic to a pod here gets. */
-__attribute__((noinline)) int sluice_from_pod_fwd4(struct __sk_buff *skb, struct pkt4 *pkt,
-						   __u32 src_id, int maybe_local)
-{
-	if (!pkt)
-		return -SLUICE_DROP_INVALID_PACKET; /* never: a global function's verifier asks */
-	return from_pod_fwd4(skb, pkt, NULL, src_id, LB4_NONE, maybe_local);
-}
-
-/* Parse and dispatch by family. IPv4 traffic that is surely no Service's (pod -> pod) and the
- * packets of connections to a ClusterIP that conntrack follows (lb4_cluster_ip_tracked: the
- * common case of Service traffic) are judged and forwarded here, without a tail call; the rest
- * of what may be a Service's moves to the Service stage. Returns a TC verdict or minus a drop
- * reason. */
+/* Parse and dispatch by family; IPv4 traffic that is surely no Service's (pod -> pod) is judged
+ * and forwarded here, without a tail call. Returns a TC verdict or minus a drop reason. */
 static __always_inline int from_pod(struct __sk_buff *skb)
 {
 	const struct sluice_endpoint *src;
@@ -149,7 +127,7 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 	struct stage4_state st, *handed;
 	struct ct4_pkt p;
 	__be16 h_proto;
-	int maybe_local, ret;
+	int ret;
 
 	ret = parse_eth_ip4(skb, &h_proto, &st.pkt);
 	if (ret == -SLUICE_DROP_UNSUPPORTED_L3 && h_proto == bpf_htons(ETH_P_ARP))
@@ -172,39 +150,23 @@ static __always_inline int from_pod(struct __sk_buff *skb)
 		return gateway_echo_reply(skb, &st.pkt, src);
 	st.local_dst = !lb4_in_service_cidr(cfg, st.pkt.daddr) && lookup_ep4_exists(st.pkt.daddr);
 	st.lb = LB4_NONE;
-	maybe_local = st.local_dst;
+	st.pad = 0;
+	policy4_flow_of(&st.pkt, &st.sent);
 	if (!st.local_dst || !lb4_plain_to_endpoint(&st.pkt)) {
 		if (ct4_tuple(&st.pkt, &p) == CT4_TUPLE) {
-			ret = LB4_NONE;
-			st.tracked_missed = 0;
-			if (!st.local_dst && lb4_to_cluster_ip_tcp(&p, cfg)) {
-				ret = lb4_cluster_ip_tracked(skb, &st.pkt, &p, cfg);
-				if (ret < 0)
-					return ret;
-				st.tracked_missed = ret == LB4_NONE;
-			}
-			/* Anything but a tracked flow's DNAT moves to the Service stage, with the
-			 * flow as the pod sent it (policy judges a backend's reply by it). */
-			if (ret != LB4_DNAT) {
-				policy4_flow_of(&st.pkt, &st.sent);
-				/* A per-CPU array's only entry: never missing. */
-				handed = stage4_state();
-				if (!handed)
-					return -SLUICE_DROP_MISSING_STAGE;
-				*handed = st;
-				return stage_call(skb, &sluice_pod_stages, SLUICE_POD_STAGE_LB4);
-			}
-			/* DNAT changed the destination, maybe to a pod here. */
-			maybe_local = 1;
-		} else if ((st.pkt.flags & PKT4_F_NO_L4) &&
-			   lb4_in_service_cidr(cfg, st.pkt.daddr)) {
-			/* A later fragment whose first never came: no backend to follow. */
-			return -SLUICE_DROP_FRAGMENT;
+			/* A per-CPU array's only entry: never missing. */
+			handed = stage4_state();
+			if (!handed)
+				return -SLUICE_DROP_MISSING_STAGE;
+			*handed = st;
+			return stage_call(skb, &sluice_pod_stages, SLUICE_POD_STAGE_LB4);
 		}
+		/* A later fragment whose first never came: no backend to follow. */
+		if ((st.pkt.flags & PKT4_F_NO_L4) && lb4_in_service_cidr(cfg, st.pkt.daddr))
+			return -SLUICE_DROP_FRAGMENT;
 	}
-	/* No Service stage (no Service step, or a tracked flow's DNAT done above): policy and
-	 * forward here. */
-	return sluice_from_pod_fwd4(skb, &st.pkt, st.src_id, maybe_local);
+	/* No Service step: policy and forward here (one call site, walked once by the verifier). */
+	return from_pod_fwd4(skb, &st);
 }
 
 SEC("tc")

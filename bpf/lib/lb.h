@@ -522,53 +522,35 @@ static __always_inline int lb4_dnat_rewrite(struct sluice_ctx *ctx, struct pkt4 
 	return LB4_DNAT;
 }
 
-/* Whether lb4_from_pod looks a packet's flow up in conntrack before its frontend: a TCP segment
- * to a ClusterIP (an address of the service range: no source ranges, no reverse NAT). */
-static __always_inline int lb4_to_cluster_ip_tcp(const struct ct4_pkt *p,
-						 const struct sluice_node_config *cfg)
-{
-	return p->key.proto == IPPROTO_TCP && lb4_in_service_cidr(cfg, p->key.daddr);
-}
-
-/* The common case of Service traffic: a TCP segment to a ClusterIP (lb4_to_cluster_ip_tcp) of a
- * connection conntrack follows, sent on to its backend without the frontend lookup; so such a
- * connection outlives its Service, as it does with kube-proxy's conntrack. The pod program's
- * entry finishes such a packet itself (no tail call); the Service stage is not asked again.
- * Returns LB4_DNAT, LB4_NONE when conntrack has no flow for the packet, or minus a drop
- * reason. */
-static __always_inline int lb4_cluster_ip_tracked(struct sluice_ctx *ctx, struct pkt4 *pkt,
-						  const struct ct4_pkt *p,
-						  const struct sluice_node_config *cfg)
-{
-	struct lb4_target t;
-
-	if (lb4_tracked(p, cfg ? cfg->gateway_ip4 : 0, &t) != LB4_DNAT)
-		return LB4_NONE;
-	return lb4_dnat_rewrite(ctx, pkt, p, &t);
-}
-
-/* Service translation of a TCP/UDP packet a pod sends, the tracked ClusterIP segment aside
- * (lb4_cluster_ip_tracked, which found no flow for it when tracked_missed): DNAT when it goes
- * to a frontend, reverse NAT when it is a backend's reply. A UDP flow to a ClusterIP has its
- * Service looked up on every datagram, so it does not outlive its Service. */
-static __always_inline int lb4_from_pod_untracked(struct sluice_ctx *ctx, struct pkt4 *pkt,
-						  const struct ct4_pkt *p,
-						  const struct sluice_node_config *cfg,
-						  int tracked_missed)
+/* Service translation of a TCP/UDP packet a pod sends: DNAT when it goes to a frontend, reverse
+ * NAT when it is a backend's reply.
+ * A TCP segment to a ClusterIP (an address of the service range: no source ranges, no reverse
+ * NAT) of a connection conntrack follows is sent on without the frontend lookup, the common
+ * case of Service traffic; so such a connection outlives its Service, as it does with
+ * kube-proxy's conntrack (a UDP flow does not: its Service is looked up on every datagram). */
+static __always_inline int lb4_from_pod(struct sluice_ctx *ctx, struct pkt4 *pkt,
+					const struct ct4_pkt *p,
+					const struct sluice_node_config *cfg)
 {
 	__be32 hairpin_src = cfg ? cfg->gateway_ip4 : 0;
 	const struct sluice_lb4_service *svc;
 	struct sluice_lb4_key key;
 	struct lb4_target t;
+	int looked_up = 0; /* conntrack has no flow for the packet */
 	int ret;
 
+	if (p->key.proto == IPPROTO_TCP && lb4_in_service_cidr(cfg, p->key.daddr)) {
+		if (lb4_tracked(p, hairpin_src, &t) == LB4_DNAT)
+			return lb4_dnat_rewrite(ctx, pkt, p, &t);
+		looked_up = 1;
+	}
 	ret = lb4_frontend(p, cfg, &key, &svc);
 	if (ret == LB4_NONE)
 		return lb4_rev_nat(ctx, pkt, p);
 	if (ret != LB4_DNAT)
 		return ret;
 	lb4_in_cluster(&key, &svc);
-	if (!tracked_missed)
+	if (!looked_up)
 		ret = lb4_choose(p, &key, svc, hairpin_src, &t);
 	else if (lb4_source_allowed(svc, p->key.saddr))
 		ret = lb4_new_flow(p, &key, svc, hairpin_src, &t);
@@ -577,24 +559,6 @@ static __always_inline int lb4_from_pod_untracked(struct sluice_ctx *ctx, struct
 	if (ret != LB4_DNAT)
 		return ret;
 	return lb4_dnat_rewrite(ctx, pkt, p, &t);
-}
-
-/* Service translation of a TCP/UDP packet a pod sends, in one piece (the pod program does it in
- * two: lb4_cluster_ip_tracked in its entry, lb4_from_pod_untracked in its Service stage).
- * Returns LB4_DNAT, LB4_REVNAT, LB4_NONE, LB4_REJECT or minus a drop reason. */
-static __always_inline int lb4_from_pod(struct sluice_ctx *ctx, struct pkt4 *pkt,
-					const struct ct4_pkt *p,
-					const struct sluice_node_config *cfg)
-{
-	int tracked_missed = lb4_to_cluster_ip_tcp(p, cfg);
-	int ret;
-
-	if (tracked_missed) {
-		ret = lb4_cluster_ip_tracked(ctx, pkt, p, cfg);
-		if (ret != LB4_NONE)
-			return ret;
-	}
-	return lb4_from_pod_untracked(ctx, pkt, p, cfg, tracked_missed);
 }
 
 #endif

@@ -18,11 +18,9 @@ struct stage4_state {
 	struct pkt4 pkt;
 	struct policy4_flow sent; /* policy4_flow_of before any translation */
 	__u32 src_id;		  /* the sending pod's endpoint id */
-	__s32 lb;		  /* enum lb4_result of the stages before (LB4_NONE: the entry
-				     hands on nothing it translated) */
+	__s32 lb;		  /* enum lb4_result of the Service stage (LB4_NONE before it) */
 	__u32 local_dst;	  /* the destination was a pod of this node before translation */
-	__u32 tracked_missed;	  /* sluice_from_pod looked the flow up in conntrack and found
-				     none (lb4_cluster_ip_tracked): a new flow */
+	__u32 pad;
 };
 
 /* One entry per CPU, private to the object (not pinned): what a stage hands the next. */

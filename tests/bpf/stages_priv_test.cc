@@ -184,41 +184,6 @@ TEST_F(StagesTest, EntryHandsAServicePacketToTheServiceStageAsParsed) {
   EXPECT_EQ(h.U32("sent.daddr"), Ip4(kClusterIp));
 }
 
-TEST_F(StagesTest, AnEstablishedServiceFlowIsFinishedInTheEntry) {
-  // The flow opens through the Service stage, which gives it its backend in conntrack.
-  ASSERT_EQ(FromPod(ClientToService(40008)).verdict, kTcRedirect);
-  pod_.EmptySlot(SLUICE_POD_STAGE_LB4);
-  const uint64_t before = MissingStageDrops();
-  // Without the Service stage, its next segments still reach the backend: the entry finds the
-  // flow in conntrack, translates, judges and forwards it itself (no tail call).
-  auto r = FromPod(ClientToService(40008, kTcpAck));
-  ASSERT_EQ(r.verdict, kTcRedirect);
-  auto d = Decode(r.out);
-  ASSERT_TRUE(d);
-  EXPECT_EQ(FormatIp4(d->ip_dst), kBackend);
-  EXPECT_EQ(d->dport, 8080);
-  EXPECT_EQ(FormatMac(d->eth_dst), FormatMac(kBackendMac));
-  EXPECT_EQ(d->ttl, 63);
-  EXPECT_TRUE(d->ip_csum_ok);
-  EXPECT_TRUE(d->l4_csum_ok);
-  // Its close too (conntrack marks the flow closing) ...
-  EXPECT_EQ(FromPod(ClientToService(40008, kTcpAck | 0x01 /* FIN */)).verdict, kTcRedirect);
-  EXPECT_EQ(MissingStageDrops(), before);
-  // ... after which a SYN on the same tuple opens a new connection, balanced afresh by the
-  // Service stage; so is a new flow. Both are missing_stage drops here, handed on with what the
-  // entry found: no flow in conntrack, so the Service stage does not look again.
-  pod_.ClearScratch();
-  EXPECT_EQ(FromPod(ClientToService(40008)).verdict, kTcShot);
-  EXPECT_EQ(MissingStageDrops(), before + 1);
-  EXPECT_EQ(pod_.Scratch().U32("tracked_missed"), 1u);
-  pod_.ClearScratch();
-  EXPECT_EQ(FromPod(ClientToService(40009)).verdict, kTcShot);
-  EXPECT_EQ(MissingStageDrops(), before + 2);
-  Handed h = pod_.Scratch();
-  EXPECT_EQ(h.U32("tracked_missed"), 1u);
-  EXPECT_EQ(h.U32("pkt.daddr"), Ip4(kClusterIp));
-}
-
 TEST_F(StagesTest, PodToPodTrafficSkipsTheServiceStage) {
   pod_.EmptySlot(SLUICE_POD_STAGE_LB4);
   // A segment that opens nothing from a port vouched free of backends (sluice_lb4_nbport, as the
@@ -253,7 +218,6 @@ TEST_F(StagesTest, AReplyPassesTheServiceStageForItsFrontend) {
   EXPECT_EQ(ntohs(h.U16("pkt.sport")), 8080);
   EXPECT_EQ(h.U32("sent.saddr"), Ip4(kBackend));  // policy judges the reply as sent
   EXPECT_EQ(h.U32("local_dst"), 1u);
-  EXPECT_EQ(h.U32("tracked_missed"), 0u);  // to a pod here: no ClusterIP flow was looked up
 }
 
 TEST_F(StagesTest, AMissingStageIsADropUnderItsOwnReason) {
