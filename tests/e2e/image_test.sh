@@ -7,7 +7,7 @@
 #   2. Every binary the chart runs from the image answers --version with the version and commit
 #      of the local build, so a shared library missing from the image fails here.
 #   3. sluice-agent runs in the image as the DaemonSet runs it: its entrypoint, every capability
-#      dropped but the chart's five, host networking (the node namespace), the node's bpffs,
+#      dropped but the chart's five (checked in /proc), host networking (the node namespace), the node's bpffs,
 #      state, CNI and cgroup2 directories bind-mounted. It loads the datapath, answers /healthz
 #      and /readyz on the node's loopback, installs the CNI plugin, and serves a pod ADDed through
 #      sluice-cni from the host as a runtime would (endpoint map entry, reachable from the node);
@@ -89,6 +89,9 @@ BINARIES="sluice-agent sluicectl sluice-operator sluice-cni"
 want=$(for bin in $BINARIES; do
   case $bin in sluice-cni) "$BUILD/cni/$bin" --version ;; *) "$BUILD/agent/$bin" --version ;; esac
 done)
+# The entrypoint first, as docs/operating.md shows it.
+got=$(pm "${RUN[@]}" --rm --network none "$IMAGE" --version 2>&1) || fail "$IMAGE --version: $got"
+expect "$IMAGE --version (the entrypoint)" "$got" "$("$BUILD/agent/sluice-agent" --version)"
 got=$(pm "${RUN[@]}" --rm --network none --entrypoint /bin/sh "$IMAGE" \
   -ec 'for b; do "/usr/local/bin/$b" --version; done' versions $BINARIES 2>&1) ||
   fail "--version in the image: $got"
@@ -112,6 +115,13 @@ healthz() { ip netns exec "$NODE" curl -sf -o /dev/null "http://127.0.0.1:9879/$
 wait_for 60 healthz healthz || fail "the agent in the image does not answer /healthz: $(agent_logs)"
 wait_for 30 healthz readyz || fail "the agent in the image is not ready: $(agent_logs)"
 log "ok: the agent in the image answers /healthz and /readyz on the node's loopback"
+# runc applied the capabilities: the agent (the container's pid 1) holds the chart's five and
+# no other, less those this machine's own bounding set lacks (here SYS_RESOURCE).
+chart_caps=$(( (1 << 39) | (1 << 12) | (1 << 38) | (1 << 24) | (1 << 21) ))  # BPF NET_ADMIN PERFMON SYS_RESOURCE SYS_ADMIN
+host_bnd=$(sed -n 's/^CapBnd:\t*//p' /proc/self/status)
+want=$(printf '%016x' $(( chart_caps & 0x$host_bnd )))
+caps=$(pm exec sluice-agent cat /proc/1/status | sed -n 's/^\(CapEff\|CapBnd\):\t*//p' | sort -u)
+expect "the agent's effective and bounding capabilities" "$caps" "$want"
 [ -f "$ROOT/net.d/05-sluice.conflist" ] || fail "no conflist installed: $(agent_logs)"
 cmp -s "$ROOT/bin/sluice" "$BUILD/image/context/sluice-cni" ||
   fail "the agent did not install the image's sluice-cni into the CNI bin dir"
