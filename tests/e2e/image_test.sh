@@ -7,8 +7,8 @@
 #   2. Every binary the chart runs from the image answers --version with the version and commit
 #      of the local build, so a shared library missing from the image fails here.
 #   3. sluice-agent runs in the image as the DaemonSet runs it: its entrypoint, every capability
-#      dropped but the chart's five (checked in /proc), host networking (the node namespace), the node's bpffs,
-#      state, CNI and cgroup2 directories bind-mounted. It loads the datapath, answers /healthz
+#      dropped but the chart's five (checked in /proc), host networking (the node namespace),
+#      the node's bpffs, state, CNI and cgroup2 directories bind-mounted. It loads the datapath, answers /healthz
 #      and /readyz on the node's loopback, installs the CNI plugin, and serves a pod ADDed through
 #      sluice-cni from the host as a runtime would (endpoint map entry, reachable from the node);
 #      `podman exec ... sluicectl status` works from inside the container, as from `kubectl exec`.
