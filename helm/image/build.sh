@@ -52,6 +52,9 @@ strip -o "$context/sluice-operator" "$build/agent/sluice-operator"
 strip -o "$context/sluice-cni" "$build/cni/sluice-cni"
 
 start=$(date +%s)
+# The image the name held before, removed once the new one is stored, with the layers of its
+# binaries that no other image uses (the cached package layer stays): rebuilds do not pile up.
+previous=$(buildah inspect --type image --format '{{.FromImageID}}' "$image" 2>/dev/null || true)
 # (nproc as tests/e2e/podman_test.sh sets it: runc failed to set the machine's own hard limit.)
 nofile=$(ulimit -Hn)
 [ "$nofile" = unlimited ] && nofile=1048576
@@ -60,6 +63,16 @@ buildah bud --quiet "${cache[@]}" --pull-never --runtime runc --network host \
   --timestamp "$epoch" --identity-label=false \
   --build-arg BINARIES=local --build-arg SOURCE_DATE_EPOCH="$epoch" \
   -f "$source_dir/helm/Dockerfile" -t "$image" "$context" >/dev/null
+id=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
+if [ -n "$previous" ] && [ "$previous" != "$id" ]; then
+  podman rmi "$previous" >/dev/null 2>&1 || true
+fi
+# The local stage's image (the binaries, cached by --layers) is of no use once the image is built;
+# buildah 1.28 leaves a working container of it behind for the `FROM ${BINARIES}` stage.
+for stage in $(podman images -a -q --filter label=sluice.stage=local); do
+  buildah containers -q --filter "ancestor=$stage" | xargs -r buildah rm >/dev/null 2>&1 || true
+  podman rmi "$stage" >/dev/null 2>&1 || true
+done
 
 # The runtime stage's packages, read from the image's dpkg database.
 ctr=$(buildah from --pull-never "$image")
@@ -81,7 +94,6 @@ fi
 archive=$out/sluice-image.oci.tar
 rm -f "$archive"
 buildah push --quiet "$image" "oci-archive:$archive:$image" >/dev/null
-id=$(buildah inspect --type image --format '{{.FromImageID}}' "$image")
 size=$(podman image inspect --format '{{.Size}}' "$image")
 echo "sha256:$id" >"$out/id"
 echo "$image: built in $(( $(date +%s) - start ))s, image id sha256:$id," \
