@@ -26,7 +26,7 @@ DEB_PACKAGES := \
 	golang-go golang-github-masterminds-sprig-dev golang-k8s-sigs-yaml-dev \
 	golang-github-xeipuuv-gojsonschema-dev nodejs chromium
 
-.PHONY: all build deps image-bases test test-unit test-privileged bench demo demo-helm fuzz soak clean format
+.PHONY: all build deps image-bases image test test-unit test-privileged bench demo demo-helm fuzz soak clean format
 
 all: build
 
@@ -91,10 +91,16 @@ fuzz:
 	tests/fuzz/fuzz.sh all $(BUILD)/fuzz $(FUZZ_SECONDS)
 
 # The Debian bases of helm/Dockerfile (debian:bookworm, debian:bookworm-slim), built locally
-# from Debian's packages with mmdebstrap and checked against helm/image/packages/*.list
-# (issue 37's first step; `make image` itself is not written yet).
+# from Debian's packages with mmdebstrap and checked against helm/image/packages/*.list.
 image-bases: deps
 	helm/image/base.sh
+
+# The image the chart runs (helm/Dockerfile), built with buildah on those bases from this
+# build's binaries (helm/image/build.sh): stored under the chart's image name, written as an
+# OCI archive to $(BUILD)/image/sluice-image.oci.tar; prints its id and size.
+image: image-bases $(BUILD)/build.ninja
+	cmake --build $(BUILD) --target sluice-agent sluice-cni sluicectl sluice-operator
+	helm/image/build.sh $(BUILD)
 
 format:
 	clang-format -i $$(git ls-files '*.cc' '*.h' '*.c' | grep -v '^bpf/')

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Checks helm/Dockerfile's structure without building it (the suite builds no image yet): two Debian
-bookworm stages, every COPY source present (in the repository, or built by the build stage and
-present in the local build), the runtime stage's packages providing every shared library the
-agent links, the binaries the chart runs copied into the image, sluice-agent the entrypoint.
+"""Checks helm/Dockerfile's structure (tests/e2e/image_test.sh runs the image `make image` builds
+from it): a Debian bookworm build stage and runtime stage, the binaries taken from the build
+stage or from `make image`'s context (helm/image/build.sh) through one stage, every COPY source
+present (in the repository, built by the build stage and present in the local build, or staged by
+build.sh), the runtime stage's packages providing every shared library the agent links, the
+binaries the chart runs copied into the image, sluice-agent the entrypoint.
 
 usage: dockerfile_test.py SOURCE_DIR BUILD_DIR
 """
@@ -29,20 +31,32 @@ for line in text.splitlines():
         instructions.append((op.upper(), rest.strip()))
 
 stages = []  # {name, image, instructions}
+args = {}  # global ARGs (before the first FROM) and their defaults
 for op, rest in instructions:
     if op == "FROM":
         m = re.fullmatch(r"(\S+)\s+AS\s+(\S+)", rest, re.I)
         stages.append({"image": m.group(1) if m else rest, "name": m.group(2) if m else None, "ops": []})
     elif stages:
         stages[-1]["ops"].append((op, rest))
+    elif op == "ARG":
+        name, _, default = rest.partition("=")
+        args[name] = default
 
-check("multi-stage: a build and a runtime stage", len(stages) >= 2, f"{len(stages)} stages")
 check("every stage is named", all(s["name"] for s in stages))
-for s in stages:
+by_name = {s["name"]: s for s in stages}
+build_stage, runtime = stages[0], stages[-1]
+for s in (build_stage, runtime):
     check(f"stage {s['name']} is Debian bookworm", re.fullmatch(r"debian:bookworm(-slim)?", s["image"]) is not None,
           s["image"])
-build_stage, runtime = stages[0], stages[-1]
-
+# The binaries' stage is FROM ${BINARIES}: the build stage by default, `local` for make image.
+binaries = next((s for s in stages if re.fullmatch(r"\$\{?BINARIES\}?", s["image"])), None)
+check("a stage FROM ${BINARIES}", binaries is not None)
+check("BINARIES defaults to the build stage", args.get("BINARIES") == build_stage["name"], str(args))
+build_sh = open(os.path.join(source, "helm", "image", "build.sh")).read()
+check("build.sh builds with BINARIES=local", "--build-arg BINARIES=local" in build_sh)
+local = by_name.get("local")
+check("a stage local (make image's binaries)", local is not None and local["image"] == "scratch",
+      str(local and local["image"]))
 
 def apt_packages(stage):
     pkgs = []
@@ -61,16 +75,29 @@ check("build stage installs packages", len(build_pkgs) > 10)
 missing = [p for p in build_pkgs if p not in deps]
 check("build stage packages are in the Makefile's deps", not missing, " ".join(missing))
 
-# COPY sources: the repository's files, or another stage's.
+# What each stage leaves in /out: the build stage strips its binaries there, the local stage
+# copies build.sh's stripped copies of the local build's.
 built_targets = set()
+out_from_build = {}  # /out/NAME -> path in the build directory
 for op, rest in build_stage["ops"]:
     if op == "RUN":
         for m in re.finditer(r"ninja -C build ([\w\s-]+?)(?:&&|$)", rest):
             built_targets.update(m.group(1).split())
+        for m in re.finditer(r"strip -o (/out/[\w-]+) build/(\S+)", rest):
+            out_from_build[m.group(1)] = m.group(2)
+out_from_local = set()
+for op, rest in (local or {"ops": []})["ops"]:
+    if op == "COPY":
+        parts = rest.split()
+        check(f"local: COPY {rest} into /out/", parts[-1] == "/out/")
+        for src in parts[:-1]:
+            check(f"local: build.sh stages {src} in the context", f'"$context/{src}"' in build_sh)
+            out_from_local.add(f"/out/{src}")
+
 destinations = {}
 for s in stages:
     for op, rest in s["ops"]:
-        if op != "COPY":
+        if op != "COPY" or s is local:
             continue
         parts = rest.split()
         flags = [p for p in parts if p.startswith("--")]
@@ -82,9 +109,11 @@ for s in stages:
                 continue
             check(f"COPY --from={from_stage} {src}: an earlier stage",
                   from_stage in [x["name"] for x in stages[:stages.index(s)]])
-            rel = re.sub(r"^/src/build/", "", src)
-            check(f"COPY --from={from_stage} {src}: built by the build stage ({os.path.basename(src)})",
-                  os.path.basename(src) in built_targets)
+            check(f"COPY --from={from_stage} {src}: the binaries' stage", from_stage == (binaries or {}).get("name"))
+            rel = out_from_build.get(src, "")
+            check(f"COPY --from={from_stage} {src}: built by the build stage ({rel})",
+                  os.path.basename(rel) in built_targets)
+            check(f"COPY --from={from_stage} {src}: in the local stage", src in out_from_local)
             check(f"COPY --from={from_stage} {src}: present in the local build",
                   os.path.isfile(os.path.join(build, rel)), os.path.join(build, rel))
             if s is runtime:
