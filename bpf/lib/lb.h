@@ -182,15 +182,27 @@ static __always_inline int lb4_rev_nat_rewrite(struct sluice_ctx *ctx, struct pk
 	return LB4_REVNAT;
 }
 
+/* Whether the translated flow `ct` a direct packet crosses is a TCP connection that has not
+ * closed (lb4_forget_crossed_flow leaves those). */
+static __always_inline int lb4_crossed_still_open(const struct ct4_pkt *p,
+						  const struct sluice_ct4_entry *ct)
+{
+	return p->key.proto == IPPROTO_TCP && !(ct->flags & SLUICE_CT_F_CLOSING);
+}
+
 /* A packet that is no backend's reply and no frontend's, sent from a client address and port
  * straight to a backend address and port that a translated flow used: its reply entry (keyed by
  * the tuple the backend answers with) would capture this direct flow's replies and rewrite them
  * to come from the frontend. A client that opens a flow to the backend itself (a TCP SYN; any
  * UDP datagram, UDP has no opening) is done with the translated one, whose entries are stale
  * (closed, or idle until the GC): the reply entry is deleted, and the forward entry too when it
- * still names this backend (a later flow to the frontend is balanced afresh). Costs one lookup
- * for such a packet, none for a reply, a TCP segment of an open connection or a port no backend
- * is on. */
+ * still names this backend (a later flow to the frontend is balanced afresh). A translated TCP
+ * connection that has not closed is left alone: the client's socket to the frontend is another
+ * socket than its new one to the backend, and may still be open (the two share a tuple only on
+ * the backend's side, where the SYN meets the open connection and is answered with an ACK the
+ * open connection takes as a duplicate); the new connection's SYN is retransmitted, and gets
+ * through once the other one closes. Costs one lookup for such a packet, none for a reply, a
+ * TCP segment of an open connection or a port no backend is on. */
 static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 {
 	struct sluice_ct4_key rev = {
@@ -216,6 +228,8 @@ static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 	ct4_flow_key(&fwd, p->key.saddr, p->key.sport, p->key.proto);
 	ct = ct4_find(&fwd);
 	if (ct && ct->backend_addr == p->key.daddr && ct->backend_port == p->key.dport) {
+		if (lb4_crossed_still_open(p, ct))
+			return;
 		ct4_remove(&fwd);
 		ct4_add(p->key.proto == IPPROTO_TCP ? SLUICE_CT_STAT_TCP_CROSSED
 						    : SLUICE_CT_STAT_ANY_CROSSED,
@@ -226,7 +240,7 @@ static __always_inline void lb4_forget_crossed_flow(const struct ct4_pkt *p)
 		return;
 	ct = ct4_find(&rev);
 	/* A hairpinned flow's reply entry is addressed to the gateway, never a client's own. */
-	if (!ct || (ct->flags & SLUICE_CT_F_HAIRPIN))
+	if (!ct || (ct->flags & SLUICE_CT_F_HAIRPIN) || lb4_crossed_still_open(p, ct))
 		return;
 	if (!lb4_reply_frontend(ct, &fe_addr, &fe_port)) {
 		__builtin_memset(&fwd, 0, sizeof(fwd));
