@@ -17,32 +17,29 @@ std::string EventJson(const EventObject& obj, const std::string& type, const std
                              {"namespace", obj.namespace_},
                              {"name", obj.name}};
   if (!obj.uid.empty()) involved["uid"] = obj.uid;
-  nlohmann::json ev = {
-      {"apiVersion", "v1"},
-      {"kind", "Event"},
-      // kubelet's naming: the object's name and the time in hex nanoseconds.
-      {"metadata",
-       {{"name", absl::StrFormat("%s.%x", obj.name, absl::ToUnixNanos(now))},
-        {"namespace", obj.namespace_}}},
-      {"involvedObject", involved},
-      {"type", type},
-      {"reason", reason},
-      {"message", message},
-      {"source", {{"component", "sluice-agent"}, {"host", host}}},
-      {"reportingComponent", "sluice-agent"},
-      {"reportingInstance", host},
-      {"firstTimestamp", ts},
-      {"lastTimestamp", ts},
-      {"count", 1}};
+  nlohmann::json ev = {{"apiVersion", "v1"},
+                       {"kind", "Event"},
+                       // kubelet's naming: the object's name and the time in hex nanoseconds.
+                       {"metadata",
+                        {{"name", absl::StrFormat("%s.%x", obj.name, absl::ToUnixNanos(now))},
+                         {"namespace", obj.namespace_}}},
+                       {"involvedObject", involved},
+                       {"type", type},
+                       {"reason", reason},
+                       {"message", message},
+                       {"source", {{"component", "sluice-agent"}, {"host", host}}},
+                       {"reportingComponent", "sluice-agent"},
+                       {"reportingInstance", host},
+                       {"firstTimestamp", ts},
+                       {"lastTimestamp", ts},
+                       {"count", 1}};
   return ev.dump();
 }
 
 EventPoster::EventPoster(HttpClient& http, std::string host, const Clock* clock, size_t max_queued)
-    : http_(http),
-      host_(std::move(host)),
-      clock_(clock),
-      max_queued_(max_queued),
-      thread_([this] { Run(); }) {}
+    : http_(http), host_(std::move(host)), clock_(clock), max_queued_(max_queued), thread_([this] {
+        Run();
+      }) {}
 
 EventPoster::~EventPoster() {
   {

@@ -158,7 +158,7 @@ uint64_t PolicyReconciler::AllowCountLocked() const {
 }
 
 absl::Status PolicyReconciler::RollBackLocked(uint32_t id, const std::vector<PolicyAllow>& added,
-                                            uint64_t* used) {
+                                              uint64_t* used) {
   absl::Status first;
   std::set<PolicyAllow>& have = allows_[id];
   for (const PolicyAllow& a : added) {
@@ -200,9 +200,9 @@ bool PolicyReconciler::AddAllowsLocked(uint32_t id, const EndpointPolicy& ep,
   };
   if (missing.size() > free) {
     if (have.empty()) allows_.erase(id);
-    return degraded("map_full", absl::StrCat(free, " of its ", capacity,
-                                             " entries free, the policy needs ", missing.size(),
-                                             " more beside the ones it replaces"));
+    return degraded("map_full",
+                    absl::StrCat(free, " of its ", capacity, " entries free, the policy needs ",
+                                 missing.size(), " more beside the ones it replaces"));
   }
   for (const PolicyAllow& a : missing) {
     absl::Status st = maps_.UpsertAllow(id, a);
@@ -256,7 +256,7 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
   // allows, and are tried again after step 4 freed the stale allows of the others.
   std::map<uint32_t, DegradedEndpoint> degraded;
   uint64_t used = AllowCountLocked();  // entries of sluice_policy4
-  absl::Status write_error;  // a refused write (not a full map): the controller retries
+  absl::Status write_error;            // a refused write (not a full map): the controller retries
   auto write_entry = [&](uint32_t id, const Desired& d) -> absl::Status {
     sluice_policy_ep_entry want{};
     want.identity = d.ep->identity;
@@ -266,8 +266,8 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
         it->second.flags == want.flags) {
       return absl::OkStatus();
     }
-    RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(id, want),
-                            absl::StrCat("policy entry of endpoint ", id)));
+    RETURN_IF_ERROR(
+        Context(maps_.UpsertEndpoint(id, want), absl::StrCat("policy entry of endpoint ", id)));
     Count(&PolicyApplyStats::endpoint_writes);
     endpoints[id] = want;
     return absl::OkStatus();

@@ -97,8 +97,8 @@ std::unique_ptr<RunningPolicy> StartPolicy(const StartPieces& pieces, EndpointSt
   auto running = std::make_unique<RunningPolicy>();
   running->maps = std::make_unique<BpfPolicyMaps>(dp.ipcache4(), dp.policy4(), dp.policy_ep());
   running->reconciler = std::make_unique<PolicyReconciler>(*running->maps);
-  running->events = std::make_unique<k8s::EventPoster>(kube->http(), kube->node_name(),
-                                                       pieces.clock);
+  running->events =
+      std::make_unique<k8s::EventPoster>(kube->http(), kube->node_name(), pieces.clock);
   running->sync = std::make_unique<PolicySync>(
       PolicySources{kube->pods(), kube->namespaces(), kube->network_policies(), kube->nodes(),
                     store},
@@ -109,9 +109,8 @@ std::unique_ptr<RunningPolicy> StartPolicy(const StartPieces& pieces, EndpointSt
       *running->reconciler, kube->node_name(), pieces.state_dir, running->events.get());
   service.SetPolicyHook(running->sync.get());
   running->policy_metrics.emplace(
-      *pieces.registry,
-      AddPolicyCollector(*pieces.registry, running->sync.get(), running->reconciler.get(),
-                         running->events.get()));
+      *pieces.registry, AddPolicyCollector(*pieces.registry, running->sync.get(),
+                                           running->reconciler.get(), running->events.get()));
   return running;
 }
 

@@ -201,8 +201,7 @@ std::string DegradedMessage(const DegradedEndpoint& d) {
                         " entries); raise --bpf_policy_max (chart bpf.policyMapMax)");
   }
   return absl::StrCat("writing the policy of ", Policies(d.policies), " failed (", d.error,
-                      "): the pod keeps its last complete policy (", d.kept,
-                      " entries); retried");
+                      "): the pod keeps its last complete policy (", d.kept, " entries); retried");
 }
 
 nlohmann::json HealthJson(const PolicyHealth& h) {
@@ -228,9 +227,8 @@ nlohmann::json HealthJson(const PolicyHealth& h) {
 
 }  // namespace
 
-void PolicySync::PostEvent(const std::string& kind, const std::string& key,
-                           const std::string& type, const std::string& reason,
-                           const std::string& message) {
+void PolicySync::PostEvent(const std::string& kind, const std::string& key, const std::string& type,
+                           const std::string& reason, const std::string& message) {
   if (events_ == nullptr) return;
   std::vector<std::string> nn = absl::StrSplit(key, absl::MaxSplits('/', 1));
   if (nn.size() != 2) return;
@@ -277,12 +275,13 @@ void PolicySync::PublishHealth(const PolicyTranslation& t) {
     if (!here) continue;
     spdlog::info("policy: endpoint {} of pod {} has its whole policy again ({})", id, d.pod,
                  Policies(d.policies));
-    PostEvent("Pod", d.pod, "Normal", "PolicyApplied",
-              absl::StrCat("the policy of ", Policies(d.policies),
-                           " is in sluice_policy4 whole again"));
+    PostEvent(
+        "Pod", d.pod, "Normal", "PolicyApplied",
+        absl::StrCat("the policy of ", Policies(d.policies), " is in sluice_policy4 whole again"));
   }
   std::set<std::pair<std::string, std::string>> old_problems;
-  for (const PolicyProblem& p : before.problems) old_problems.insert({p.policy, p.where + p.reason});
+  for (const PolicyProblem& p : before.problems)
+    old_problems.insert({p.policy, p.where + p.reason});
   for (const PolicyProblem& p : now.problems) {
     if (p.policy.empty() || old_problems.contains({p.policy, p.where + p.reason})) continue;
     PostEvent("NetworkPolicy", p.policy, "Warning", "PolicyInvalid",

@@ -52,9 +52,9 @@ inline constexpr char kPolicyStatusFile[] = "policy-status.json";
 
 // What the last batch left not as the policies say.
 struct PolicyHealth {
-  uint64_t endpoints = 0;                    // endpoints of the last translation
+  uint64_t endpoints = 0;  // endpoints of the last translation
   std::map<uint32_t, DegradedEndpoint> degraded;
-  std::vector<PolicyProblem> problems;       // rejected parts of policies
+  std::vector<PolicyProblem> problems;  // rejected parts of policies
 };
 
 struct PolicySyncStats {

@@ -313,10 +313,11 @@ int Status() {
                 absl::GetFlag(FLAGS_state_dir).c_str());
   } else {
     const nlohmann::json& p = out["policy"];
-    std::printf("Policy:                %zu of %llu endpoints degraded (keeping their last complete "
-                "policy), %zu invalid policy parts\n",
-                p["degraded"].size(),
-                static_cast<unsigned long long>(p["endpoints"].get<uint64_t>()), p["invalid"].size());
+    std::printf(
+        "Policy:                %zu of %llu endpoints degraded (keeping their last complete "
+        "policy), %zu invalid policy parts\n",
+        p["degraded"].size(), static_cast<unsigned long long>(p["endpoints"].get<uint64_t>()),
+        p["invalid"].size());
     for (const auto& d : p["degraded"]) {
       std::printf("                       degraded: %s: %s\n", d.value("pod", "").c_str(),
                   d.value("message", "").c_str());

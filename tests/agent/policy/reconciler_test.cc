@@ -400,9 +400,9 @@ TEST_F(PolicyReconcilerTest, FailedAllowWriteIsRolledBackAndTheOtherEndpointsAre
   const auto seven_before = maps_.allows.at(7);
 
   PolicyTranslation grown = GrownPolicy(3);
-  grown.endpoints.push_back(Ep(8, 301, true, false,
-                               {Allow(300, SLUICE_POLICY_INGRESS),
-                                Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_UDP, 53)}));
+  grown.endpoints.push_back(
+      Ep(8, 301, true, false,
+         {Allow(300, SLUICE_POLICY_INGRESS), Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_UDP, 53)}));
   maps_.allow_upserts_before_failure = 2;  // endpoint 7's third new allow fails
   maps_.ops.clear();
   absl::Status st = rec_.Apply(grown, Owner);
@@ -446,8 +446,8 @@ TEST_F(PolicyReconcilerTest, EndpointThatFitsOnlyAfterOthersShrinkIsWrittenInThe
   ASSERT_TRUE(rec_.Apply(t, Owner).ok());
   ASSERT_EQ(maps_.AllowCount(), 6u);
   PolicyTranslation next = GrownPolicy(3);
-  next.endpoints.push_back(Ep(8, 301, true, false,
-                              {Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 1)}));
+  next.endpoints.push_back(
+      Ep(8, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 1)}));
   maps_.ops.clear();
   ASSERT_TRUE(rec_.Apply(next, Owner).ok());
   EXPECT_THAT(rec_.Degraded(), IsEmpty());

@@ -242,10 +242,12 @@ TEST_F(PolicySyncTest, DegradedEndpointAndInvalidPolicyAreSavedForSluicectl) {
   maps_.capacity = 8;
   synced_ = true;
   std::string ports;
-  for (int i = 0; i < 10; ++i) absl::StrAppend(&ports, i ? "," : "", R"({"port":)", 2000 + 2 * i, "}");
-  policies_.Upsert(MakePolicy(absl::StrCat(R"({"podSelector":{"matchLabels":{"pod":"a"}},"ingress":[{"ports":[)",
-                                           ports, "]}]}"),
-                              "big"));
+  for (int i = 0; i < 10; ++i)
+    absl::StrAppend(&ports, i ? "," : "", R"({"port":)", 2000 + 2 * i, "}");
+  policies_.Upsert(
+      MakePolicy(absl::StrCat(R"({"podSelector":{"matchLabels":{"pod":"a"}},"ingress":[{"ports":[)",
+                              ports, "]}]}"),
+                 "big"));
   policies_.Upsert(MakePolicy(
       R"({"podSelector":{"matchLabels":{"pod":"b"}},"ingress":[{"from":[{"ipBlock":{"cidr":"10.1.2.0"}}]}]})",
       "bad"));
