@@ -185,6 +185,9 @@ ABSL_FLAG(uint32_t, bpf_lb_revnat_max, 0,
 ABSL_FLAG(uint32_t, bpf_ep_max, 0, "entries of sluice_ep4 (this node's pod endpoints); 0: 65536");
 ABSL_FLAG(uint32_t, bpf_frag_max, 0,
           "entries of sluice_frag4 (fragmented datagrams in flight); 0: 8192");
+ABSL_FLAG(uint32_t, bpf_policy_max, 0,
+          "entries of sluice_policy4 (NetworkPolicy allows of all this node's endpoints together); "
+          "0: 1048576");
 
 namespace sluice::agent {
 namespace {
@@ -376,7 +379,8 @@ loader::MapSizes MapSizesFromFlags() {
                                    {maps::name::sluice_lb4_be, &FLAGS_bpf_lb_backend_max},
                                    {maps::name::sluice_lb4_rnat, &FLAGS_bpf_lb_revnat_max},
                                    {maps::name::sluice_frag4, &FLAGS_bpf_frag_max},
-                                   {maps::name::sluice_ep4, &FLAGS_bpf_ep_max}}) {
+                                   {maps::name::sluice_ep4, &FLAGS_bpf_ep_max},
+                                   {maps::name::sluice_policy4, &FLAGS_bpf_policy_max}}) {
     if (uint32_t n = absl::GetFlag(*flag); n != 0) map_sizes[name] = n;
   }
   return map_sizes;

@@ -49,7 +49,8 @@ using MapSizes = std::map<std::string, uint32_t>;
 inline constexpr const char* kSizableMaps[] = {
     maps::name::sluice_lb4_svc, maps::name::sluice_lb4_be,  maps::name::sluice_lb4_rnat,
     maps::name::sluice_ct4,     maps::name::sluice_ct4_any, maps::name::sluice_snat4,
-    maps::name::sluice_rnat4,   maps::name::sluice_frag4,   maps::name::sluice_ep4};
+    maps::name::sluice_rnat4,   maps::name::sluice_frag4,   maps::name::sluice_ep4,
+    maps::name::sluice_policy4};
 // Checks names (sizable maps only) and sizes (1 .. 2^28).
 [[nodiscard]] absl::Status ValidateMapSizes(const MapSizes& sizes);
 

@@ -59,6 +59,8 @@ class KubernetesState {
   };
   std::vector<WatchState> watch_states() const;
   const k8s::ClientConfig& client_config() const { return http_->config(); }
+  // The client the reflectors use, for the agent's few writes (Events).
+  k8s::HttpClient& http() { return *http_; }
 
  private:
   KubernetesState() = default;

@@ -1,8 +1,10 @@
 #include "agent/policy/reconciler.h"
 
 #include <arpa/inet.h>
+#include <bpf/bpf.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <iterator>
 #include <map>
@@ -98,6 +100,13 @@ absl::Status BpfPolicyMaps::DeleteAllow(uint32_t endpoint_id, const PolicyAllow&
   return absl::IsNotFound(st) ? absl::OkStatus() : st;
 }
 
+uint64_t BpfPolicyMaps::AllowCapacity() const {
+  bpf_map_info info{};
+  uint32_t len = sizeof(info);
+  if (bpf_obj_get_info_by_fd(policy_.fd(), &info, &len) != 0) return UINT64_MAX;  // unknown
+  return info.max_entries;
+}
+
 absl::Status BpfPolicyMaps::ForEachEndpoint(const EndpointFn& fn) {
   return endpoints_.ForEach([&](const __u32& id, const sluice_policy_ep_entry& e) { fn(id, e); });
 }
@@ -142,6 +151,78 @@ absl::Status PolicyReconciler::Apply(const PolicyTranslation& full, const Endpoi
   return ApplyLocked(full, owner);
 }
 
+uint64_t PolicyReconciler::AllowCountLocked() const {
+  uint64_t n = 0;
+  for (const auto& [id, have] : allows_) n += have.size();
+  return n;
+}
+
+absl::Status PolicyReconciler::RollBackLocked(uint32_t id, const std::vector<PolicyAllow>& added,
+                                              uint64_t* used) {
+  absl::Status first;
+  std::set<PolicyAllow>& have = allows_[id];
+  for (const PolicyAllow& a : added) {
+    absl::Status st = maps_.DeleteAllow(id, a);
+    if (!st.ok()) {
+      // Still in the map as far as anyone knows: the copy keeps it, the next Apply deletes it
+      // as stale once the endpoint's policy is whole again.
+      if (first.ok()) first = Context(st, absl::StrCat("roll back allow of endpoint ", id));
+      continue;
+    }
+    Count(&PolicyApplyStats::rollbacks);
+    have.erase(a);
+    --*used;
+  }
+  if (have.empty()) allows_.erase(id);
+  return first;
+}
+
+bool PolicyReconciler::AddAllowsLocked(uint32_t id, const EndpointPolicy& ep,
+                                       const std::vector<PolicyAllow>& want, uint64_t* used,
+                                       std::vector<PolicyAllow>* added, DegradedEndpoint* why) {
+  added->clear();
+  std::set<PolicyAllow>& have = allows_[id];
+  std::vector<PolicyAllow> missing;
+  std::set_difference(want.begin(), want.end(), have.begin(), have.end(),
+                      std::back_inserter(missing));
+  const uint64_t capacity = maps_.AllowCapacity();
+  const uint64_t free = capacity > *used ? capacity - *used : 0;
+  auto degraded = [&](const char* reason, std::string error) {
+    why->endpoint_id = id;
+    why->pod = ep.pod;
+    why->policies = ep.policies;
+    why->wanted = want.size();
+    why->missing = missing.size();
+    why->free = free;
+    why->reason = reason;
+    why->error = std::move(error);
+    return false;
+  };
+  if (missing.size() > free) {
+    if (have.empty()) allows_.erase(id);
+    return degraded("map_full",
+                    absl::StrCat(free, " of its ", capacity, " entries free, the policy needs ",
+                                 missing.size(), " more beside the ones it replaces"));
+  }
+  for (const PolicyAllow& a : missing) {
+    absl::Status st = maps_.UpsertAllow(id, a);
+    if (!st.ok()) {
+      std::string error = Context(st, absl::StrCat("allow for endpoint ", id)).ToString();
+      absl::Status rb = RollBackLocked(id, *added, used);
+      added->clear();
+      if (!rb.ok()) {
+        absl::StrAppend(&error, "; ", rb.ToString());
+      }
+      return degraded("write_failed", std::move(error));
+    }
+    Count(&PolicyApplyStats::allow_writes);
+    have.insert(a);
+    added->push_back(a);
+    ++*used;
+  }
+  return true;
+}
+
 absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
                                            const EndpointOwner& owner) {
   std::map<IpPrefix, uint32_t>& ipcache = ipcache_;
@@ -171,17 +252,74 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     desired[ep.endpoint_id] = std::move(d);
   }
 
-  // 1. New allows.
-  for (const auto& [id, d] : desired) {
-    std::set<PolicyAllow>& have = allows[id];
-    auto h = have.begin();
-    for (const PolicyAllow& a : d.allows()) {
-      while (h != have.end() && *h < a) ++h;
-      if (h != have.end() && *h == a) continue;
+  // Endpoints whose new allows are not (all) in the map: they keep what they have, entry and
+  // allows, and are tried again after step 4 freed the stale allows of the others.
+  std::map<uint32_t, DegradedEndpoint> degraded;
+  uint64_t used = AllowCountLocked();  // entries of sluice_policy4
+  absl::Status write_error;            // a refused write (not a full map): the controller retries
+  auto write_entry = [&](uint32_t id, const Desired& d) -> absl::Status {
+    sluice_policy_ep_entry want{};
+    want.identity = d.ep->identity;
+    want.flags = FlagsOf(*d.ep);
+    auto it = endpoints.find(id);
+    if (it != endpoints.end() && it->second.identity == want.identity &&
+        it->second.flags == want.flags) {
+      return absl::OkStatus();
+    }
+    RETURN_IF_ERROR(
+        Context(maps_.UpsertEndpoint(id, want), absl::StrCat("policy entry of endpoint ", id)));
+    Count(&PolicyApplyStats::endpoint_writes);
+    endpoints[id] = want;
+    return absl::OkStatus();
+  };
+  // The endpoint's allows beyond `want` (its stale ones).
+  auto delete_stale = [&](uint32_t id, const std::vector<PolicyAllow>& want) -> absl::Status {
+    auto it = allows.find(id);
+    if (it == allows.end()) return absl::OkStatus();
+    std::set<PolicyAllow>& have = it->second;
+    std::vector<PolicyAllow> stale;
+    std::set_difference(have.begin(), have.end(), want.begin(), want.end(),
+                        std::back_inserter(stale));
+    for (const PolicyAllow& a : stale) {
       RETURN_IF_ERROR(
-          Context(maps_.UpsertAllow(id, a), absl::StrCat("allow for endpoint ", id)));
-      Count(&PolicyApplyStats::allow_writes);
-      h = std::next(have.insert(h, a));
+          Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
+      Count(&PolicyApplyStats::allow_deletes);
+      have.erase(a);
+      --used;
+    }
+    if (have.empty()) allows.erase(it);
+    return absl::OkStatus();
+  };
+  // The entry of an endpoint whose new allows are in: if it is refused, the allows it added go
+  // again (the endpoint keeps its old entry and allows), and it is degraded.
+  auto write_entry_or_roll_back = [&](uint32_t id, const Desired& d,
+                                      const std::vector<PolicyAllow>& added) {
+    absl::Status st = write_entry(id, d);
+    if (st.ok()) return true;
+    std::string error = st.ToString();
+    if (absl::Status rb = RollBackLocked(id, added, &used); !rb.ok()) {
+      absl::StrAppend(&error, "; ", rb.ToString());
+    }
+    DegradedEndpoint& why = degraded[id];
+    why.endpoint_id = id;
+    why.pod = d.ep->pod;
+    why.policies = d.ep->policies;
+    why.wanted = d.allows().size();
+    why.reason = "write_failed";
+    why.error = std::move(error);
+    if (write_error.ok()) write_error = st;
+    return false;
+  };
+
+  // 1. New allows, all of an endpoint's or none.
+  std::map<uint32_t, std::vector<PolicyAllow>> added;  // by endpoint: the allows step 1 wrote
+  for (const auto& [id, d] : desired) {
+    DegradedEndpoint why;
+    if (!AddAllowsLocked(id, *d.ep, d.allows(), &used, &added[id], &why)) {
+      if (why.reason == "write_failed" && write_error.ok()) {
+        write_error = absl::InternalError(why.error);
+      }
+      degraded[id] = std::move(why);
     }
   }
   // 2. New and changed ipcache entries (both sides sorted by prefix: one walk).
@@ -207,20 +345,10 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
       }
     }
   }
-  // 3. Endpoint entries (enforce bits).
+  // 3. Endpoint entries (enforce bits), of the endpoints whose allows are all in.
   for (const auto& [id, d] : desired) {
-    sluice_policy_ep_entry want{};
-    want.identity = d.ep->identity;
-    want.flags = FlagsOf(*d.ep);
-    auto it = endpoints.find(id);
-    if (it != endpoints.end() && it->second.identity == want.identity &&
-        it->second.flags == want.flags) {
-      continue;
-    }
-    RETURN_IF_ERROR(Context(maps_.UpsertEndpoint(id, want),
-                            absl::StrCat("policy entry of endpoint ", id)));
-    Count(&PolicyApplyStats::endpoint_writes);
-    endpoints[id] = want;
+    if (degraded.contains(id)) continue;
+    write_entry_or_roll_back(id, d, added[id]);
   }
   // Endpoints with an entry the translation does not know: still there (newer than the
   // translation's view) or gone (their DEL was missed, e.g. while the agent was down).
@@ -235,25 +363,45 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     endpoints.erase(id);
   }
   // 4. Allows no longer wanted: of desired endpoints, of gone ones, and of endpoints without
-  // any entry (left over). An endpoint that exists but is not in the translation keeps its own.
+  // any entry (left over). An endpoint that exists but is not in the translation keeps its own,
+  // and so does a degraded one (its last complete policy).
   static const std::vector<PolicyAllow> kNone;
-  for (auto& [id, have] : allows) {
+  std::vector<uint32_t> with_allows;
+  for (const auto& [id, have] : allows) with_allows.push_back(id);
+  for (uint32_t id : with_allows) {
     auto dit = desired.find(id);
     bool managed = dit != desired.end();
     bool kept = !managed && endpoints.contains(id);
-    if (kept) continue;
-    const std::vector<PolicyAllow>& want = managed ? dit->second.allows() : kNone;
-    std::vector<PolicyAllow> stale;
-    std::set_difference(have.begin(), have.end(), want.begin(), want.end(),
-                        std::back_inserter(stale));
-    for (const PolicyAllow& a : stale) {
-      RETURN_IF_ERROR(
-          Context(maps_.DeleteAllow(id, a), absl::StrCat("stale allow of endpoint ", id)));
-      Count(&PolicyApplyStats::allow_deletes);
-      have.erase(a);
+    if (kept || degraded.contains(id)) continue;
+    RETURN_IF_ERROR(delete_stale(id, managed ? dit->second.allows() : kNone));
+  }
+  // The endpoints that did not fit, once more with the room step 4 made: each whole, in the
+  // order of one endpoint's (the ipcache is already as wanted).
+  for (auto it = degraded.begin(); it != degraded.end();) {
+    const uint32_t id = it->first;
+    const Desired& d = desired.at(id);
+    if (it->second.reason != "map_full") {
+      ++it;
+      continue;
     }
+    DegradedEndpoint why;
+    if (!AddAllowsLocked(id, *d.ep, d.allows(), &used, &added[id], &why)) {
+      if (why.reason == "write_failed" && write_error.ok()) {
+        write_error = absl::InternalError(why.error);
+      }
+      it->second = std::move(why);
+      ++it;
+      continue;
+    }
+    it = degraded.erase(it);
+    if (!write_entry_or_roll_back(id, d, added[id])) continue;
+    RETURN_IF_ERROR(delete_stale(id, d.allows()));
   }
   std::erase_if(allows, [](const auto& kv) { return kv.second.empty(); });
+  for (auto& [id, why] : degraded) {
+    auto it = allows.find(id);
+    why.kept = it == allows.end() ? 0 : it->second.size();
+  }
   // 5. Stale ipcache prefixes (one walk again).
   std::vector<IpPrefix> stale_prefixes;
   {
@@ -269,7 +417,14 @@ absl::Status PolicyReconciler::ApplyLocked(const PolicyTranslation& full,
     Count(&PolicyApplyStats::ipcache_deletes);
     ipcache.erase(prefix);
   }
-  return absl::OkStatus();
+  {
+    absl::MutexLock l(&stats_mu_);
+    stats_.degraded += degraded.size();
+    stats_.allow_entries = used;
+    stats_.allow_capacity = maps_.AllowCapacity();
+    degraded_ = std::move(degraded);
+  }
+  return write_error;
 }
 
 absl::Status PolicyReconciler::WriteNewEndpoint(uint32_t endpoint_id, bool open) {
@@ -321,6 +476,8 @@ absl::Status PolicyReconciler::RemoveEndpoint(uint32_t endpoint_id) {
     allows_.erase(endpoint_id);
     known_ = true;
   }
+  absl::MutexLock sl(&stats_mu_);
+  degraded_.erase(endpoint_id);
   return absl::OkStatus();
 }
 

@@ -15,6 +15,13 @@
 // The endpoint service owns the birth and death of an endpoint's entries (WriteClosed /
 // RemoveEndpoint): Apply never deletes the sluice_policy_ep entry of an endpoint that still exists,
 // even one its translation did not know yet.
+// Per endpoint, an Apply is all or nothing: an endpoint whose new allows do not fit in the room
+// sluice_policy4 has left (checked before any write), or one of whose writes the kernel refuses
+// (its allows written so far are deleted again), keeps its last complete policy: its old allows
+// and its old sluice_policy_ep entry, never a part of the new set nor an empty one. It is
+// reported degraded (Degraded()) until an Apply writes its policy whole; the other endpoints are
+// written as usual, and the ones that did not fit are tried once more after the stale allows of
+// the others were deleted.
 #pragma once
 
 #include <cstdint>
@@ -23,6 +30,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
@@ -49,6 +57,8 @@ class PolicyMaps {
   [[nodiscard]] virtual absl::Status UpsertEndpoint(uint32_t endpoint_id,
                                                     const sluice_policy_ep_entry& e) = 0;
   [[nodiscard]] virtual absl::Status DeleteEndpoint(uint32_t endpoint_id) = 0;
+  // max_entries of sluice_policy4: how many allows all endpoints together may have.
+  virtual uint64_t AllowCapacity() const = 0;
 };
 
 // PolicyMaps over the pinned maps.
@@ -66,6 +76,7 @@ class BpfPolicyMaps final : public PolicyMaps {
   absl::Status ForEachEndpoint(const EndpointFn& fn) override;
   absl::Status UpsertEndpoint(uint32_t endpoint_id, const sluice_policy_ep_entry& e) override;
   absl::Status DeleteEndpoint(uint32_t endpoint_id) override;
+  uint64_t AllowCapacity() const override;
 
  private:
   maps::Ipcache4Map& ipcache_;
@@ -76,12 +87,30 @@ class BpfPolicyMaps final : public PolicyMaps {
 // The allow a sluice_policy4 key holds (the inverse of MakePolicy4Key).
 PolicyAllow AllowOfKey(const sluice_policy4_key& key, uint32_t* endpoint_id);
 
+// An endpoint whose desired policy is not in the maps: it keeps the one it had.
+struct DegradedEndpoint {
+  uint32_t endpoint_id = 0;
+  std::string pod;                    // "namespace/name"
+  std::vector<std::string> policies;  // the policies selecting it ("namespace/name")
+  uint64_t wanted = 0;                // allow entries its desired policy has
+  uint64_t kept = 0;                  // allow entries it keeps (its last complete policy)
+  uint64_t missing = 0;               // entries the desired policy needs beyond those
+  uint64_t free = 0;                  // room left in sluice_policy4 when it was tried
+  std::string reason;                 // "map_full" or "write_failed"
+  std::string error;                  // what the map or the kernel said
+  friend bool operator==(const DegradedEndpoint&, const DegradedEndpoint&) = default;
+};
+
 struct PolicyApplyStats {
   uint64_t ipcache_writes = 0, ipcache_deletes = 0;
   uint64_t allow_writes = 0, allow_deletes = 0;
   uint64_t endpoint_writes = 0, endpoint_deletes = 0;
   uint64_t map_reads = 0;  // times the three maps were read whole (start, after a failed write of
                            // WriteNewEndpoint or RemoveEndpoint)
+  uint64_t rollbacks = 0;  // allows deleted again after a write of their endpoint failed
+  uint64_t degraded = 0;   // endpoints found degraded by an Apply (each time)
+  uint64_t allow_entries = 0;   // entries of sluice_policy4 (as written by this reconciler)
+  uint64_t allow_capacity = 0;  // its max_entries
 };
 
 class PolicyReconciler {
@@ -112,6 +141,12 @@ class PolicyReconciler {
     absl::MutexLock l(&stats_mu_);
     return stats_;
   }
+  // The endpoints the last Apply left with their previous policy, by endpoint id. Never waits
+  // for an Apply under way.
+  std::map<uint32_t, DegradedEndpoint> Degraded() const ABSL_LOCKS_EXCLUDED(stats_mu_) {
+    absl::MutexLock l(&stats_mu_);
+    return degraded_;
+  }
 
  private:
   void Count(uint64_t PolicyApplyStats::*field) ABSL_LOCKS_EXCLUDED(stats_mu_) {
@@ -122,12 +157,24 @@ class PolicyReconciler {
   absl::Status ReadMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status ApplyLocked(const PolicyTranslation& t, const EndpointOwner& owner)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes the allows of `want` that the endpoint lacks, all or none: false (and *why filled)
+  // when they do not fit or a write failed, after deleting those it wrote.
+  // `*used`: the entries sluice_policy4 holds, kept up to date.
+  // *added: the allows it wrote (and kept).
+  bool AddAllowsLocked(uint32_t id, const EndpointPolicy& ep, const std::vector<PolicyAllow>& want,
+                       uint64_t* used, std::vector<PolicyAllow>* added, DegradedEndpoint* why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Deletes again `added`, allows AddAllowsLocked wrote for `id`.
+  absl::Status RollBackLocked(uint32_t id, const std::vector<PolicyAllow>& added, uint64_t* used)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t AllowCountLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // The controller's thread applies, CNI requests add and remove endpoints: one at a time.
   mutable absl::Mutex mu_;
   PolicyMaps& maps_;
   mutable absl::Mutex stats_mu_ ABSL_ACQUIRED_AFTER(mu_);
   PolicyApplyStats stats_ ABSL_GUARDED_BY(stats_mu_);
+  std::map<uint32_t, DegradedEndpoint> degraded_ ABSL_GUARDED_BY(stats_mu_);
   // What the maps hold, while known_ (see the top of this file).
   bool known_ ABSL_GUARDED_BY(mu_) = false;
   std::map<IpPrefix, uint32_t> ipcache_ ABSL_GUARDED_BY(mu_);

@@ -8,6 +8,7 @@
 
 #include "agent/endpoint/endpoint_service.h"
 #include "agent/endpoint/endpoint_store.h"
+#include "agent/k8s/event_poster.h"
 #include "agent/metrics/agent_endpoints.h"
 #include "agent/policy/reconciler.h"
 #include "agent/policy/sync.h"
@@ -18,6 +19,7 @@ namespace sluice::agent {
 struct RunningPolicy {
   std::unique_ptr<BpfPolicyMaps> maps;
   std::unique_ptr<PolicyReconciler> reconciler;            // writes maps: declared after them
+  std::unique_ptr<k8s::EventPoster> events;                // sync posts: declared before it
   std::unique_ptr<PolicySync> sync;                        // drives reconciler: declared after it
   std::optional<metrics::ScopedCollector> policy_metrics;  // reads sync: declared after it
 };

@@ -9,6 +9,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "agent/base/files.h"
+#include "nlohmann/json.hpp"
 #include "spdlog/spdlog.h"
 
 namespace sluice::agent {
@@ -38,12 +42,14 @@ void MarkRelevantChanges(k8s::Store<T>& store, std::shared_ptr<controller::Dirty
 }  // namespace
 
 PolicySync::PolicySync(PolicySources sources, std::function<bool()> synced,
-                       PolicyReconciler& reconciler, std::string node_name, std::string state_dir)
+                       PolicyReconciler& reconciler, std::string node_name, std::string state_dir,
+                       k8s::EventPoster* events)
     : src_(sources),
       synced_(std::move(synced)),
       reconciler_(reconciler),
       node_name_(std::move(node_name)),
-      state_dir_(std::move(state_dir)) {
+      state_dir_(std::move(state_dir)),
+      events_(events) {
   if (!state_dir_.empty()) {
     // Numbers of the previous run, so that nothing in the pinned maps changes across a restart.
     auto records = LoadIdentities(state_dir_);
@@ -171,10 +177,135 @@ absl::Status PolicySync::Reconcile(const controller::Batch&) {
     if (it == owners->end()) return std::nullopt;
     return it->second;
   };
-  if (auto st = reconciler_.Apply(t, owner); !st.ok()) return st;
+  absl::Status st = reconciler_.Apply(t, owner);
+  PublishHealth(t);
+  if (!st.ok()) return st;
   absl::MutexLock l(&mu_);
   ++stats_.applies;
   return absl::OkStatus();
+}
+
+namespace {
+
+std::string Policies(const std::vector<std::string>& policies) {
+  if (policies.empty()) return "no policy";
+  return absl::StrCat(policies.size() == 1 ? "NetworkPolicy " : "NetworkPolicies ",
+                      absl::StrJoin(policies, ", "));
+}
+
+// The line logged and the Event's message for an endpoint left with its last complete policy.
+std::string DegradedMessage(const DegradedEndpoint& d) {
+  if (d.reason == "map_full") {
+    return absl::StrCat("the policy of ", Policies(d.policies), " does not fit sluice_policy4 (",
+                        d.error, "): the pod keeps its last complete policy (", d.kept,
+                        " entries); raise --bpf_policy_max (chart bpf.policyMapMax)");
+  }
+  return absl::StrCat("writing the policy of ", Policies(d.policies), " failed (", d.error,
+                      "): the pod keeps its last complete policy (", d.kept, " entries); retried");
+}
+
+nlohmann::json HealthJson(const PolicyHealth& h) {
+  nlohmann::json degraded = nlohmann::json::array();
+  for (const auto& [id, d] : h.degraded) {
+    degraded.push_back({{"endpoint", id},
+                        {"pod", d.pod},
+                        {"policies", d.policies},
+                        {"reason", d.reason},
+                        {"error", d.error},
+                        {"wantedEntries", d.wanted},
+                        {"keptEntries", d.kept},
+                        {"missingEntries", d.missing},
+                        {"freeEntries", d.free},
+                        {"message", DegradedMessage(d)}});
+  }
+  nlohmann::json invalid = nlohmann::json::array();
+  for (const PolicyProblem& p : h.problems) {
+    invalid.push_back({{"policy", p.policy}, {"where", p.where}, {"reason", p.reason}});
+  }
+  return {{"endpoints", h.endpoints}, {"degraded", degraded}, {"invalid", invalid}};
+}
+
+}  // namespace
+
+void PolicySync::PostEvent(const std::string& kind, const std::string& key, const std::string& type,
+                           const std::string& reason, const std::string& message) {
+  if (events_ == nullptr) return;
+  std::vector<std::string> nn = absl::StrSplit(key, absl::MaxSplits('/', 1));
+  if (nn.size() != 2) return;
+  k8s::EventObject obj;
+  obj.kind = kind;
+  obj.namespace_ = nn[0];
+  obj.name = nn[1];
+  if (kind == "Pod") {
+    obj.api_version = "v1";
+    if (auto pod = src_.pods.Get(key)) obj.uid = pod->meta.uid;
+  } else {
+    obj.api_version = "networking.k8s.io/v1";
+    if (auto np = src_.policies.Get(key)) obj.uid = np->meta.uid;
+  }
+  events_->Post(obj, type, reason, message);
+}
+
+void PolicySync::PublishHealth(const PolicyTranslation& t) {
+  PolicyHealth now;
+  now.endpoints = t.endpoints.size();
+  now.degraded = reconciler_.Degraded();
+  now.problems = t.problems;
+  PolicyHealth before;
+  {
+    absl::MutexLock l(&mu_);
+    before = health_;
+  }
+  for (const auto& [id, d] : now.degraded) {
+    auto it = before.degraded.find(id);
+    // Told again when what it is told changes (the reason, the policies), not for each retry.
+    if (it != before.degraded.end() && it->second.pod == d.pod &&
+        it->second.policies == d.policies && it->second.reason == d.reason) {
+      continue;
+    }
+    const std::string message = DegradedMessage(d);
+    spdlog::warn("policy: endpoint {} of pod {}: {}", id, d.pod, message);
+    PostEvent("Pod", d.pod, "Warning", "PolicyNotApplied", message);
+  }
+  for (const auto& [id, d] : before.degraded) {
+    if (now.degraded.contains(id)) continue;
+    // Gone, or whole again: only a pod that is still here is told.
+    bool here = false;
+    for (const EndpointPolicy& ep : t.endpoints) here |= ep.endpoint_id == id && ep.pod == d.pod;
+    if (!here) continue;
+    spdlog::info("policy: endpoint {} of pod {} has its whole policy again ({})", id, d.pod,
+                 Policies(d.policies));
+    PostEvent(
+        "Pod", d.pod, "Normal", "PolicyApplied",
+        absl::StrCat("the policy of ", Policies(d.policies), " is in sluice_policy4 whole again"));
+  }
+  std::set<std::pair<std::string, std::string>> old_problems;
+  for (const PolicyProblem& p : before.problems)
+    old_problems.insert({p.policy, p.where + p.reason});
+  for (const PolicyProblem& p : now.problems) {
+    if (p.policy.empty() || old_problems.contains({p.policy, p.where + p.reason})) continue;
+    PostEvent("NetworkPolicy", p.policy, "Warning", "PolicyInvalid",
+              absl::StrCat(p.where, ": ", p.reason,
+                           "; this part allows nothing (the pods it selects stay isolated)"));
+  }
+  const std::string json = HealthJson(now).dump(1) + "\n";
+  bool write = false;
+  {
+    absl::MutexLock l(&mu_);
+    write = !state_dir_.empty() && (json != health_json_ || !health_written_);
+    health_ = std::move(now);
+    health_json_ = json;
+  }
+  if (!write) return;
+  absl::Status st = WriteFileAtomically(state_dir_, kPolicyStatusFile, json, 0600);
+  if (!st.ok()) spdlog::warn("policy: status for sluicectl not saved: {}", st.ToString());
+  absl::MutexLock l(&mu_);
+  health_written_ = st.ok();
+}
+
+PolicyHealth PolicySync::health() const {
+  absl::MutexLock l(&mu_);
+  return health_;
 }
 
 absl::Status PolicySync::EndpointAdded(const Endpoint& ep) {

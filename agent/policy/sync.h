@@ -7,6 +7,12 @@
 // the PolicyReconciler writes the difference. The identities survive restarts in
 // <state_dir>/identities.json. Nothing is applied before every watch has synced. Rejected rules
 // (PolicyProblem) are logged once per change and counted.
+// What is not as the policies say is told, on each change of it: an endpoint the reconciler left
+// with its last complete policy (degraded: its new one did not fit sluice_policy4, or a write
+// failed) and a policy with rejected parts are logged, posted as Events (Warning
+// PolicyNotApplied on the Pod, Normal PolicyApplied when it is whole again; Warning PolicyInvalid
+// on the NetworkPolicy), written to <state_dir>/policy-status.json for sluicectl, and exported as
+// metrics (agent/policy/start.cc).
 #pragma once
 
 #include <atomic>
@@ -24,6 +30,7 @@
 #include "agent/controller/controller.h"
 #include "agent/endpoint/endpoint_service.h"
 #include "agent/endpoint/endpoint_store.h"
+#include "agent/k8s/event_poster.h"
 #include "agent/k8s/model.h"
 #include "agent/k8s/store.h"
 #include "agent/policy/identity.h"
@@ -40,6 +47,16 @@ struct PolicySources {
   EndpointStore& endpoints;
 };
 
+// sluicectl status and policy get read it (agent/sluicectl/policy.cc).
+inline constexpr char kPolicyStatusFile[] = "policy-status.json";
+
+// What the last batch left not as the policies say.
+struct PolicyHealth {
+  uint64_t endpoints = 0;  // endpoints of the last translation
+  std::map<uint32_t, DegradedEndpoint> degraded;
+  std::vector<PolicyProblem> problems;  // rejected parts of policies
+};
+
 struct PolicySyncStats {
   uint64_t applies = 0;         // translations applied
   uint64_t problems = 0;        // rejected rules, counted once per appearance
@@ -52,8 +69,9 @@ class PolicySync final : public EndpointPolicyHook {
  public:
   // `synced`: every watch policy reads (Pods, Namespaces, Nodes, NetworkPolicies) has listed.
   // `state_dir` "" keeps identities in memory only (tests).
+  // `events` (may be null) posts the Events.
   PolicySync(PolicySources sources, std::function<bool()> synced, PolicyReconciler& reconciler,
-             std::string node_name, std::string state_dir);
+             std::string node_name, std::string state_dir, k8s::EventPoster* events = nullptr);
   PolicySync(const PolicySync&) = delete;
   PolicySync& operator=(const PolicySync&) = delete;
 
@@ -70,6 +88,7 @@ class PolicySync final : public EndpointPolicyHook {
   // The identities numbered so far (for sluicectl and tests).
   std::vector<IdentityRecord> Identities() const ABSL_LOCKS_EXCLUDED(mu_);
   size_t identity_count() const ABSL_LOCKS_EXCLUDED(mu_);
+  PolicyHealth health() const ABSL_LOCKS_EXCLUDED(mu_);
   // false: every batch translates without the TranslationCache (the result is the same; for
   // benchmarks comparing the two).
   void UseTranslationCache(bool on) ABSL_LOCKS_EXCLUDED(mu_);
@@ -77,14 +96,23 @@ class PolicySync final : public EndpointPolicyHook {
  private:
   absl::Status Reconcile(const controller::Batch& batch);
   PolicyInput Snapshot() ABSL_LOCKS_EXCLUDED(departed_mu_);
+  // Logs, posts and saves what changed in the reconciler's degraded endpoints and in the
+  // translation's problems since the last batch.
+  void PublishHealth(const PolicyTranslation& t) ABSL_LOCKS_EXCLUDED(mu_);
+  void PostEvent(const std::string& kind, const std::string& key, const std::string& type,
+                 const std::string& reason, const std::string& message);
 
   PolicySources src_;
   const std::function<bool()> synced_;
   PolicyReconciler& reconciler_;
   const std::string node_name_;
   const std::string state_dir_;
+  k8s::EventPoster* const events_;
 
   mutable absl::Mutex mu_;
+  PolicyHealth health_ ABSL_GUARDED_BY(mu_);
+  std::string health_json_ ABSL_GUARDED_BY(mu_);  // as last written to kPolicyStatusFile
+  bool health_written_ ABSL_GUARDED_BY(mu_) = false;
   IdentityAllocator ids_ ABSL_GUARDED_BY(mu_);
   std::unique_ptr<TranslationCache> cache_ ABSL_GUARDED_BY(mu_) =
       std::make_unique<TranslationCache>();

@@ -1165,6 +1165,7 @@ PolicyTranslation TranslateImpl(const PolicyInput& in, const std::vector<Address
       if (pod != nullptr && !Selects(policy, *pod)) continue;
       if (policy.ingress) result.enforce_ingress = true;
       if (policy.egress) result.enforce_egress = true;
+      result.policies.push_back(policy.key);
       if (pod == nullptr) continue;
       if (policy.ingress) {
         for (const CompiledRule& r : policy.ingress_rules) add_rule(policy, r, kIngress);

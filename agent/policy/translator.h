@@ -72,6 +72,8 @@ struct EndpointPolicy {
   bool enforce_egress = false;
   std::vector<PolicyAllow> allows;  // sorted, unique, none covered by a shorter one of its
                                     // identity and direction
+  std::vector<std::string> policies;  // the policies that select it ("namespace/name"), in
+                                      // input order: named when its policy does not fit
   friend bool operator==(const EndpointPolicy&, const EndpointPolicy&) = default;
 };
 

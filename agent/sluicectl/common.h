@@ -94,6 +94,10 @@ std::string ProgName(uint32_t id);
 
 // Identity number -> its labels ("k8s:app=web,..."), reserved ones included (policy.cc).
 std::map<uint32_t, std::string> IdentityNames();
+// The agent's <state_dir>/policy-status.json (agent/policy/sync.h): endpoints that keep their last
+// complete policy ("degraded") and policies with parts it cannot translate ("invalid"); null when
+// absent or unreadable.
+nlohmann::json LoadPolicyStatus();
 
 // The subcommands; each returns the process exit code.
 int Bgp();

@@ -2,8 +2,10 @@
 // it, with identities resolved to their label sets (the agent's <state_dir>/identities.json).
 #include <arpa/inet.h>
 
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -12,6 +14,7 @@
 #include "agent/endpoint/endpoint_store.h"
 #include "agent/policy/identity.h"
 #include "agent/policy/reconciler.h"
+#include "agent/policy/sync.h"
 #include "agent/sluicectl/common.h"
 #include "nlohmann/json.hpp"
 
@@ -33,6 +36,15 @@ std::map<uint32_t, std::string> IdentityNames() {
   }
   for (const IdentityRecord& r : *records) out[r.id] = absl::StrJoin(r.labels, ",");
   return out;
+}
+
+nlohmann::json LoadPolicyStatus() {
+  std::ifstream in(absl::GetFlag(FLAGS_state_dir) + "/" + agent::kPolicyStatusFile);
+  if (!in) return nullptr;
+  std::stringstream buf;
+  buf << in.rdbuf();
+  nlohmann::json j = nlohmann::json::parse(buf.str(), nullptr, /*allow_exceptions=*/false);
+  return j.is_object() ? j : nlohmann::json(nullptr);
 }
 
 namespace {
@@ -126,6 +138,17 @@ int Policy(const std::vector<std::string>& args) {
     return 0;
   }
   out["policy"] = true;
+  // Whether the maps hold its policy whole (the agent's word, as of its last batch).
+  nlohmann::json degraded;
+  if (nlohmann::json st = LoadPolicyStatus(); st.is_object()) {
+    for (const auto& d : st.value("degraded", nlohmann::json::array())) {
+      if (d.value("endpoint", 0u) == ep->endpoint_id && d.value("pod", "") == want) degraded = d;
+    }
+    out["state"] = degraded.is_null() ? "healthy" : "degraded";
+    if (!degraded.is_null()) out["degraded"] = degraded;
+  } else {
+    out["state"] = "unknown";
+  }
   out["identity"] = entry->identity;
   out["labels"] = Named(names, entry->identity);
   for (uint8_t dir : {SLUICE_POLICY_INGRESS, SLUICE_POLICY_EGRESS}) {
@@ -161,6 +184,13 @@ int Policy(const std::vector<std::string>& args) {
   }
   std::printf("pod %s  endpoint %u  address %s\n", want.c_str(), ep->endpoint_id, ep->ipv4.c_str());
   std::printf("identity %u  %s\n", entry->identity, Named(names, entry->identity).c_str());
+  if (!degraded.is_null()) {
+    std::printf("state degraded (%s): %s\n", degraded.value("reason", "").c_str(),
+                degraded.value("message", "").c_str());
+    std::printf("(the allows below are its last complete policy)\n");
+  } else {
+    std::printf("state %s\n", out["state"].get<std::string>().c_str());
+  }
   for (const char* dir : {"ingress", "egress"}) {
     const nlohmann::json& d = out[dir];
     const bool enforced = d["enforced"].get<bool>();

@@ -242,6 +242,13 @@ int Status() {
       if (recent.is_object()) out["recentDrops"] = recent;
     }
   }
+  // NetworkPolicy not as the policies say (the agent's <state_dir>/policy-status.json).
+  nlohmann::json policy = LoadPolicyStatus();
+  if (policy.is_object()) {
+    out["policy"] = {{"endpoints", policy.value("endpoints", 0)},
+                     {"degraded", policy.value("degraded", nlohmann::json::array())},
+                     {"invalid", policy.value("invalid", nlohmann::json::array())}};
+  }
   if (json) {
     PrintJson(out);
     return 0;
@@ -300,6 +307,26 @@ int Status() {
   if (serving_nothing.size() > kShown) {
     std::printf("                       ... and %zu more serving nothing (sluicectl services)\n",
                 serving_nothing.size() - kShown);
+  }
+  if (!policy.is_object()) {
+    std::printf("Policy:                no status from the agent under %s\n",
+                absl::GetFlag(FLAGS_state_dir).c_str());
+  } else {
+    const nlohmann::json& p = out["policy"];
+    std::printf(
+        "Policy:                %zu of %llu endpoints degraded (keeping their last complete "
+        "policy), %zu invalid policy parts\n",
+        p["degraded"].size(), static_cast<unsigned long long>(p["endpoints"].get<uint64_t>()),
+        p["invalid"].size());
+    for (const auto& d : p["degraded"]) {
+      std::printf("                       degraded: %s: %s\n", d.value("pod", "").c_str(),
+                  d.value("message", "").c_str());
+    }
+    for (const auto& i : p["invalid"]) {
+      std::printf("                       invalid: %s %s: %s (allows nothing)\n",
+                  i.value("policy", "").c_str(), i.value("where", "").c_str(),
+                  i.value("reason", "").c_str());
+    }
   }
   std::printf("Maps:                  %-18s %9s %9s %6s\n", "NAME", "ENTRIES", "CAPACITY", "FILL");
   for (const auto& f : *fill) {

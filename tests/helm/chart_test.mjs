@@ -146,7 +146,10 @@ function agentAcceptsConfig(r) {
 
 function checkRbac(r) {
   const role = one(r, 'ClusterRole', 'sluice');
-  const granted = role.rules.flatMap((rule) => rule.apiGroups.flatMap((g) => rule.resources.map((res) => {
+  // One write: Events (agent/k8s/event_poster.h), created only.
+  const writes = role.rules.filter((rule) => !rule.verbs.includes('watch'));
+  assert.deepEqual(writes, [{ apiGroups: [''], resources: ['events'], verbs: ['create'] }], 'the agent writes Events only');
+  const granted = role.rules.filter((rule) => rule.verbs.includes('watch')).flatMap((rule) => rule.apiGroups.flatMap((g) => rule.resources.map((res) => {
     assert.deepEqual([...rule.verbs].sort(), ['get', 'list', 'watch'], `${g}/${res}: read-only`);
     return `${g}/${res}`;
   }))).sort();
@@ -306,15 +309,16 @@ cases.push(['values file, then --set over it', ['-f', `${valuesDir}/values.yaml`
   assert.equal(config(r).k8s_service_host, '10.0.0.2', '--set wins over -f');
 }]);
 
-cases.push(['map sizes', ['--set', 'bpf.ctTcpMax=524288,bpf.ctAnyMax=1048576,bpf.natMax=131072,bpf.lbMapMax=131072'], (r) => {
+cases.push(['map sizes', ['--set', 'bpf.ctTcpMax=524288,bpf.ctAnyMax=1048576,bpf.natMax=131072,bpf.lbMapMax=131072,bpf.policyMapMax=65536'], (r) => {
   const c = config(r);
+  assert.equal(c.bpf_policy_max, '65536');
   assert.equal(c.bpf_ct_tcp_max, '524288');
   assert.equal(c.bpf_ct_any_max, '1048576');
   assert.equal(c.bpf_nat_max, '131072');
   for (const k of ['bpf_lb_service_max', 'bpf_lb_backend_max', 'bpf_lb_revnat_max']) assert.equal(c[k], '131072', k);
 }]);
 cases.push(['map sizes unset: the compiled-in ones', [], (r) => {
-  for (const k of ['bpf_ct_tcp_max', 'bpf_ct_any_max', 'bpf_nat_max', 'bpf_lb_service_max']) assert.equal(config(r)[k], undefined, k);
+  for (const k of ['bpf_ct_tcp_max', 'bpf_ct_any_max', 'bpf_nat_max', 'bpf_lb_service_max', 'bpf_policy_max']) assert.equal(config(r)[k], undefined, k);
 }]);
 
 // [values, message the schema gives, message the chart's checks give (schema skipped)]
@@ -324,7 +328,7 @@ const refused = [
   [['--set', 'kubeProxyReplacement=partial'], 'kubeProxyReplacement', 'kubeProxyReplacement=partial is not supported'],
   [['--set', 'kubeProxyReplacement=strict'], 'kubeProxyReplacement', 'kubeProxyReplacement=strict is not supported'],
   [['--set', 'tunnelProtocol=geneve'], 'tunnelProtocol', 'tunnelProtocol=geneve is not supported'],
-  [['--set', 'bpf.policyMapMax=65536'], 'bpf.policyMapMax: Invalid type', 'bpf.policyMapMax is not supported: the policy maps'],
+  [['--set', 'bpf.policyMapMax=100'], 'bpf.policyMapMax', 'bpf.policyMapMax=100: a map size of 1024 to 16777216 entries'],
   [['--set', 'bpf.ctTcpMax=100'], 'bpf.ctTcpMax', 'bpf.ctTcpMax=100: a map size of 1024 to 16777216 entries'],
   [['--set', 'ipv6.enabled=true'], 'ipv6.enabled', 'ipv6.enabled=true is not supported'],
   [['--set', 'loadBalancer.acceleration=best-effort'], 'loadBalancer.acceleration', 'loadBalancer.acceleration=best-effort is not supported'],

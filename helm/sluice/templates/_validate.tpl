@@ -65,10 +65,7 @@ refuses the same values first; these checks keep the message clear when a schema
 {{- if ne $v.cni.chainingMode "none" -}}
 {{- fail (printf "cni.chainingMode=%s is not supported: Sluice is the only CNI of a node (none)" $v.cni.chainingMode) -}}
 {{- end -}}
-{{- if not (kindIs "invalid" $v.bpf.policyMapMax) -}}
-{{- fail "bpf.policyMapMax is not supported: the policy maps' sizes are fixed when the datapath is built (maps/policy.h); leave it unset" -}}
-{{- end -}}
-{{- range $k := list "ctTcpMax" "ctAnyMax" "natMax" "lbMapMax" -}}
+{{- range $k := list "ctTcpMax" "ctAnyMax" "natMax" "lbMapMax" "policyMapMax" -}}
 {{- $n := index $v.bpf $k -}}
 {{- if not (kindIs "invalid" $n) -}}
 {{- if or (lt (int64 $n) 1024) (gt (int64 $n) 16777216) -}}

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "gmock/gmock.h"
@@ -39,6 +40,9 @@ class RecordingPolicyMaps : public PolicyMaps {
   std::map<uint32_t, sluice_policy_ep_entry> endpoints;
   int reads = 0;                 // ForEach* calls
   int fail_ipcache_upserts = 0;  // the next n UpsertIpcache calls fail
+  int allow_upserts_before_failure = -1;  // >= 0: one UpsertAllow fails after that many more
+  int fail_endpoint_upserts = 0;          // the next n UpsertEndpoint calls fail
+  uint64_t capacity = UINT64_MAX;         // AllowCapacity()
   // When set, ForEachIpcache notifies `reading` and waits for `release` (a read that takes long).
   absl::Notification* reading = nullptr;
   absl::Notification* release = nullptr;
@@ -73,6 +77,11 @@ class RecordingPolicyMaps : public PolicyMaps {
     return absl::OkStatus();
   }
   absl::Status UpsertAllow(uint32_t ep, const PolicyAllow& a) override {
+    if (allow_upserts_before_failure == 0) {
+      allow_upserts_before_failure = -1;
+      return absl::InternalError("injected ENOMEM");
+    }
+    if (allow_upserts_before_failure > 0) --allow_upserts_before_failure;
     ops.push_back("allow+ " + Show(ep, a));
     allows[ep].insert(a);
     return absl::OkStatus();
@@ -89,6 +98,10 @@ class RecordingPolicyMaps : public PolicyMaps {
     return absl::OkStatus();
   }
   absl::Status UpsertEndpoint(uint32_t ep, const sluice_policy_ep_entry& e) override {
+    if (fail_endpoint_upserts > 0) {
+      --fail_endpoint_upserts;
+      return absl::InternalError("injected EFAULT");
+    }
     ops.push_back(absl::StrCat("ep+ ", ep, " id", e.identity, " flags", e.flags));
     endpoints[ep] = e;
     return absl::OkStatus();
@@ -97,6 +110,12 @@ class RecordingPolicyMaps : public PolicyMaps {
     ops.push_back(absl::StrCat("ep- ", ep));
     endpoints.erase(ep);
     return absl::OkStatus();
+  }
+  uint64_t AllowCapacity() const override { return capacity; }
+  size_t AllowCount() const {
+    size_t n = 0;
+    for (const auto& [ep, set] : allows) n += set.size();
+    return n;
   }
 };
 
@@ -300,6 +319,157 @@ TEST_F(PolicyReconcilerTest, StatsDoNotWaitForAnApplyUnderWay) {
   scrape.join();
   EXPECT_EQ(rec_.stats().map_reads, 1u);
   EXPECT_EQ(rec_.stats().ipcache_writes, 1u);
+}
+
+// ---- never partial, never empty: the transactional update per endpoint ----------------------
+
+// Endpoint 7 enforces ingress and lets identity 300 in on TCP 80 (two entries with its host allow).
+PolicyTranslation SmallPolicy() {
+  PolicyTranslation t;
+  t.ipcache = {{Pfx("10.244.0.10/32"), 300}, {Pfx("10.244.0.11/32"), 301}};
+  t.endpoints = {Ep(7, 301, true, false,
+                    {Allow(SLUICE_IDENTITY_HOST, SLUICE_POLICY_INGRESS, 0, 0, 0),
+                     Allow(300, SLUICE_POLICY_INGRESS)})};
+  t.endpoints[0].policies = {"ns/small"};
+  return t;
+}
+
+// The same endpoint with `extra` more ports for identity 300 (ports 1000, 1001, ...).
+PolicyTranslation GrownPolicy(int extra) {
+  PolicyTranslation t = SmallPolicy();
+  for (int i = 0; i < extra; ++i) {
+    t.endpoints[0].allows.push_back(
+        Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, static_cast<uint16_t>(1000 + i)));
+  }
+  std::sort(t.endpoints[0].allows.begin(), t.endpoints[0].allows.end());
+  t.endpoints[0].policies = {"ns/small", "ns/big"};
+  return t;
+}
+
+TEST_F(PolicyReconcilerTest, PolicyThatDoesNotFitLeavesTheLastCompleteOneAndIsReported) {
+  maps_.capacity = 4;
+  ASSERT_TRUE(rec_.Apply(SmallPolicy(), Owner).ok());
+  const auto last_good = maps_.allows;
+  const auto last_entry = maps_.endpoints;
+  ASSERT_EQ(maps_.AllowCount(), 2u);
+  EXPECT_THAT(rec_.Degraded(), IsEmpty());
+
+  maps_.ops.clear();
+  ASSERT_TRUE(rec_.Apply(GrownPolicy(3), Owner).ok()) << "a full map is reported, not retried";
+  EXPECT_EQ(maps_.allows, last_good) << "no allow of the new policy was written";
+  EXPECT_EQ(maps_.endpoints.at(7).flags, last_entry.at(7).flags);
+  for (const std::string& op : maps_.ops) {
+    EXPECT_FALSE(absl::StartsWith(op, "allow")) << op;
+    EXPECT_FALSE(absl::StartsWith(op, "ep")) << op;
+  }
+  auto degraded = rec_.Degraded();
+  ASSERT_EQ(degraded.size(), 1u);
+  const DegradedEndpoint& d = degraded.at(7);
+  EXPECT_EQ(d.pod, "ns/p7");
+  EXPECT_THAT(d.policies, ElementsAre("ns/small", "ns/big"));
+  EXPECT_EQ(d.reason, "map_full");
+  EXPECT_EQ(d.wanted, 5u);
+  EXPECT_EQ(d.kept, 2u);
+  EXPECT_EQ(d.missing, 3u);
+  EXPECT_EQ(d.free, 2u);
+  EXPECT_EQ(rec_.stats().allow_entries, 2u);
+  EXPECT_EQ(rec_.stats().allow_capacity, 4u);
+
+  // Room appears (a shrunk policy): the next Apply writes it and the endpoint is healthy again.
+  ASSERT_TRUE(rec_.Apply(GrownPolicy(2), Owner).ok());
+  EXPECT_THAT(rec_.Degraded(), IsEmpty());
+  EXPECT_EQ(maps_.AllowCount(), 4u);
+  EXPECT_TRUE(maps_.allows.at(7).contains(Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 1001)));
+}
+
+TEST_F(PolicyReconcilerTest, NewEndpointThatDoesNotFitStaysClosedButToItsNode) {
+  maps_.capacity = 3;
+  ASSERT_TRUE(rec_.WriteNewEndpoint(7, /*open=*/false).ok());
+  ASSERT_TRUE(rec_.Apply(GrownPolicy(3), Owner).ok());
+  EXPECT_THAT(maps_.allows.at(7),
+              ElementsAre(Allow(SLUICE_IDENTITY_HOST, SLUICE_POLICY_INGRESS, 0, 0, 0)));
+  EXPECT_EQ(maps_.endpoints.at(7).flags, SLUICE_POLICY_EP_F_INGRESS | SLUICE_POLICY_EP_F_EGRESS)
+      << "closed as CNI ADD left it, never opened by a half-written policy";
+  EXPECT_EQ(rec_.Degraded().at(7).reason, "map_full");
+}
+
+TEST_F(PolicyReconcilerTest, FailedAllowWriteIsRolledBackAndTheOtherEndpointsAreWritten) {
+  PolicyTranslation t = SmallPolicy();
+  t.endpoints.push_back(Ep(8, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS)}));
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
+  const auto seven_before = maps_.allows.at(7);
+
+  PolicyTranslation grown = GrownPolicy(3);
+  grown.endpoints.push_back(
+      Ep(8, 301, true, false,
+         {Allow(300, SLUICE_POLICY_INGRESS), Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_UDP, 53)}));
+  maps_.allow_upserts_before_failure = 2;  // endpoint 7's third new allow fails
+  maps_.ops.clear();
+  absl::Status st = rec_.Apply(grown, Owner);
+  EXPECT_FALSE(st.ok()) << "a refused write is retried by the controller";
+  EXPECT_EQ(maps_.allows.at(7), seven_before) << "the two allows written went again";
+  EXPECT_EQ(rec_.stats().rollbacks, 2u);
+  EXPECT_EQ(rec_.Degraded().at(7).reason, "write_failed");
+  EXPECT_THAT(rec_.Degraded().at(7).error, testing::HasSubstr("injected ENOMEM"));
+  EXPECT_FALSE(rec_.Degraded().contains(8));
+  // Endpoint 8 was written whole although 7 failed before it.
+  EXPECT_TRUE(maps_.allows.at(8).contains(Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_UDP, 53)));
+
+  ASSERT_TRUE(rec_.Apply(grown, Owner).ok());
+  EXPECT_THAT(rec_.Degraded(), IsEmpty());
+  EXPECT_EQ(maps_.allows.at(7).size(), 5u);
+}
+
+TEST_F(PolicyReconcilerTest, RefusedEnforceBitRollsBackTheAllowsItNeeded) {
+  // Endpoint 7 is open; its first policy's allows go in, the bit is refused: they go again, so
+  // the endpoint is as open as before, not open with a half state.
+  ASSERT_TRUE(rec_.WriteNewEndpoint(7, /*open=*/true).ok());
+  maps_.fail_endpoint_upserts = 1;
+  EXPECT_FALSE(rec_.Apply(SmallPolicy(), Owner).ok());
+  EXPECT_FALSE(maps_.allows.contains(7));
+  EXPECT_EQ(maps_.endpoints.at(7).flags, 0);
+  EXPECT_EQ(rec_.Degraded().at(7).reason, "write_failed");
+  ASSERT_TRUE(rec_.Apply(SmallPolicy(), Owner).ok());
+  EXPECT_EQ(maps_.endpoints.at(7).flags, SLUICE_POLICY_EP_F_INGRESS);
+  EXPECT_THAT(rec_.Degraded(), IsEmpty());
+}
+
+TEST_F(PolicyReconcilerTest, EndpointThatFitsOnlyAfterOthersShrinkIsWrittenInTheSameApply) {
+  // 7 and 8 fill the map; then 7 grows by what 8 sheds: one Apply writes both.
+  maps_.capacity = 6;
+  PolicyTranslation t = SmallPolicy();
+  t.endpoints.push_back(Ep(8, 301, true, false,
+                           {Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 1),
+                            Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 2),
+                            Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 3),
+                            Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 4)}));
+  ASSERT_TRUE(rec_.Apply(t, Owner).ok());
+  ASSERT_EQ(maps_.AllowCount(), 6u);
+  PolicyTranslation next = GrownPolicy(3);
+  next.endpoints.push_back(
+      Ep(8, 301, true, false, {Allow(300, SLUICE_POLICY_INGRESS, IPPROTO_TCP, 1)}));
+  maps_.ops.clear();
+  ASSERT_TRUE(rec_.Apply(next, Owner).ok());
+  EXPECT_THAT(rec_.Degraded(), IsEmpty());
+  EXPECT_EQ(maps_.allows.at(7).size(), 5u);
+  EXPECT_EQ(maps_.AllowCount(), 6u);
+  // 8's stale allows went before 7's new ones were written.
+  auto first_of = [&](const std::string& prefix) {
+    return std::find_if(maps_.ops.begin(), maps_.ops.end(),
+                        [&](const std::string& op) { return absl::StartsWith(op, prefix); }) -
+           maps_.ops.begin();
+  };
+  EXPECT_LT(first_of("allow- 8"), first_of("allow+ 7")) << ::testing::PrintToString(maps_.ops);
+  EXPECT_LT(first_of("allow+ 7"), static_cast<long>(maps_.ops.size()));
+}
+
+TEST_F(PolicyReconcilerTest, RemovedEndpointIsNoLongerDegraded) {
+  maps_.capacity = 2;
+  ASSERT_TRUE(rec_.Apply(SmallPolicy(), Owner).ok());
+  ASSERT_TRUE(rec_.Apply(GrownPolicy(1), Owner).ok());
+  ASSERT_TRUE(rec_.Degraded().contains(7));
+  ASSERT_TRUE(rec_.RemoveEndpoint(7).ok());
+  EXPECT_THAT(rec_.Degraded(), IsEmpty());
 }
 
 TEST(PolicyAllowKeyTest, KeyRoundTripsThroughAllowOfKey) {

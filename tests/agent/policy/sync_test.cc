@@ -7,11 +7,14 @@
 #include <netinet/in.h>
 
 #include <atomic>
+#include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "agent/k8s/decode.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "support/eventually.h"
@@ -73,6 +76,8 @@ class MemoryPolicyMaps : public PolicyMaps {
     endpoints.erase(ep);
     return absl::OkStatus();
   }
+  std::atomic<uint64_t> capacity{UINT64_MAX};
+  uint64_t AllowCapacity() const override { return capacity.load(); }
   // -1: no entry.
   int Flags(uint32_t ep) {
     absl::MutexLock l(&mu);
@@ -229,6 +234,57 @@ TEST_F(PolicySyncTest, EndpointAddedBeforeSyncIsClosedUntilTheFirstTranslation) 
   synced_ = true;
   Idle();
   EXPECT_EQ(maps_.Flags(c.endpoint_id), 0);
+}
+
+// sluicectl reads <state_dir>/policy-status.json: the degraded endpoint with the policies that
+// select it, the invalid policies; rewritten when the endpoint is whole again.
+TEST_F(PolicySyncTest, DegradedEndpointAndInvalidPolicyAreSavedForSluicectl) {
+  maps_.capacity = 8;
+  synced_ = true;
+  std::string ports;
+  for (int i = 0; i < 10; ++i)
+    absl::StrAppend(&ports, i ? "," : "", R"({"port":)", 2000 + 2 * i, "}");
+  policies_.Upsert(
+      MakePolicy(absl::StrCat(R"({"podSelector":{"matchLabels":{"pod":"a"}},"ingress":[{"ports":[)",
+                              ports, "]}]}"),
+                 "big"));
+  policies_.Upsert(MakePolicy(
+      R"({"podSelector":{"matchLabels":{"pod":"b"}},"ingress":[{"from":[{"ipBlock":{"cidr":"10.1.2.0"}}]}]})",
+      "bad"));
+  Idle();
+  PolicyHealth h = sync_->health();
+  ASSERT_EQ(h.degraded.size(), 1u);
+  const DegradedEndpoint& d = h.degraded.begin()->second;
+  EXPECT_EQ(d.endpoint_id, a_.endpoint_id);
+  EXPECT_EQ(d.pod, "x/a");
+  EXPECT_THAT(d.policies, ::testing::ElementsAre("x/big"));
+  EXPECT_EQ(d.reason, "map_full");
+  EXPECT_EQ(maps_.Flags(a_.endpoint_id), -1) << "still without an entry (open), as before";
+  auto read_status = [&] {
+    std::ifstream in(dir_.path() + "/" + kPolicyStatusFile);
+    std::stringstream buf;
+    buf << in.rdbuf();
+    return nlohmann::json::parse(buf.str(), nullptr, false);
+  };
+  nlohmann::json st = read_status();
+  ASSERT_TRUE(st.is_object());
+  ASSERT_EQ(st["degraded"].size(), 1u);
+  EXPECT_EQ(st["degraded"][0]["pod"], "x/a");
+  EXPECT_EQ(st["degraded"][0]["policies"][0], "x/big");
+  EXPECT_THAT(st["degraded"][0]["message"].get<std::string>(),
+              ::testing::HasSubstr("NetworkPolicy x/big does not fit sluice_policy4"));
+  ASSERT_EQ(st["invalid"].size(), 1u);
+  EXPECT_EQ(st["invalid"][0]["policy"], "x/bad");
+  EXPECT_EQ(st["invalid"][0]["where"], "ingress[0]");
+
+  maps_.capacity = 64;  // room appears: the next batch (any change) writes it whole
+  policies_.Delete(MakePolicy("{}", "bad"));
+  Idle();
+  EXPECT_TRUE(sync_->health().degraded.empty());
+  EXPECT_EQ(maps_.Flags(a_.endpoint_id), SLUICE_POLICY_EP_F_INGRESS);
+  st = read_status();
+  EXPECT_TRUE(st["degraded"].empty());
+  EXPECT_TRUE(st["invalid"].empty());
 }
 
 TEST_F(PolicySyncTest, RejectedRuleIsCountedOnceAndDeniesWhatItWouldHaveAllowed) {
