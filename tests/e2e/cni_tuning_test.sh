@@ -72,8 +72,12 @@ tuning CHECK p1 "$P1" "$res" >/dev/null || fail "tuning CHECK"
 log "ok: chained tuning set $MAC1; node and pods reach the pod; CHECK passes"
 
 # Behind the chain's back: followed, and CHECK with the chain's (now stale) result says so.
+t0=$(date +%s%N)
 in_ns p1 ip link set eth0 address $MAC2
 wait_for 2 follows "$ADDR" $MAC2 || fail "in-pod MAC change not followed: $(neigh_mac "$ADDR")"
+# How long the agent took: its log line's time against the change's (`ip` started at t0).
+at=$(sed -n "s/^\[\([^]]*\)\].*changed its MAC .* -> $MAC2;.*/\1/p" "$ROOT/log/agent.log")
+log "ok: followed $(($(date -d "$at" +%s%3N) - t0 / 1000000)) ms after \`ip link set\` started"
 probe "$ADDR" >/dev/null || fail "node -> pod after an in-pod change"
 out=$(chained CHECK p1 "$P1" eth0 ",\"prevResult\":$res") && fail "CHECK passed with a stale MAC"
 expect "CHECK code" "$(echo "$out" | jget 'd["code"]')" 103
