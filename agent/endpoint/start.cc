@@ -83,8 +83,16 @@ absl::StatusOr<std::unique_ptr<RunningEndpointService>> StartEndpointService(
       [service = &running->service](const std::vector<PeerLinkChange>& changes, bool lost) {
         service->FollowPodLinks(changes, /*all=*/lost);
       });
-  if (!watch.ok()) return StartError(watch.status(), "watch pod links");
-  running->pod_link_watch = std::move(*watch);
+  if (watch.ok()) {
+    running->pod_link_watch = std::move(*watch);
+  } else {
+    // Without CAP_NET_BROADCAST: pods still work, but a MAC changed after ADD is followed only at
+    // the pod's next CHECK or the agent's next start.
+    spdlog::error(
+        "pod link changes will not be heard (a pod's MAC set after its ADD is followed only at "
+        "its next CHECK or the agent's next start): {}",
+        watch.status().ToString());
+  }
   return running;
 }
 
