@@ -85,6 +85,7 @@ absl::StatusOr<std::unique_ptr<RunningEndpointService>> StartEndpointService(
       });
   if (watch.ok()) {
     running->pod_link_watch = std::move(*watch);
+    spdlog::info("hearing link changes in the pods' network namespaces (NETLINK_LISTEN_ALL_NSID)");
   } else {
     // Without CAP_NET_BROADCAST: pods still work, but a MAC changed after ADD is followed only at
     // the pod's next CHECK or the agent's next start.
