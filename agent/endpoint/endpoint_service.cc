@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 
 #include <cstring>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -264,15 +265,15 @@ absl::Status EndpointService::CheckNetnsFd(const cni::EndpointRequest& req, int 
   if (netns_fd >= 0 && !req.netns_fd) {
     Count(&EndpointServiceStats::bad_netns);
     return cni::CniStatus(api::kCniInvalidEnvironment,
-                          absl::StrCat(req.command, " came with a file descriptor it does not "
-                                                    "declare (\"netnsFd\"); refused"));
+                          absl::StrCat(req.command,
+                                       " came with a file descriptor it does not "
+                                       "declare (\"netnsFd\"); refused"));
   }
   if (req.netns_fd && netns_fd < 0) {
     Count(&EndpointServiceStats::bad_netns);
-    return cni::CniStatus(
-        api::kCniInvalidEnvironment,
-        absl::StrCat(req.command, " declares the descriptor of CNI_NETNS ", req.netns,
-                     " (\"netnsFd\") but none came with it"));
+    return cni::CniStatus(api::kCniInvalidEnvironment,
+                          absl::StrCat(req.command, " declares the descriptor of CNI_NETNS ",
+                                       req.netns, " (\"netnsFd\") but none came with it"));
   }
   if (!req.netns_fd && (req.command == cni::kCommandAdd || req.command == cni::kCommandCheck)) {
     Count(&EndpointServiceStats::netns_paths_opened);
@@ -329,7 +330,7 @@ cni::ResultV1 EndpointService::ResultFor(const Endpoint& ep) const {
   return r;
 }
 
-absl::Status EndpointService::Plumb(const Endpoint& ep) {
+absl::Status EndpointService::WriteEndpointEntry(const Endpoint& ep) {
   auto addr = IpAddress::Parse(ep.ipv4);
   auto mac = MacAddress::Parse(ep.mac);
   auto host_mac = MacAddress::Parse(ep.host_mac);
@@ -342,7 +343,6 @@ absl::Status EndpointService::Plumb(const Endpoint& ep) {
   std::memcpy(value.mac, mac->bytes.data(), 6);
   std::memcpy(value.host_mac, host_mac->bytes.data(), 6);
   value.endpoint_id = ep.endpoint_id;
-  // The entry first: the program attached next finds the pod from its first packet.
   if (auto st = datapath_.UpsertEndpoint(*addr, value); !st.ok()) {
     if (absl::IsResourceExhausted(st)) {  // E2BIG: one entry per local pod, and none is free
       return WithCode(api::kSluiceMapFull, st,
@@ -351,6 +351,12 @@ absl::Status EndpointService::Plumb(const Endpoint& ep) {
     }
     return WithCode(api::kSluiceInternal, st, absl::StrCat("endpoint map entry for ", ep.ipv4));
   }
+  return absl::OkStatus();
+}
+
+absl::Status EndpointService::Plumb(const Endpoint& ep) {
+  // The entry first: the program attached next finds the pod from its first packet.
+  if (auto st = WriteEndpointEntry(ep); !st.ok()) return st;
   if (auto st = datapath_.AttachPod(ep.host_ifindex); !st.ok()) {
     return WithCode(api::kSluiceInternal, st, absl::StrCat("attach to ", ep.host_ifname));
   }
@@ -408,8 +414,8 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
       return fail(cni::CniStatus(
           api::kSluiceInterfaceExists,
           absl::StrCat("interface ", req.if_name, " of container ", req.container_id,
-                       " already exists: network ", old->network_name, " attached it (",
-                       old->ipv4, " on ", old->host_ifname, "), not ", conf.name)));
+                       " already exists: network ", old->network_name, " attached it (", old->ipv4,
+                       " on ", old->host_ifname, "), not ", conf.name)));
     }
     if (old->netns == req.netns) {
       absl::Status in_place = Verify(*old, ns_path);
@@ -758,6 +764,35 @@ absl::Status EndpointService::Check(const cni::EndpointRequest& req, const cni::
                                    absl::StrCat("prevResult does not list ", ep->ipv4)));
     }
   }
+  // The endpoint follows its pod interface's MAC (the pod link watch does so as it changes; this
+  // covers a notification the kernel dropped). What is left to check is that the chain's result
+  // says the same: a MAC changed behind the runtime's back shows here.
+  if (auto followed = FollowPodMac(*ep); followed.ok()) {
+    ep = *followed;
+  } else {
+    spdlog::debug("CHECK {}/{}: pod interface MAC not read: {}", req.container_id, req.if_name,
+                  followed.status().ToString());
+  }
+  if (!conf.prev_result.is_null()) {
+    auto prev = cni::ParseResult(conf.prev_result);
+    if (!prev.ok()) return failed(prev.status());
+    for (const auto& iface : prev->interfaces) {
+      if (iface.name != ep->ifname || iface.sandbox != ep->netns || iface.mac.empty()) continue;
+      auto said = MacAddress::Parse(iface.mac);
+      if (!said.ok()) {
+        return failed(cni::CniStatus(api::kSluiceCheckFailed,
+                                     absl::StrCat("prevResult gives interface ", iface.name,
+                                                  " a malformed mac ", iface.mac)));
+      }
+      if (said->ToString() != ep->mac) {
+        return failed(
+            cni::CniStatus(api::kSluiceCheckFailed,
+                           absl::StrCat("endpoint ", ep->container_id, "/", ep->ifname,
+                                        ": pod interface ", ep->ifname, " has MAC ", ep->mac,
+                                        ", prevResult says ", said->ToString())));
+      }
+    }
+  }
   if (auto st = Verify(*ep, pod_ns->fd_path()); !st.ok()) return failed(st);
   return absl::OkStatus();
 }
@@ -829,6 +864,79 @@ absl::Status EndpointService::Status() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<Endpoint> EndpointService::FollowPodMac(const Endpoint& ep) {
+  auto peer = netlink_.PeerLink(ep.host_ifname);
+  if (!peer.ok()) return peer.status();
+  if (peer->mac.ToString() == ep.mac) return ep;
+  auto addr = IpAddress::Parse(ep.ipv4);
+  if (!addr.ok()) return addr.status();
+  Endpoint next = ep;
+  next.mac = peer->mac.ToString();
+  // The map entry first (packets the datapath delivers to the pod carry its MAC from now on),
+  // then the node's neighbour entry, the record last: a restart reads the interface again.
+  if (auto st = WriteEndpointEntry(next); !st.ok()) return st;
+  if (auto st = netlink_.ConfigureHostVeth(next.host_ifname, *addr, peer->mac); !st.ok()) {
+    return st;
+  }
+  auto stored = store_.Put(next);
+  if (!stored.ok()) return stored.status();
+  Count(&EndpointServiceStats::pod_mac_changes);
+  spdlog::info(
+      "{}/{}: pod interface {} changed its MAC {} -> {}; the endpoint map entry, the neighbour "
+      "entry on {} and the record follow",
+      ep.container_id, ep.ifname, ep.ifname, ep.mac, next.mac, ep.host_ifname);
+  return *stored;
+}
+
+void EndpointService::FollowPodLinks(const std::vector<PeerLinkChange>& changes, bool all) {
+  auto hold = Enter(/*exclusive=*/false, nullptr);
+  if (!hold.ok()) {
+    spdlog::warn("pod link changes not followed: {}", hold.status().ToString());
+    return;
+  }
+  std::vector<Endpoint> targets;
+  if (all) {
+    targets = store_.List();
+  } else {
+    // The host veths whose other end changed: a pod's ifindex alone is not unique (each netns
+    // numbers its own links), with the id of its netns it is.
+    auto links = netlink_.ListLinks("");
+    if (!links.ok()) {
+      spdlog::warn("pod link changes not followed: {}", links.status().ToString());
+      return;
+    }
+    std::set<int> host_ifindexes;
+    for (const auto& link : *links) {
+      for (const auto& c : changes) {
+        if (link.peer_netnsid == c.netnsid && link.peer_ifindex == c.ifindex) {
+          host_ifindexes.insert(link.ifindex);
+        }
+      }
+    }
+    if (host_ifindexes.empty()) return;
+    for (const auto& ep : store_.List()) {
+      if (host_ifindexes.contains(ep.host_ifindex)) targets.push_back(ep);
+    }
+  }
+  for (const auto& ep : targets) {
+    auto held =
+        attachment_locks_.Lock(ep.container_id, ep.ifname, WaitDeadline(options_.lock_timeout));
+    if (held == nullptr) {
+      spdlog::warn("{}/{}: pod link change not followed: the attachment stayed busy",
+                   ep.container_id, ep.ifname);
+      continue;
+    }
+    // Looked up again under the attachment's lock: a DEL or a new ADD may have come between.
+    auto current = store_.Get(ep.container_id, ep.ifname);
+    if (!current || current->host_ifindex != ep.host_ifindex) continue;
+    if (auto followed = FollowPodMac(*current);
+        !followed.ok() && !absl::IsNotFound(followed.status())) {
+      spdlog::warn("{}/{}: pod link change not followed: {}", ep.container_id, ep.ifname,
+                   followed.status().ToString());
+    }
+  }
+}
+
 absl::Status EndpointService::Restore() {
   auto hold = Enter(/*exclusive=*/true, nullptr);
   if (!hold.ok()) return hold.status();
@@ -863,6 +971,13 @@ absl::Status EndpointService::Restore() {
       ep.host_ifindex = link->ifindex;
       auto stored = store_.Put(ep);
       if (!stored.ok()) return stored.status();
+    }
+    // A MAC changed while no agent heard it: the entry written next carries the pod's own.
+    if (auto followed = FollowPodMac(ep); followed.ok()) {
+      ep = *followed;
+    } else {
+      spdlog::warn("restore {}/{}: pod interface MAC not read, keeping {}: {}", ep.container_id,
+                   ep.ifname, ep.mac, followed.status().ToString());
     }
     if (auto st = Plumb(ep); !st.ok()) return st;
     if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) {

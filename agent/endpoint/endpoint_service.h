@@ -19,6 +19,7 @@
 #include "agent/endpoint/ipam.h"
 #include "agent/endpoint/link_reaper.h"
 #include "agent/kernel/netlink.h"
+#include "agent/kernel/pod_link_watch.h"
 #include "cni/protocol/messages.h"
 #include "cni/protocol/netconf.h"
 #include "loader/datapath.h"
@@ -131,18 +132,21 @@ struct EndpointServiceOptions {
 struct EndpointServiceStats {
   uint64_t adds = 0, add_failures = 0, dels = 0, checks = 0, check_failures = 0, gcs = 0;
   uint64_t gc_removed = 0;
-  uint64_t add_retries_in_place = 0;  // a retried ADD answered with the existing attachment
-  uint64_t lock_timeouts = 0;         // requests answered 11 because the node or attachment
-                                      // stayed busy past lock_timeout
-  uint64_t foreign_links_kept = 0;    // a record's host veth name held by a link that is not the
-                                      // one Sluice made: left alone instead of deleted
+  uint64_t add_retries_in_place = 0;    // a retried ADD answered with the existing attachment
+  uint64_t lock_timeouts = 0;           // requests answered 11 because the node or attachment
+                                        // stayed busy past lock_timeout
+  uint64_t foreign_links_kept = 0;      // a record's host veth name held by a link that is not the
+                                        // one Sluice made: left alone instead of deleted
   uint64_t other_network_requests = 0;  // DEL/CHECK naming an interface another network attached
                                         // (left alone); such an ADD counts as an add_failure
-  uint64_t bad_netns = 0;             // ADD/CHECK refused (code 4) for their network namespace:
-                                      // a descriptor missing, undeclared or not a network
-                                      // namespace (or the node's)
-  uint64_t netns_paths_opened = 0;    // ADD/CHECK of an older plugin, without a descriptor: the
-                                      // agent opened CNI_NETNS itself
+  uint64_t bad_netns = 0;               // ADD/CHECK refused (code 4) for their network namespace:
+                                        // a descriptor missing, undeclared or not a network
+                                        // namespace (or the node's)
+  uint64_t netns_paths_opened = 0;      // ADD/CHECK of an older plugin, without a descriptor: the
+                                        // agent opened CNI_NETNS itself
+  uint64_t pod_mac_changes = 0;         // a pod interface's MAC changed after ADD (a chained
+                                        // plugin's "mac", or anything in the pod) and the endpoint
+                                        // followed it
 };
 
 class EndpointService {
@@ -174,6 +178,14 @@ class EndpointService {
   // map entries, links carrying Sluice's mark and addresses without a record). Recorded links
   // from before links were marked (the old "lxc" names) are adopted: marked in place.
   [[nodiscard]] absl::Status Restore();
+
+  // The pod interfaces named by `changes` (every recorded one when `all`), read through their
+  // host veths: where one's MAC is no longer the recorded one (a chained plugin such as tuning
+  // set its "mac", or anything in the pod changed it), the endpoint follows it: its map entry
+  // (the MAC the datapath writes on packets it delivers to the pod), the node's permanent
+  // neighbour entry (node -> pod traffic, kubelet probes) and its record. The pod link watch
+  // calls it as soon as a pod's link changes, so nothing waits for a CHECK.
+  void FollowPodLinks(const std::vector<PeerLinkChange>& changes, bool all);
 
   EndpointServiceStats stats() const;
   // The background deletion of removed endpoints' veths (tests wait on it; metrics read it).
@@ -207,6 +219,11 @@ class EndpointService {
   // counted and left. Absent: OK.
   [[nodiscard]] absl::Status DeleteHostVeth(const Endpoint& ep, VethRemoval veth);
   [[nodiscard]] absl::Status Plumb(const Endpoint& ep);
+  // The endpoint map entry of `ep` (sluice_ep4), written as recorded.
+  [[nodiscard]] absl::Status WriteEndpointEntry(const Endpoint& ep);
+  // With the node and `ep`'s attachment held: `ep` once it follows its pod interface's MAC as the
+  // kernel has it now (unchanged when it is the recorded one).
+  [[nodiscard]] absl::StatusOr<Endpoint> FollowPodMac(const Endpoint& ep);
   cni::ResultV1 ResultFor(const Endpoint& ep) const;
   [[nodiscard]] absl::Status ReleaseLeakedAddresses();
   // Endpoint map entries for addresses no recorded endpoint has.

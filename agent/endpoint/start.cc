@@ -58,6 +58,11 @@ int AddEndpointServiceCollector(metrics::Registry& registry, EndpointService* se
                   "lock_timeout: the node or attachment stayed busy past the lock timeout)",
                   {{"reason", reason}}, static_cast<double>(n));
     }
+    out.Counter("sluice_endpoint_pod_mac_changes_total",
+                "Pod interfaces whose MAC changed after ADD (a chained plugin's \"mac\", or "
+                "anything in the pod) and whose endpoint followed it: map entry, neighbour entry "
+                "and record",
+                {}, static_cast<double>(es.pod_mac_changes));
     out.Counter("sluice_endpoint_netns_paths_opened_total",
                 "ADD and CHECK requests of an older plugin, without a namespace descriptor: "
                 "the agent opened CNI_NETNS itself",
@@ -74,6 +79,21 @@ absl::StatusOr<std::unique_ptr<RunningEndpointService>> StartEndpointService(
       *pieces.registry, AddEndpointServiceCollector(*pieces.registry, &running->service));
   if (auto st = running->service.Restore(); !st.ok()) return StartError(st, "restore endpoints");
   spdlog::info("restored {} endpoints", state.store->size());
+  auto watch = PodLinkWatch::Start(
+      [service = &running->service](const std::vector<PeerLinkChange>& changes, bool lost) {
+        service->FollowPodLinks(changes, /*all=*/lost);
+      });
+  if (watch.ok()) {
+    running->pod_link_watch = std::move(*watch);
+    spdlog::info("hearing link changes in the pods' network namespaces (NETLINK_LISTEN_ALL_NSID)");
+  } else {
+    // Without CAP_NET_BROADCAST: pods still work, but a MAC changed after ADD is followed only at
+    // the pod's next CHECK or the agent's next start.
+    spdlog::error(
+        "pod link changes will not be heard (a pod's MAC set after its ADD is followed only at "
+        "its next CHECK or the agent's next start): {}",
+        watch.status().ToString());
+  }
   return running;
 }
 

@@ -13,6 +13,7 @@
 #include "agent/endpoint/endpoint_service.h"
 #include "agent/endpoint/endpoint_store.h"
 #include "agent/endpoint/ipam.h"
+#include "agent/kernel/pod_link_watch.h"
 #include "agent/metrics/agent_endpoints.h"
 #include "agent/start/pieces.h"
 
@@ -35,10 +36,13 @@ struct RunningEndpointService {
   BpfEndpointDatapath datapath;
   EndpointService service;  // writes through datapath: declared after it
   std::optional<metrics::ScopedCollector> service_metrics;  // reads service: declared after it
+  // Calls service on every pod link change (a MAC set by a chained plugin): declared after it.
+  std::unique_ptr<PodLinkWatch> pod_link_watch;
 };
 
 // The endpoint service with pods of `mtu` by default, and the endpoints of an earlier run
-// restored (re-attached, their map entries rewritten, what belongs to no live pod removed).
+// restored (re-attached, their map entries rewritten, what belongs to no live pod removed); from
+// then on each endpoint follows its pod interface's MAC (PodLinkWatch).
 [[nodiscard]] absl::StatusOr<std::unique_ptr<RunningEndpointService>> StartEndpointService(
     const StartPieces& pieces, EndpointState& state, int mtu);
 

@@ -8,7 +8,9 @@
 #include <netlink/addr.h>
 #include <netlink/cache.h>
 #include <netlink/errno.h>
+#include <netlink/msg.h>
 #include <netlink/netlink.h>
+#include <netlink/object.h>
 #include <netlink/route/addr.h>
 #include <netlink/route/link.h>
 #include <netlink/route/link/veth.h>
@@ -21,6 +23,8 @@
 #include <cstring>
 #include <limits>
 #include <memory>
+#include <optional>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/match.h"
@@ -182,6 +186,9 @@ LinkInfo ToLinkInfo(rtnl_link* l) {
   if (ll != nullptr && nl_addr_get_len(ll) == info.mac.bytes.size()) {
     std::memcpy(info.mac.bytes.data(), nl_addr_get_binary_addr(ll), info.mac.bytes.size());
   }
+  info.peer_ifindex = rtnl_link_get_link(l);
+  int32_t nsid = -1;
+  if (rtnl_link_get_link_netnsid(l, &nsid) == 0) info.peer_netnsid = nsid;
   return info;
 }
 
@@ -672,6 +679,51 @@ absl::StatusOr<std::vector<LinkInfo>> LibnlNetlink::ListLinks(absl::string_view 
     }
   });
   return out;
+}
+
+absl::StatusOr<LinkInfo> LibnlNetlink::PeerLink(const std::string& host_ifname) {
+  if (absl::Status s = ValidateIfname(host_ifname); !s.ok()) return s;
+  const std::string what = absl::StrCat("read the peer of ", host_ifname);
+  absl::StatusOr<Sock> sock = OpenSocket();
+  if (!sock.ok()) return Annotate(sock.status(), what);
+  absl::StatusOr<Link> host = GetLink(sock->get(), host_ifname);
+  if (!host.ok()) return Annotate(host.status(), what);
+  const LinkInfo host_info = ToLinkInfo(host->get());
+  if (host_info.peer_ifindex <= 0 || host_info.peer_netnsid < 0) {
+    return absl::NotFoundError(absl::StrCat(what, ": its other end is in no other netns"));
+  }
+  // RTM_GETLINK for the peer's ifindex, answered from the netns this one knows by that id.
+  std::unique_ptr<nl_msg, decltype(&nlmsg_free)> msg(nlmsg_alloc_simple(RTM_GETLINK, 0),
+                                                     &nlmsg_free);
+  if (!msg) return absl::ResourceExhaustedError(absl::StrCat(what, ": allocate a message"));
+  ifinfomsg ifi{};
+  ifi.ifi_family = AF_UNSPEC;
+  ifi.ifi_index = host_info.peer_ifindex;
+  if (nlmsg_append(msg.get(), &ifi, sizeof(ifi), NLMSG_ALIGNTO) < 0 ||
+      nla_put_s32(msg.get(), IFLA_TARGET_NETNSID, host_info.peer_netnsid) < 0) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": build the request"));
+  }
+  if (int err = nl_send_auto(sock->get(), msg.get()); err < 0) return NlStatus(err, what);
+  std::optional<LinkInfo> peer;
+  auto valid = [](nl_msg* m, void* arg) -> int {
+    auto store = [](nl_object* obj, void* out) {
+      if (std::string_view(nl_object_get_type(obj)) != "route/link") return;
+      *static_cast<std::optional<LinkInfo>*>(out) = ToLinkInfo(reinterpret_cast<rtnl_link*>(obj));
+    };
+    nl_msg_parse(m, +store, arg);
+    return NL_OK;
+  };
+  nl_socket_modify_cb(sock->get(), NL_CB_VALID, NL_CB_CUSTOM, +valid, &peer);
+  if (int err = nl_recvmsgs_default(sock->get()); err < 0) {
+    return NlStatus(err, absl::StrCat(what, " (ifindex ", host_info.peer_ifindex, " in netns id ",
+                                      host_info.peer_netnsid, ")"));
+  }
+  if (!peer) {
+    return absl::NotFoundError(absl::StrCat(what, ": no answer for ifindex ",
+                                            host_info.peer_ifindex, " in netns id ",
+                                            host_info.peer_netnsid));
+  }
+  return *peer;
 }
 
 absl::StatusOr<PodInterface> LibnlNetlink::GetPodInterface(const std::string& netns_path,

@@ -41,6 +41,10 @@ struct LinkInfo {
   uint32_t mtu = 0;
   bool up = false;    // IFF_UP (administratively up)
   std::string alias;  // IFLA_IFALIAS (`ip link set NAME alias ...`); Sluice's links carry its mark
+  // A veth's other end (IFLA_LINK) and, when that end is in another netns, the id this netns
+  // knows that netns by (IFLA_LINK_NETNSID; -1: the same netns, or not a veth).
+  int peer_ifindex = 0;
+  int peer_netnsid = -1;
 };
 
 // Every link Sluice creates for a pod carries an IFLA_IFALIAS starting with this ("sluice:" +
@@ -172,6 +176,12 @@ class Netlink {
   [[nodiscard]] virtual absl::StatusOr<std::vector<LinkInfo>> ListLinks(
       absl::string_view prefix) = 0;
 
+  // The other end of the veth `host_ifname` (a pod interface), read from the caller's netns
+  // through the id it knows the pod's netns by (RTM_GETLINK with IFLA_TARGET_NETNSID): no path to
+  // the pod's netns is needed, so it works for every live pod, also after an agent restart.
+  // NotFound if either end is gone.
+  [[nodiscard]] virtual absl::StatusOr<LinkInfo> PeerLink(const std::string& host_ifname) = 0;
+
   // The link, its addresses and its IPv4 main-table routes, seen from inside the pod netns.
   [[nodiscard]] virtual absl::StatusOr<PodInterface> GetPodInterface(const std::string& netns_path,
                                                                      const std::string& ifname) = 0;
@@ -235,6 +245,7 @@ class LibnlNetlink final : public Netlink {
   absl::StatusOr<bool> LinkExistsInNetns(const std::string& netns_path,
                                          const std::string& ifname) override;
   absl::StatusOr<std::vector<LinkInfo>> ListLinks(absl::string_view prefix) override;
+  absl::StatusOr<LinkInfo> PeerLink(const std::string& host_ifname) override;
   absl::StatusOr<PodInterface> GetPodInterface(const std::string& netns_path,
                                                const std::string& ifname) override;
   absl::StatusOr<HostVeth> GetHostVeth(const std::string& host_ifname) override;

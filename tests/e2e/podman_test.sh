@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A real container runtime on a Sluice network: podman 4.x (CNI backend, i.e. libcni) runs
-# containers through a conflist chaining sluice and portmap. Two containers get pod addresses and
-# talk to each other over the BPF datapath; `podman run -p` is reachable at the node address from
+# containers through a conflist chaining sluice, tuning and portmap. Two containers get pod
+# addresses and talk to each other over the BPF datapath, one with the MAC `--mac-address` asked
+# for (tuning set it; the agent followed); `podman run -p` is reachable at the node address from
 # the node and from the internet namespace (portmap used sluice's prevResult); `podman rm -f`
 # (CNI DEL) leaves no endpoint record, link, map entry, address or portmap rule behind.
 #
@@ -86,6 +87,7 @@ cat >"$ROOT/podman/net.d/$NET.conflist" <<EOF
   "name": "$NET",
   "plugins": [
     {"type": "sluice", "socketPath": "$ROOT/sluice.sock"},
+    {"type": "tuning", "capabilities": {"mac": true}},
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
@@ -120,8 +122,10 @@ ctr_ip() { podman_node inspect -f "{{(index .NetworkSettings.Networks \"$NET\").
 ctr_get() { timeout 20 "${PODMAN[@]}" exec "$1" wget -qO- "$2"; }  # ctr_get CONTAINER URL
 serving() { ctr_get "$1" "http://127.0.0.1:$2/" | grep -q .; }
 
-# c1: web server answering its own name, published on the node's port $HOSTPORT.
-run_ctr c1 -p "$HOSTPORT:8080" "$IMAGE" \
+# c1: web server answering its own name, published on the node's port $HOSTPORT, with the MAC
+# `podman run --mac-address` asks for (tuning, chained after sluice, sets it).
+C1_MAC=02:5e:00:00:00:c1
+run_ctr c1 -p "$HOSTPORT:8080" --mac-address $C1_MAC "$IMAGE" \
   sh -c 'hostname >/www/index.html; exec httpd -f -p 8080 -h /www'
 run_ctr c2 "$IMAGE" sleep 3600
 C1=$(ctr_ip c1); C2=$(ctr_ip c2)
@@ -140,6 +144,11 @@ for c in c1 c2; do
   ip -n "$NODE" link show "$hostif" >/dev/null || fail "$c: host veth $hostif not in the node"
 done
 [ "$C1" != "$C2" ] || fail "both containers got $C1"
+podman_node exec c1 ip link show dev eth0 | grep -q "link/ether $C1_MAC " ||
+  fail "c1's eth0 does not carry $C1_MAC from --mac-address"
+wait_for 2 output_is $C1_MAC endpoint_field "$(podman_node inspect -f '{{.Id}}' c1)" mac ||
+  fail "the agent did not follow c1's MAC $C1_MAC"
+log "ok: c1 got $C1_MAC from --mac-address (chained tuning); the agent followed it"
 log "ok: podman containers got pod addresses $C1 and $C2"
 
 wait_for 20 serving c1 8080 || fail "httpd in c1 did not start"

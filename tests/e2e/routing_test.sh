@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # Pod traffic between nodes in a 3-node lab (docs/routing.md), in the routing mode of
-# SLUICE_ROUTING_MODE (tunnel, the default; routing_native_test.sh runs this natively): every
-# pod to every other node's pod over TCP and UDP with its own address, a pod to another node's
-# host process and a node to another node's pod, a pod to the outside (masqueraded), a ClusterIP
-# from a pod and a NodePort from the external namespace served by a backend on a third node,
-# 1400-byte UDP datagrams and a 10 MB TCP transfer across nodes; meanwhile a capture on the
-# underlay shows VXLAN on the tunnel port and no pod address outside it (tunnel), or plain pod
-# addresses and no VXLAN (native). Then a node joining and leaving is reflected in the other
-# nodes' peer maps within a second, and a third node's agent restarting or crashing meanwhile
-# costs the traffic between the other two nothing. Every address used lives in namespaces the
-# lab creates.
+# SLUICE_ROUTING_MODE (tunnel, the default; routing_native_test.sh runs this natively): every pod
+# (one of them with a MAC changed after its ADD) to every other node's pod over TCP and UDP with its
+# own address, a pod to another node's host process and a node to another node's pod, a pod to the
+# outside (masqueraded), a ClusterIP from a pod and a NodePort from the external namespace served by
+# a backend on a third node, 1400-byte UDP datagrams and a 10 MB TCP transfer across nodes;
+# meanwhile a capture on the underlay shows VXLAN on the tunnel port and no pod address outside it
+# (tunnel), or plain pod addresses and no VXLAN (native). Then a node joining and leaving is
+# reflected in the other nodes' peer maps within a second, and a third node's agent restarting or
+# crashing meanwhile costs the traffic between the other two nothing. Every address used lives in
+# namespaces the lab creates.
 set -euo pipefail
 NAME=rt$$
 MODE=${SLUICE_ROUTING_MODE:-tunnel}
@@ -52,6 +52,14 @@ CLUSTER_IP=$(K get svc web -o jsonpath='{.spec.clusterIP}')
 NODEPORT=$(K get svc web -o jsonpath='{.spec.ports[0].nodePort}')
 UDP_NODEPORT=$(K get svc web -o jsonpath='{.spec.ports[1].nodePort}')
 log "pods a=$A (node1) b=$B (node2) c=$C (node3); web $CLUSTER_IP, NodePorts $NODEPORT/$UDP_NODEPORT"
+
+# c's MAC changes after its ADD (what a chained tuning's "mac" does; here from inside the pod):
+# everything below that reaches c (from other nodes, through the Service and the NodePort, from
+# node3 itself) goes through the MAC node3's agent followed.
+lab exec c -- ip link set eth0 address 02:5e:00:00:00:0c || fail "set c's MAC"
+wait_for 5 sh -c "ip netns exec $NAME-node3 ip neigh show $C | grep -q 'lladdr 02:5e:00:00:00:0c PERMANENT'" ||
+  fail "node3 did not follow c's MAC: $(ip netns exec "$NAME-node3" ip neigh show "$C")"
+log "ok: node3's agent followed c's new MAC 02:5e:00:00:00:0c"
 
 # What the mode puts on the nodes.
 if [ "$MODE" = tunnel ]; then

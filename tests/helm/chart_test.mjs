@@ -97,7 +97,7 @@ function checkDaemonSet(r) {
     assert.deepEqual(c.securityContext?.capabilities?.drop, ['ALL'], `${c.name} drops ALL first`);
   }
   const agent = agentContainer(r);
-  assert.deepEqual(agent.securityContext.capabilities.add, ['BPF', 'NET_ADMIN', 'PERFMON', 'SYS_RESOURCE', 'SYS_ADMIN']);
+  assert.deepEqual(agent.securityContext.capabilities.add, ['BPF', 'NET_ADMIN', 'NET_BROADCAST', 'PERFMON', 'SYS_RESOURCE', 'SYS_ADMIN']);
   assert.equal(agent.command, undefined, "the image's entrypoint (sluice-agent) runs");
   assert.ok(agent.args.includes('--config_dir=/etc/sluice/config'));
   for (const [probe, path] of [['livenessProbe', '/healthz'], ['readinessProbe', '/readyz'], ['startupProbe', '/healthz']]) {

@@ -103,6 +103,19 @@ class FakeNetlink final : public agent::Netlink {
     if (it == netns_.end()) return std::nullopt;
     return it->second;
   }
+  // What `ip link set IFNAME address MAC` inside the pod netns does (tuning's "mac").
+  void SetPodLinkMac(const std::string& netns_path, const std::string& ifname,
+                     const agent::MacAddress& mac) {
+    absl::MutexLock l(&mu_);
+    netns_.at(netns_path).links.at(ifname).mac = mac;
+  }
+  // The MAC of the host veth's permanent neighbour entry for its pod.
+  std::optional<agent::MacAddress> NeighbourMac(const std::string& host_ifname) const {
+    absl::MutexLock l(&mu_);
+    auto it = host_veth_macs_.find(host_ifname);
+    if (it == host_veth_macs_.end()) return std::nullopt;
+    return it->second;
+  }
   std::map<std::string, agent::IpAddress> host_routes() const {  // pod /32 -> host veth
     absl::MutexLock l(&mu_);
     std::map<std::string, agent::IpAddress> out;
@@ -275,6 +288,18 @@ class FakeNetlink final : public agent::Netlink {
       out.routes.push_back(def);
     }
     return out;
+  }
+
+  absl::StatusOr<agent::LinkInfo> PeerLink(const std::string& host_ifname) override {
+    if (auto st = script_.Enter("PeerLink"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    auto peer = peer_of_.find(host_ifname);
+    if (peer == peer_of_.end()) return absl::NotFoundError(absl::StrCat("peer of ", host_ifname));
+    auto ns = netns_.find(peer->second.first);
+    if (ns == netns_.end()) return absl::NotFoundError(absl::StrCat("netns of ", host_ifname));
+    auto link = ns->second.links.find(peer->second.second);
+    if (link == ns->second.links.end()) return absl::NotFoundError("pod link not found");
+    return link->second;
   }
 
   absl::StatusOr<agent::HostVeth> GetHostVeth(const std::string& host_ifname) override {

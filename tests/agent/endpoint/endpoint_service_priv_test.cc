@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <string>
@@ -435,6 +436,43 @@ TEST_F(EndpointServicePrivTest, CheckNamesEveryMissingResourceAndAddRepairsIt) {
   }
   // The record itself: CHECK of an attachment never added is "unknown container" (3).
   EXPECT_EQ(Code(Call("CHECK", PodPath(), Config(), "ctr2")), api::kCniUnknownContainer);
+}
+
+TEST_F(EndpointServicePrivTest, APodMacSetAfterAddIsFollowedAndAStalePrevResultIsRefused) {
+  json added = Call("ADD", PodPath());
+  ASSERT_EQ(added["ok"], true) << added;
+  const std::string node = base_ + "-node", pod = base_ + "-pod";
+  const std::string ip = Recorded().ipv4, old_mac = Recorded().mac;
+  const std::string new_mac = "02:5e:00:00:00:09";
+  // What a chained tuning with "mac" does; then what the pod link watch calls on hearing it.
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod, " link set eth0 address ", new_mac)), 0);
+  ASSERT_TRUE(InNode([&] {
+                service_->FollowPodLinks({}, /*all=*/true);
+                return absl::OkStatus();
+              }).ok());
+
+  EXPECT_EQ(Recorded().mac, new_mac);
+  auto entry = endpoint_dp_->LookupEndpoint(*IpAddress::Parse(ip));
+  ASSERT_TRUE(entry.ok() && entry->has_value()) << entry.status();
+  EXPECT_EQ(std::memcmp((*entry)->mac, MacAddress::Parse(new_mac)->bytes.data(), 6), 0);
+  EXPECT_EQ(Sh(absl::StrCat("ip -n ", node, " neigh show ", ip, " | grep -q 'lladdr ", new_mac,
+                            " PERMANENT'")),
+            0)
+      << "the node's neighbour entry kept " << old_mac;
+
+  // CHECK with the chain's result (the pod interface with its new MAC) passes; with the result
+  // from before the change it is 103, naming both.
+  json chained = Config();
+  chained["prevResult"] = added["result"];
+  chained["prevResult"]["interfaces"][1]["mac"] = new_mac;
+  json check = Call("CHECK", PodPath(), chained);
+  EXPECT_EQ(check["ok"], true) << Msg(check);
+  json stale = Config();
+  stale["prevResult"] = added["result"];
+  check = Call("CHECK", PodPath(), stale);
+  EXPECT_EQ(Code(check), api::kSluiceCheckFailed) << Msg(check);
+  EXPECT_THAT(Msg(check),
+              HasSubstr(absl::StrCat("has MAC ", new_mac, ", prevResult says ", old_mac)));
 }
 
 TEST_F(EndpointServicePrivTest, GcWithoutAListKeepsRecordedEndpointsAndAnEmptyListRemovesThem) {

@@ -12,13 +12,17 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "agent/kernel/netlink.h"
 #include "agent/kernel/netns.h"
+#include "agent/kernel/pod_link_watch.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -558,6 +562,38 @@ TEST_F(NetlinkPrivTest, RunInNetnsOnMissingPathIsNotFoundNamingThePath) {
   EXPECT_TRUE(absl::IsNotFound(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("/var/run/netns/sluice-t-missing"));
   EXPECT_FALSE(ran);
+}
+
+TEST_F(NetlinkPrivTest, PodLinkWatchHearsAMacSetInThePodAndPeerLinkReadsIt) {
+  absl::StatusOr<PodVeth> veth = CreateVeth();
+  ASSERT_OK(veth);
+  absl::StatusOr<LinkInfo> host = InNode([&] { return nl_.LinkByName(host_if_); });
+  ASSERT_OK(host);
+  ASSERT_GE(host->peer_netnsid, 0) << "the node netns has no id for the pod's";
+  EXPECT_EQ(host->peer_ifindex, veth->pod_ifindex);
+
+  const PeerLinkChange pod_link{host->peer_netnsid, veth->pod_ifindex};
+  absl::Mutex mu;
+  bool heard = false;
+  auto watch = InNode([&] {
+    return PodLinkWatch::Start([&](const std::vector<PeerLinkChange>& changes, bool) {
+      absl::MutexLock l(&mu);
+      for (const auto& c : changes) heard |= c == pod_link;
+    });
+  });
+  ASSERT_OK(watch);
+  // What tuning's "mac" does: RTM_SETLINK inside the pod netns, the link up.
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod_, " link set ", kPodIfname, " up")).exit_code, 0);
+  ASSERT_EQ(Sh(absl::StrCat("ip -n ", pod_, " link set ", kPodIfname, " address 02:5e:00:00:00:07"))
+                .exit_code,
+            0);
+  EXPECT_TRUE(mu.LockWhenWithTimeout(absl::Condition(&heard), absl::Seconds(5)))
+      << "no change heard for the pod's link";
+  mu.Unlock();
+  absl::StatusOr<LinkInfo> peer = InNode([&] { return nl_.PeerLink(host_if_); });
+  ASSERT_OK(peer);
+  EXPECT_EQ(peer->mac.ToString(), "02:5e:00:00:00:07");
+  EXPECT_EQ(peer->ifindex, veth->pod_ifindex);
 }
 
 }  // namespace
