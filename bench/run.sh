@@ -33,6 +33,10 @@
 #      ("NAME=PATH ...", objects built from another tree) new vs old (verifier_bench).
 #  15. an agent restarted with 100 pods on its node: restart -> /readyz 200, p50 and max
 #      (agent_ready_bench.sh; target <= 3 s).
+#  16. one real agent against a large cluster's state at 1/10, 1/2 and full scale (5,000 Nodes,
+#      150k Pods, 10k Services over 100k endpoints, 5,000 NetworkPolicies): ready, memory over an
+#      empty cluster's, CPU, bytes received, map entries, change -> datapath at 50 mixed
+#      changes/s (cluster_scale_bench; SLUICE_SCALE_STEPS="0.1 0.5 1" picks the scales).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -150,4 +154,13 @@ if want 15; then
 echo
 echo "#### 15. Ready after a restart: 100 pods on the node, restart -> /readyz 200"
 "$HERE/agent_ready_bench.sh" "$BUILD"
+fi
+
+if want 16; then
+echo
+echo "#### 16. One agent against a large cluster: 5,000 Nodes, 150k Pods, 10k Services / 100k endpoints, 5,000 policies"
+[ -x "$BUILD/bench/cluster_scale_bench" ] || { echo "bench/run.sh: $BUILD/bench/cluster_scale_bench missing: cmake --build $BUILD --target cluster_scale_bench" >&2; exit 1; }
+for s in ${SLUICE_SCALE_STEPS:-0.1 0.5 1}; do
+  "$BUILD/bench/cluster_scale_bench" "$BUILD" --scale="$s"
+done
 fi

@@ -65,6 +65,7 @@
 #include <vector>
 
 #include "bench/child_pipe.h"
+#include "bench/tcp_nodelay.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -97,6 +98,7 @@ constexpr int kMinEndpoints = 2, kMaxEndpoints = 20;
 
 using sluice::bench::ReadAll;
 using sluice::bench::ReadString;
+using sluice::bench::SetNoDelayOnOpenSockets;
 using sluice::bench::WriteAll;
 using sluice::bench::WriteString;
 
@@ -189,32 +191,6 @@ std::vector<uint32_t> InitialEndpoints(int i) {
   std::vector<uint32_t> v;
   for (int j = 0; j < kEndpointsPerSlice; ++j) v.push_back(InitialEndpoint(i, j));
   return v;
-}
-
-// The lab apiserver (cpp-httplib) leaves Nagle on; kube-apiserver (Go) sets TCP_NODELAY on every
-// connection. With Nagle, a response's body segment (or the next watch event) waits for the
-// client's delayed ACK: ~40 ms per PUT, and watch events closer than that are held back.
-int32_t SetNoDelayOnOpenSockets() {
-  int32_t count = 0;
-  DIR* d = opendir("/proc/self/fd");
-  if (d == nullptr) return -1;
-  while (dirent* e = readdir(d)) {
-    int fd = std::atoi(e->d_name);
-    if (e->d_name[0] == '.' || fd == dirfd(d)) continue;
-    int type = 0;
-    socklen_t len = sizeof type;
-    if (getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) continue;
-    sockaddr_storage sa{};
-    len = sizeof sa;
-    if (getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len) != 0 ||
-        (sa.ss_family != AF_INET && sa.ss_family != AF_INET6)) {
-      continue;
-    }
-    int one = 1;
-    if (setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one) == 0) ++count;
-  }
-  closedir(d);
-  return count;
 }
 
 [[noreturn]] void ServerChild(int out_fd, int stop_fd) {

@@ -30,20 +30,30 @@ absl::Status ReconcileNoMasquerade(maps::NoMasqMap& nomasq, const std::vector<Ip
   for (const auto& p : want) {
     keys.insert({static_cast<uint32_t>(p.length()), htonl(p.network().v4_host_order())});
   }
-  if (allow_deletes) {
-    std::vector<sluice_lpm4_key> stale;
-    auto st = nomasq.ForEach([&](const sluice_lpm4_key& k, const uint8_t&) {
-      if (!keys.contains({k.prefixlen, k.addr})) stale.push_back(k);
-    });
-    if (!st.ok()) return st;
-    for (const auto& k : stale) {
-      if (auto del = nomasq.Delete(k); !del.ok()) return del;
+  // What is there already is not written again; the new prefixes go in before the stale ones go
+  // (a prefix replaced by a wider one stays covered throughout).
+  std::set<std::pair<uint32_t, uint32_t>> have;
+  auto st = nomasq.ForEach([&](const sluice_lpm4_key& k, const uint8_t&) {
+    have.insert({k.prefixlen, k.addr});
+  });
+  if (!st.ok()) return st;
+  auto add_missing = [&]() -> absl::Status {
+    for (const auto& [len, addr] : keys) {
+      if (have.contains({len, addr})) continue;
+      if (auto up = nomasq.Update(sluice_lpm4_key{len, addr}, 1); !up.ok()) return up;
     }
+    return absl::OkStatus();
+  };
+  absl::Status added = add_missing();
+  if (allow_deletes) {
+    for (const auto& [len, addr] : have) {
+      if (keys.contains({len, addr})) continue;
+      if (auto del = nomasq.Delete(sluice_lpm4_key{len, addr}); !del.ok()) return del;
+    }
+    // A full map (the prefixes of an earlier agent that did not merge them) has room now.
+    if (!added.ok()) added = add_missing();
   }
-  for (const auto& [len, addr] : keys) {
-    if (auto up = nomasq.Update(sluice_lpm4_key{len, addr}, 1); !up.ok()) return up;
-  }
-  return absl::OkStatus();
+  return added;
 }
 
 absl::StatusOr<Node> SetUpNode(Netlink& netlink, loader::Datapath& dp, const NodeOptions& options,
