@@ -7,7 +7,8 @@
  * anything else for it dropped. Egress (sluice_to_pod): what the node's stack delivers to the pod
  * (the node itself, other nodes through routing or the overlay) passes the pod's ingress policy,
  * and a reply of a backend in the node's stack gets its frontend back; traffic redirected to the
- * pod with bpf_redirect_peer never comes here. */
+ * pod with bpf_redirect_peer never comes here, and traffic redirected through the veth to a pod
+ * with an ingress limit (lib/fwd.h) passes judged already. */
 #include "lib/ctx/skb.h"
 #include "lib/arp.h"
 #include "lib/fwd.h"
@@ -198,6 +199,10 @@ static __always_inline int to_pod(struct __sk_buff *skb)
 	__u32 ep_id;
 	int ret;
 
+	if (skb->mark == SLUICE_SKB_MARK_TO_SHAPED_POD) {
+		skb->mark = 0;
+		return TC_ACT_OK;
+	}
 	/* ARP and what is not IPv4 pass: policy is about IPv4 flows. */
 	if (parse_eth_ip4(skb, &h_proto, &pkt) < 0)
 		return TC_ACT_OK;

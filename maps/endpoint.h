@@ -1,5 +1,6 @@
 /* Local endpoints: every pod interface on this node, keyed by its address.
- * Read by the pod egress program to deliver same-node traffic with bpf_redirect_peer. */
+ * Read by the pod egress program to deliver same-node traffic with bpf_redirect_peer (or, to a
+ * pod with an ingress limit, bpf_redirect through its host veth's qdisc). */
 #ifndef SLUICE_MAPS_ENDPOINT_H
 #define SLUICE_MAPS_ENDPOINT_H
 
@@ -16,6 +17,10 @@ SLUICE_ASSERT_SIZE(struct sluice_ep4_key, 4);
 
 enum sluice_endpoint_flags {
 	SLUICE_EP_F_NONE = 0,
+	/* The pod has an ingress bandwidth limit: a tbf qdisc on its host veth. The datapath
+	 * delivers to it with bpf_redirect to that veth (through the qdisc), never with
+	 * bpf_redirect_peer, which would pass the qdisc by. */
+	SLUICE_EP_F_INGRESS_SHAPED = 1 << 0,
 };
 
 struct sluice_endpoint {

@@ -19,6 +19,11 @@ enum sluice_node_flags {
  * crossing into a pod's namespace scrubs it. */
 #define SLUICE_SKB_MARK_ROUTED 0x51c0f00dU
 
+/* skb->mark of a packet Sluice redirected to the host veth of a pod with an ingress limit
+ * (SLUICE_EP_F_INGRESS_SHAPED) after judging it at the pod's ingress policy point: that veth's
+ * sluice_to_pod lets it by unjudged a second time, clearing the mark, and its qdisc shapes it. */
+#define SLUICE_SKB_MARK_TO_SHAPED_POD 0x51c0f00eU
+
 /* Value of sluice_node (BPF_MAP_TYPE_ARRAY, one entry at key 0). Addresses in network order,
  * ports in host order. */
 struct sluice_node_config {

@@ -20,7 +20,9 @@
 
 namespace sluice::agent {
 std::string RenderConflist(const CniInstallOptions& o) {
-  nlohmann::json plugin = {{"type", api::kPluginType}};
+  // The runtime passes a pod's kubernetes.io/ingress-bandwidth and egress-bandwidth annotations
+  // as runtimeConfig "bandwidth" to a plugin declaring the capability: Sluice enforces them.
+  nlohmann::json plugin = {{"type", api::kPluginType}, {"capabilities", {{"bandwidth", true}}}};
   if (!o.socket_path.empty()) plugin["socketPath"] = o.socket_path;
   if (o.mtu > 0) plugin["mtu"] = o.mtu;
   nlohmann::json conflist = {

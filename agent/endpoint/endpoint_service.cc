@@ -3,9 +3,12 @@
 #include <arpa/inet.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstring>
 #include <set>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -93,6 +96,45 @@ bool OfNetwork(const Endpoint& ep, const std::string& name) {
 bool IsEndpointLink(const LinkInfo& link, const Endpoint& ep) {
   if (link.alias == LinkMark(ep.container_id, ep.ifname)) return true;
   return link.alias.empty() && ep.host_ifindex > 0 && link.ifindex == ep.host_ifindex;
+}
+
+}  // namespace
+
+// A pod's limit one way from runtimeConfig.bandwidth (rate in bits/s, burst in bits, 0: none
+// given). The default bucket holds 10 ms at the rate, at least kMinDefaultBurstBytes (a few
+// full-size frames, so TCP keeps its pace at low rates).
+BandwidthLimit BandwidthLimitFor(uint64_t rate_bits, uint64_t burst_bits) {
+  BandwidthLimit l;
+  if (rate_bits == 0) return l;
+  l.rate = rate_bits;
+  uint64_t burst = burst_bits > 0 ? burst_bits / 8
+                                  : std::max<uint64_t>(rate_bits / 8 / 100, kMinDefaultBurstBytes);
+  l.burst_bytes = static_cast<uint32_t>(std::min<uint64_t>(burst, UINT32_MAX));
+  return l;
+}
+
+// The tbf qdisc that enforces `l`: its bucket, and room to queue 25 ms at the rate behind it
+// (what the reference bandwidth plugin queues) before dropping.
+TbfSpec TbfFor(const BandwidthLimit& l) {
+  TbfSpec t;
+  t.rate_bytes = l.rate / 8;
+  t.burst_bytes = l.burst_bytes;
+  t.limit_bytes =
+      static_cast<uint32_t>(std::min<uint64_t>(t.rate_bytes / 40 + l.burst_bytes, UINT32_MAX));
+  return t;
+}
+
+namespace {
+
+// Whether the tbf the kernel reports is the one `want` set: the kernel keeps the bucket as a
+// time at the rate (64 ns steps), so it reads back within a little of what was set.
+bool TbfMatches(const TbfSpec& got, const TbfSpec& want) {
+  auto near = [](uint64_t a, uint64_t b) {
+    uint64_t d = a > b ? a - b : b - a;
+    return d <= std::max<uint64_t>(b / 100, 64);
+  };
+  return got.rate_bytes == want.rate_bytes && near(got.burst_bytes, want.burst_bytes) &&
+         got.limit_bytes == want.limit_bytes;
 }
 
 }  // namespace
@@ -343,6 +385,7 @@ absl::Status EndpointService::WriteEndpointEntry(const Endpoint& ep) {
   std::memcpy(value.mac, mac->bytes.data(), 6);
   std::memcpy(value.host_mac, host_mac->bytes.data(), 6);
   value.endpoint_id = ep.endpoint_id;
+  value.flags = ep.ingress.limited() ? SLUICE_EP_F_INGRESS_SHAPED : SLUICE_EP_F_NONE;
   if (auto st = datapath_.UpsertEndpoint(*addr, value); !st.ok()) {
     if (absl::IsResourceExhausted(st)) {  // E2BIG: one entry per local pod, and none is free
       return WithCode(api::kSluiceMapFull, st,
@@ -467,6 +510,24 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
                        absl::StrCat("interface ", req.if_name, " already exists in ", req.netns)));
   }
 
+  // Bandwidth limits: refused before anything is made when they are malformed or a bucket cannot
+  // hold one frame.
+  if (!conf.bandwidth_status.ok()) return fail(conf.bandwidth_status);
+  const int mtu = conf.mtu > 0 ? conf.mtu : options_.default_mtu;
+  const BandwidthLimit ingress =
+      BandwidthLimitFor(conf.bandwidth.ingress_rate, conf.bandwidth.ingress_burst);
+  const BandwidthLimit egress =
+      BandwidthLimitFor(conf.bandwidth.egress_rate, conf.bandwidth.egress_burst);
+  for (auto [dir, l] : {std::pair{"ingress", ingress}, std::pair{"egress", egress}}) {
+    if (l.limited() && l.burst_bytes < static_cast<uint32_t>(mtu) + kEthernetHeaderBytes) {
+      return fail(cni::CniStatus(
+          api::kCniInvalidNetworkConfig,
+          absl::StrCat("runtimeConfig bandwidth: ", dir, "Burst ", uint64_t{l.burst_bytes} * 8,
+                       " bits is less than one frame of the pod's MTU ", mtu),
+          absl::StrCat("a burst must hold at least ", (mtu + kEthernetHeaderBytes) * 8, " bits")));
+    }
+  }
+
   const IpamOwner owner = OwnerOf(conf.name, req.container_id, req.if_name);
   auto addr = ipam_.Allocate(owner);
   if (!addr.ok()) {
@@ -483,8 +544,10 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   if (auto it = args->find(kPodNameArg); it != args->end()) ep.pod_name = it->second;
   ep.host_ifname = host_ifname;
   ep.ipv4 = addr->ToString();
-  ep.mtu = conf.mtu > 0 ? conf.mtu : options_.default_mtu;
+  ep.mtu = mtu;
   ep.created = options_.clock->Now();
+  ep.ingress = ingress;
+  ep.egress = egress;
 
   // From here on every failure undoes what was done, so a failed ADD leaves nothing behind.
   // Only the link this ADD created is deleted (by its ifindex): when the name was taken by a
@@ -516,6 +579,18 @@ absl::StatusOr<cni::ResultV1> EndpointService::Add(const cni::EndpointRequest& r
   }
   if (auto st = netlink_.ConfigureHostVeth(ep.host_ifname, *addr, veth->pod_mac); !st.ok()) {
     return undo(WithCode(api::kSluiceInternal, st, "configure host veth"));
+  }
+  // What the pod receives is shaped leaving the host veth (Plumb then marks the endpoint so the
+  // datapath sends through it); what it sends, leaving its own interface.
+  if (ep.ingress.limited()) {
+    if (auto st = netlink_.ReplaceRootTbf("", ep.host_ifname, TbfFor(ep.ingress)); !st.ok()) {
+      return undo(WithCode(api::kSluiceInternal, st, "ingress bandwidth limit"));
+    }
+  }
+  if (ep.egress.limited()) {
+    if (auto st = netlink_.ReplaceRootTbf(ns_path, req.if_name, TbfFor(ep.egress)); !st.ok()) {
+      return undo(WithCode(api::kSluiceInternal, st, "egress bandwidth limit"));
+    }
   }
   auto stored = store_.Put(ep);
   if (!stored.ok()) return undo(WithCode(api::kCniIoFailure, stored.status(), "record endpoint"));
@@ -699,6 +774,20 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
     if (!has_default) missing.push_back("pod default route via the gateway is missing");
   }
 
+  // Bandwidth limits: the tbf qdiscs ADD set, on the host veth (ingress) and the pod interface.
+  for (auto [dir, l, ns, ifname] :
+       {std::tuple{"ingress", ep.ingress, std::string(), ep.host_ifname},
+        std::tuple{"egress", ep.egress, pod_netns_path, ep.ifname}}) {
+    if (!l.limited()) continue;
+    auto tbf = netlink_.RootTbf(ns, ifname);
+    if (!tbf.ok()) {
+      missing.push_back(absl::StrCat(dir, " limit: ", tbf.status().message()));
+    } else if (!tbf->has_value() || !TbfMatches(**tbf, TbfFor(l))) {
+      missing.push_back(absl::StrCat("the ", dir, " limit's tbf qdisc on ", ifname, " (", l.rate,
+                                     " bit/s) is ", tbf->has_value() ? "changed" : "missing"));
+    }
+  }
+
   // Datapath: the endpoint map entry pointing at this veth, and the program on it.
   auto entry = datapath_.LookupEndpoint(*addr);
   if (!entry.ok()) {
@@ -710,6 +799,11 @@ absl::Status EndpointService::Verify(const Endpoint& ep, const std::string& pod_
     missing.push_back(absl::StrCat("endpoint map entry for ", ep.ipv4,
                                    " points at another interface (ifindex ", (*entry)->ifindex,
                                    ")"));
+  } else if (bool shaped = ((*entry)->flags & SLUICE_EP_F_INGRESS_SHAPED) != 0;
+             shaped != ep.ingress.limited()) {
+    missing.push_back(absl::StrCat("endpoint map entry for ", ep.ipv4,
+                                   ep.ingress.limited() ? " lost" : " has",
+                                   " the ingress limit's flag"));
   }
   if (host.ok() && host->link.ifindex == ep.host_ifindex) {
     auto attached = datapath_.PodProgramAttached(ep.host_ifindex);
@@ -978,6 +1072,14 @@ absl::Status EndpointService::Restore() {
     } else {
       spdlog::warn("restore {}/{}: pod interface MAC not read, keeping {}: {}", ep.container_id,
                    ep.ifname, ep.mac, followed.status().ToString());
+    }
+    // The ingress limit's qdisc before the entry that sends through it (it outlives an agent
+    // restart on its veth; set again in case someone replaced it meanwhile).
+    if (ep.ingress.limited()) {
+      if (auto st = netlink_.ReplaceRootTbf("", ep.host_ifname, TbfFor(ep.ingress)); !st.ok()) {
+        spdlog::error("restore {}/{}: ingress limit on {}: {}", ep.container_id, ep.ifname,
+                      ep.host_ifname, st.ToString());
+      }
     }
     if (auto st = Plumb(ep); !st.ok()) return st;
     if (auto addr = IpAddress::Parse(ep.ipv4); addr.ok()) {

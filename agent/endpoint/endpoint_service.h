@@ -26,6 +26,15 @@
 
 namespace sluice::agent {
 
+// Bandwidth limits (docs/operating.md, "Bandwidth limits"): the bucket a limit gets when the
+// runtime gave none, at least this many bytes or 10 ms at the rate.
+inline constexpr uint64_t kMinDefaultBurstBytes = 32 * 1024;
+inline constexpr uint32_t kEthernetHeaderBytes = 14;
+// A limit from runtimeConfig.bandwidth's rate (bits/s) and burst (bits; 0: none given).
+BandwidthLimit BandwidthLimitFor(uint64_t rate_bits, uint64_t burst_bits);
+// The tbf qdisc enforcing it.
+TbfSpec TbfFor(const BandwidthLimit& limit);
+
 // The parts of the node an endpoint needs to be plumbed into.
 class EndpointDatapath {
  public:

@@ -112,7 +112,7 @@ std::array<uint8_t, 32> Sha256(absl::string_view data) {
 // ---- JSON ----------------------------------------------------------------------------------
 
 json EndpointToJson(const Endpoint& ep) {
-  return json{
+  json out{
       {"containerID", ep.container_id},
       {"ifName", ep.ifname},
       {"netns", ep.netns},
@@ -128,6 +128,20 @@ json EndpointToJson(const Endpoint& ep) {
       {"mtu", ep.mtu},
       {"created", absl::FormatTime(absl::RFC3339_full, ep.created, absl::UTCTimeZone())},
   };
+  // Only a limited pod's record carries "bandwidth" (records of agents before it have none).
+  if (ep.ingress.limited() || ep.egress.limited()) {
+    json bw = json::object();
+    if (ep.ingress.limited()) {
+      bw["ingressRate"] = ep.ingress.rate;
+      bw["ingressBurstBytes"] = ep.ingress.burst_bytes;
+    }
+    if (ep.egress.limited()) {
+      bw["egressRate"] = ep.egress.rate;
+      bw["egressBurstBytes"] = ep.egress.burst_bytes;
+    }
+    out["bandwidth"] = std::move(bw);
+  }
+  return out;
 }
 
 absl::StatusOr<Endpoint> EndpointFromJson(const json& j) {
@@ -166,6 +180,27 @@ absl::StatusOr<Endpoint> EndpointFromJson(const json& j) {
   num("mtu", &ep.mtu, 0, INT32_MAX);
   std::string created;
   str("created", &created, true);
+  if (auto bw = j.find("bandwidth"); bw != j.end()) {
+    auto limit = [&](const char* rate_key, const char* burst_key, BandwidthLimit* out) {
+      auto rate = bw->find(rate_key);
+      if (rate == bw->end()) return;
+      auto burst = bw->find(burst_key);
+      if (rate->is_number_unsigned() && rate->get<uint64_t>() > 0 && burst != bw->end() &&
+          burst->is_number_unsigned() && burst->get<uint64_t>() > 0 &&
+          burst->get<uint64_t>() <= UINT32_MAX) {
+        out->rate = rate->get<uint64_t>();
+        out->burst_bytes = static_cast<uint32_t>(burst->get<uint64_t>());
+      } else {
+        absl::StrAppend(&missing, missing.empty() ? "" : ", ", "bandwidth.", rate_key);
+      }
+    };
+    if (!bw->is_object()) {
+      absl::StrAppend(&missing, missing.empty() ? "" : ", ", "bandwidth");
+    } else {
+      limit("ingressRate", "ingressBurstBytes", &ep.ingress);
+      limit("egressRate", "egressBurstBytes", &ep.egress);
+    }
+  }
   if (!missing.empty()) {
     return absl::InvalidArgumentError(absl::StrCat("endpoint missing or invalid: ", missing));
   }

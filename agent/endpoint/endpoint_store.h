@@ -23,6 +23,16 @@
 
 namespace sluice::agent {
 
+// A pod's bandwidth limit in one direction (CNI runtimeConfig "bandwidth"): the rate asked for
+// and the bucket its tbf qdisc got (docs/operating.md, "Bandwidth limits"). rate 0: no limit.
+struct BandwidthLimit {
+  uint64_t rate = 0;         // bits per second
+  uint32_t burst_bytes = 0;  // the tbf bucket
+
+  bool limited() const { return rate > 0; }
+  friend bool operator==(const BandwidthLimit&, const BandwidthLimit&) = default;
+};
+
 struct Endpoint {
   // Key: one interface of one container.
   std::string container_id;
@@ -40,6 +50,10 @@ struct Endpoint {
   uint32_t endpoint_id = 0;  // 0 = "assign one" on Put
   int mtu = 0;
   absl::Time created = absl::UnixEpoch();
+  // Shaped toward the pod (tbf on the host veth, which same-node senders then reach through the
+  // veth rather than bpf_redirect_peer) and from it (tbf on its interface, inside its netns).
+  BandwidthLimit ingress;
+  BandwidthLimit egress;
 
   friend bool operator==(const Endpoint&, const Endpoint&) = default;
 };

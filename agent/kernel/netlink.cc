@@ -4,6 +4,7 @@
 #include <linux/if.h>
 #include <linux/if_link.h>
 #include <linux/neighbour.h>
+#include <linux/pkt_sched.h>
 #include <linux/rtnetlink.h>
 #include <netlink/addr.h>
 #include <netlink/cache.h>
@@ -990,6 +991,130 @@ absl::StatusOr<IpAddress> LibnlNetlink::FirstIPv4Address(const std::string& ifna
 
 absl::Status LibnlNetlink::SetSysctl(absl::string_view key, absl::string_view value) {
   return WriteSysctl(key, value);
+}
+
+namespace {
+
+// Runs `fn` in the netns at `netns_path`, or in the caller's when it is "".
+absl::Status InNetnsOrHere(const std::string& netns_path, absl::FunctionRef<absl::Status()> fn) {
+  if (netns_path.empty()) return fn();
+  return RunInNetns(netns_path, fn);
+}
+
+// The kernel keeps tbf's bucket as time (psched ticks of 64 ns) at the rate; the dump gives it
+// back so.
+constexpr int kPschedShift = 6;
+
+absl::Status ReplaceRootTbfIn(nl_sock* sock, int ifindex, const TbfSpec& spec,
+                              absl::string_view what) {
+  std::unique_ptr<nl_msg, decltype(&nlmsg_free)> msg(
+      nlmsg_alloc_simple(RTM_NEWQDISC, NLM_F_CREATE | NLM_F_REPLACE), &nlmsg_free);
+  if (!msg) return absl::ResourceExhaustedError(absl::StrCat(what, ": allocate message"));
+  tcmsg tcm{};
+  tcm.tcm_family = AF_UNSPEC;
+  tcm.tcm_ifindex = ifindex;
+  tcm.tcm_parent = TC_H_ROOT;
+  tc_tbf_qopt qopt{};
+  // A link layer given: the kernel computes packet times itself and needs no rate table.
+  qopt.rate.linklayer = TC_LINKLAYER_ETHERNET;
+  qopt.rate.rate = static_cast<uint32_t>(
+      std::min<uint64_t>(spec.rate_bytes, std::numeric_limits<uint32_t>::max()));
+  qopt.limit = spec.limit_bytes;
+  int err = nlmsg_append(msg.get(), &tcm, sizeof(tcm), NLMSG_ALIGNTO);
+  if (err == 0) err = nla_put_string(msg.get(), TCA_KIND, "tbf");
+  nlattr* options = err == 0 ? nla_nest_start(msg.get(), TCA_OPTIONS) : nullptr;
+  if (options == nullptr) return NlStatus(err < 0 ? err : -NLE_NOMEM, what);
+  err = nla_put(msg.get(), TCA_TBF_PARMS, sizeof(qopt), &qopt);
+  if (err == 0 && spec.rate_bytes > std::numeric_limits<uint32_t>::max()) {
+    err = nla_put_u64(msg.get(), TCA_TBF_RATE64, spec.rate_bytes);
+  }
+  if (err == 0) err = nla_put_u32(msg.get(), TCA_TBF_BURST, spec.burst_bytes);
+  if (err == 0) err = nla_nest_end(msg.get(), options);
+  if (err < 0) return NlStatus(err, what);
+  // nl_send_sync frees the message and waits for the kernel's acknowledgement.
+  if (int e = nl_send_sync(sock, msg.release()); e < 0) return NlStatus(e, what);
+  return absl::OkStatus();
+}
+
+struct RootQdiscDump {
+  int ifindex = 0;
+  bool found = false;
+  std::optional<TbfSpec> tbf;
+};
+
+int OnQdisc(nl_msg* msg, void* arg) {
+  auto* dump = static_cast<RootQdiscDump*>(arg);
+  nlmsghdr* h = nlmsg_hdr(msg);
+  if (h->nlmsg_type != RTM_NEWQDISC || !nlmsg_valid_hdr(h, sizeof(tcmsg))) return NL_OK;
+  const auto* t = static_cast<const tcmsg*>(nlmsg_data(h));
+  if (t->tcm_ifindex != dump->ifindex || t->tcm_parent != TC_H_ROOT) return NL_OK;
+  dump->found = true;
+  nlattr* tb[TCA_MAX + 1] = {};
+  if (nlmsg_parse(h, sizeof(tcmsg), tb, TCA_MAX, nullptr) < 0 || tb[TCA_KIND] == nullptr ||
+      std::string_view(nla_get_string(tb[TCA_KIND])) != "tbf" || tb[TCA_OPTIONS] == nullptr) {
+    return NL_OK;
+  }
+  nlattr* opts[TCA_TBF_MAX + 1] = {};
+  if (nla_parse_nested(opts, TCA_TBF_MAX, tb[TCA_OPTIONS], nullptr) < 0 ||
+      opts[TCA_TBF_PARMS] == nullptr ||
+      nla_len(opts[TCA_TBF_PARMS]) < static_cast<int>(sizeof(tc_tbf_qopt))) {
+    return NL_OK;
+  }
+  tc_tbf_qopt qopt;
+  std::memcpy(&qopt, nla_data(opts[TCA_TBF_PARMS]), sizeof(qopt));
+  TbfSpec spec;
+  spec.rate_bytes =
+      opts[TCA_TBF_RATE64] != nullptr ? nla_get_u64(opts[TCA_TBF_RATE64]) : qopt.rate.rate;
+  spec.limit_bytes = qopt.limit;
+  const unsigned __int128 bucket_ns = static_cast<unsigned __int128>(qopt.buffer) << kPschedShift;
+  spec.burst_bytes = static_cast<uint32_t>(std::min<unsigned __int128>(
+      bucket_ns * spec.rate_bytes / 1000000000u, std::numeric_limits<uint32_t>::max()));
+  dump->tbf = spec;
+  return NL_OK;
+}
+
+}  // namespace
+
+absl::Status LibnlNetlink::ReplaceRootTbf(const std::string& netns_path, const std::string& ifname,
+                                          const TbfSpec& spec) {
+  const std::string what =
+      absl::StrCat("set tbf root qdisc (", spec.rate_bytes, " B/s, burst ", spec.burst_bytes,
+                   " B) on ", ifname, netns_path.empty() ? "" : " in ", netns_path);
+  return InNetnsOrHere(netns_path, [&]() -> absl::Status {
+    absl::StatusOr<Sock> sock = OpenSocket();
+    if (!sock.ok()) return Annotate(sock.status(), what);
+    absl::StatusOr<Link> link = GetLink(sock->get(), ifname);
+    if (!link.ok()) return Annotate(link.status(), what);
+    return ReplaceRootTbfIn(sock->get(), rtnl_link_get_ifindex(link->get()), spec, what);
+  });
+}
+
+absl::StatusOr<std::optional<TbfSpec>> LibnlNetlink::RootTbf(const std::string& netns_path,
+                                                             const std::string& ifname) {
+  const std::string what =
+      absl::StrCat("read the root qdisc of ", ifname, netns_path.empty() ? "" : " in ", netns_path);
+  RootQdiscDump dump;
+  absl::Status s = InNetnsOrHere(netns_path, [&]() -> absl::Status {
+    absl::StatusOr<Sock> sock = OpenSocket();
+    if (!sock.ok()) return Annotate(sock.status(), what);
+    absl::StatusOr<Link> link = GetLink(sock->get(), ifname);
+    if (!link.ok()) return Annotate(link.status(), what);
+    dump.ifindex = rtnl_link_get_ifindex(link->get());
+    tcmsg req{};
+    req.tcm_family = AF_UNSPEC;
+    req.tcm_ifindex = dump.ifindex;
+    if (int e = nl_socket_modify_cb(sock->get(), NL_CB_VALID, NL_CB_CUSTOM, OnQdisc, &dump);
+        e < 0) {
+      return NlStatus(e, what);
+    }
+    if (int e = nl_send_simple(sock->get(), RTM_GETQDISC, NLM_F_DUMP, &req, sizeof(req)); e < 0) {
+      return NlStatus(e, what);
+    }
+    if (int e = nl_recvmsgs_default(sock->get()); e < 0) return NlStatus(e, what);
+    return absl::OkStatus();
+  });
+  if (!s.ok()) return s;
+  return dump.tbf;
 }
 
 }  // namespace sluice::agent

@@ -118,6 +118,16 @@ struct HostVeth {
   std::vector<NeighbourInfo> neighbours;  // IPv4 neighbour entries on this link
 };
 
+// A token-bucket (tbf) root qdisc shaping what an interface sends: a pod's bandwidth limit in one
+// direction (docs/operating.md, "Bandwidth limits").
+struct TbfSpec {
+  uint64_t rate_bytes = 0;   // bytes per second
+  uint32_t burst_bytes = 0;  // the bucket: sent at line rate before the rate applies
+  uint32_t limit_bytes = 0;  // bytes queued waiting for tokens; more are dropped
+
+  friend bool operator==(const TbfSpec&, const TbfSpec&) = default;
+};
+
 // The kernel-networking operations of the agent. Host-side operations act in the network
 // namespace of the calling thread (the agent itself may run inside a node netns); pod-side
 // operations take the path of the pod's netns and never move the calling thread.
@@ -221,6 +231,17 @@ class Netlink {
 
   // Writes a sysctl of the caller's netns; see WriteSysctl in agent/kernel/netns.h for `key`.
   [[nodiscard]] virtual absl::Status SetSysctl(absl::string_view key, absl::string_view value) = 0;
+
+  // Makes a tbf qdisc of `spec` the root qdisc of `ifname` (replacing the one there, or changing
+  // it in place), in the netns at `netns_path` ("" : the caller's). The clsact qdisc (Sluice's
+  // programs) is a separate hook and stays. Idempotent.
+  [[nodiscard]] virtual absl::Status ReplaceRootTbf(const std::string& netns_path,
+                                                    const std::string& ifname,
+                                                    const TbfSpec& spec) = 0;
+  // The root tbf qdisc of `ifname` in the netns at `netns_path` ("": the caller's); nullopt when
+  // the root qdisc is not a tbf.
+  [[nodiscard]] virtual absl::StatusOr<std::optional<TbfSpec>> RootTbf(
+      const std::string& netns_path, const std::string& ifname) = 0;
 };
 
 // The idle peer of the veth that stands in for a dummy device on kernels without CONFIG_DUMMY:
@@ -258,6 +279,10 @@ class LibnlNetlink final : public Netlink {
   absl::StatusOr<std::string> DefaultRouteDevice() override;
   absl::StatusOr<IpAddress> FirstIPv4Address(const std::string& ifname) override;
   absl::Status SetSysctl(absl::string_view key, absl::string_view value) override;
+  absl::Status ReplaceRootTbf(const std::string& netns_path, const std::string& ifname,
+                              const TbfSpec& spec) override;
+  absl::StatusOr<std::optional<TbfSpec>> RootTbf(const std::string& netns_path,
+                                                 const std::string& ifname) override;
 };
 
 }  // namespace sluice::agent

@@ -1,6 +1,8 @@
 /* Forwarding to local endpoints: judge the packet at the pod's ingress policy point, rewrite L2
  * as the pod's gateway would and hand the packet straight to the pod's interface with
- * bpf_redirect_peer (no bridge, no second stack pass, and so no pass through sluice_to_pod).
+ * bpf_redirect_peer (no bridge, no second stack pass, and so no pass through sluice_to_pod). A pod
+ * with an ingress bandwidth limit is reached with bpf_redirect through its host veth instead, so
+ * the veth's tbf qdisc shapes what every sender on the node and beyond sends it.
  * Forwarding to other nodes: through the tunnel (lib/tunnel.h) or routed with the FIB. */
 #ifndef SLUICE_BPF_FWD_H
 #define SLUICE_BPF_FWD_H
@@ -32,6 +34,12 @@ static __always_inline int redirect_to_endpoint(struct sluice_ctx *ctx,
 	__builtin_memcpy(macs + 6, ep->host_mac, 6);
 	if (ctx_store_bytes(ctx, 0, macs, sizeof(macs)))
 		return -SLUICE_DROP_PACKET_WRITE;
+	if (ep->flags & SLUICE_EP_F_INGRESS_SHAPED) {
+		/* Out of the host veth: its egress hook (sluice_to_pod, told by the mark that the
+		 * packet is judged), then its root qdisc, then the pod. */
+		ctx_set_mark(ctx, SLUICE_SKB_MARK_TO_SHAPED_POD);
+		return ctx_redirect(ep->ifindex);
+	}
 	return ctx_redirect_peer(ep->ifindex);
 }
 

@@ -422,6 +422,56 @@ absl::StatusOr<ResultV1> ParseResult(const json& value) {
 
 // --- Network configuration ----------------------------------------------------------------------
 
+namespace {
+
+// runtimeConfig.bandwidth into `out`; see ParseNetConf for what is refused.
+absl::Status ParseBandwidth(const json& bandwidth, BandwidthLimits& out) {
+  if (!bandwidth.is_object()) {
+    return InvalidConfig("runtimeConfig \"bandwidth\" must be a JSON object", bandwidth.dump());
+  }
+  auto field = [&](const char* key, uint64_t& into) -> absl::Status {
+    auto it = bandwidth.find(key);
+    if (it == bandwidth.end() || it->is_null()) return absl::OkStatus();
+    if (!it->is_number_unsigned() && !(it->is_number_integer() && it->get<int64_t>() >= 0)) {
+      return InvalidConfig(
+          StrCat("runtimeConfig bandwidth \"", key, "\" must be a non-negative integer"),
+          it->dump());
+    }
+    into = it->get<uint64_t>();
+    return absl::OkStatus();
+  };
+  for (auto [key, into] :
+       {std::pair{"ingressRate", &out.ingress_rate}, std::pair{"ingressBurst", &out.ingress_burst},
+        std::pair{"egressRate", &out.egress_rate}, std::pair{"egressBurst", &out.egress_burst}}) {
+    if (absl::Status s = field(key, *into); !s.ok()) return s;
+  }
+  auto check = [](const char* dir, uint64_t rate, uint64_t& burst) -> absl::Status {
+    for (uint64_t unset : kRuntimeUnsetBursts) {
+      if (burst == unset) burst = 0;
+    }
+    if (rate == 0 && burst > 0) {
+      return InvalidConfig(StrCat("runtimeConfig bandwidth: ", dir, "Burst without ", dir, "Rate"),
+                           StrCat(dir, "Burst ", burst));
+    }
+    if (rate > 0 && (rate < kMinBandwidthRate || rate > kMaxBandwidthRate)) {
+      return InvalidConfig(
+          StrCat("runtimeConfig bandwidth: ", dir, "Rate must be ", kMinBandwidthRate, "..",
+                 kMaxBandwidthRate, " bits/s (1 kbit/s .. 1 Pbit/s)"),
+          StrCat(dir, "Rate ", rate));
+    }
+    if (burst > kMaxBandwidthBurst) {
+      return InvalidConfig(StrCat("runtimeConfig bandwidth: ", dir, "Burst must be at most ",
+                                  kMaxBandwidthBurst, " bits (4 GiB)"),
+                           StrCat(dir, "Burst ", burst));
+    }
+    return absl::OkStatus();
+  };
+  if (absl::Status s = check("ingress", out.ingress_rate, out.ingress_burst); !s.ok()) return s;
+  return check("egress", out.egress_rate, out.egress_burst);
+}
+
+}  // namespace
+
 absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
   if (!value.is_object()) {
     return CniStatus(api::kCniDecodeFailure, "network configuration must be a JSON object",
@@ -517,6 +567,16 @@ absl::StatusOr<NetConf> NetConfFromJson(const json& value) {
       return s;
     }
     conf.has_valid_attachments = true;
+  }
+
+  if (auto runtime = value.find("runtimeConfig"); runtime != value.end() && !runtime->is_null()) {
+    if (!runtime->is_object()) {
+      return InvalidConfig("\"runtimeConfig\" must be a JSON object", runtime->dump());
+    }
+    if (auto bw = runtime->find("bandwidth"); bw != runtime->end() && !bw->is_null()) {
+      conf.bandwidth_status = ParseBandwidth(*bw, conf.bandwidth);
+      if (!conf.bandwidth_status.ok()) conf.bandwidth = {};
+    }
   }
   return conf;
 }

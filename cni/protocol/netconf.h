@@ -151,6 +151,29 @@ using api::kPluginType;
 inline constexpr int kMinMtu = 576;
 inline constexpr int kMaxMtu = 65535;
 
+// A pod's bandwidth limits: runtimeConfig "bandwidth", which a runtime fills from the pod's
+// kubernetes.io/ingress-bandwidth and kubernetes.io/egress-bandwidth annotations for a plugin
+// whose conflist entry declares the capability {"bandwidth": true}. Ingress is what the pod
+// receives, egress what it sends. Rates in bits per second (0: no limit that way), bursts in bits
+// (0: none given; the agent picks one, docs/operating.md "Bandwidth limits").
+struct BandwidthLimits {
+  uint64_t ingress_rate = 0;
+  uint64_t ingress_burst = 0;
+  uint64_t egress_rate = 0;
+  uint64_t egress_burst = 0;
+
+  bool any() const { return ingress_rate > 0 || egress_rate > 0; }
+  friend bool operator==(const BandwidthLimits&, const BandwidthLimits&) = default;
+};
+// The range of a rate, the kubelet's own for the annotations: 1 kbit/s .. 1 Pbit/s.
+inline constexpr uint64_t kMinBandwidthRate = 1000;
+inline constexpr uint64_t kMaxBandwidthRate = 1000000000000000;
+// The largest burst: what tbf's 32-bit bucket holds, (2^32 - 1) bytes.
+inline constexpr uint64_t kMaxBandwidthBurst = 8 * 4294967295ull;
+// The bursts runtimes pass when the pod named only a rate (the kubelet's math.MaxInt32,
+// containerd's and CRI-O's math.MaxUint32): taken as "none given".
+inline constexpr uint64_t kRuntimeUnsetBursts[] = {2147483647ull, 4294967295ull};
+
 // The plugin configuration Sluice accepts. Unknown fields (runtimeConfig, args, capabilities,
 // dns, ...) are allowed and kept in `raw`.
 struct NetConf {
@@ -163,6 +186,11 @@ struct NetConf {
   std::vector<Attachment> valid_attachments;          // "cni.dev/valid-attachments" (GC)
   bool has_valid_attachments = false;                 // whether that key held a list (not
                                                       // missing, not null)
+  BandwidthLimits bandwidth;                          // "runtimeConfig": {"bandwidth"}
+  // Why "bandwidth" cannot be enforced (kCniInvalidNetworkConfig), OK otherwise. Not a parse
+  // failure: ADD fails with it, while DEL, CHECK and GC of the same configuration (the runtime
+  // repeats runtimeConfig) go on, so a pod whose ADD was refused can still be removed.
+  absl::Status bandwidth_status;
   nlohmann::json raw;                                 // the whole object, verbatim
 };
 
@@ -175,6 +203,10 @@ struct NetConf {
 //   kCniIncompatibleVersion (1): cniVersion, or prevResult's cniVersion, not in
 //     SupportedVersions();
 //   kCniUnsupportedField (2): an "ipam" section (Sluice allocates addresses itself).
+//   kCniInvalidNetworkConfig (7) also: a "runtimeConfig" that is not an object.
+// A "bandwidth" in runtimeConfig that is not an object of non-negative integers, a rate outside
+// kMinBandwidthRate..kMaxBandwidthRate, or a burst without a rate or above kMaxBandwidthBurst
+// (bursts in kRuntimeUnsetBursts read as 0) is kCniInvalidNetworkConfig in bandwidth_status.
 [[nodiscard]] absl::StatusOr<NetConf> ParseNetConf(std::string_view stdin_bytes);
 // The same for an already decoded document (e.g. the "config" of an endpoint request).
 [[nodiscard]] absl::StatusOr<NetConf> NetConfFromJson(const nlohmann::json& json);

@@ -396,7 +396,29 @@ class FakeNetlink final : public agent::Netlink {
     return absl::OkStatus();
   }
 
+  absl::Status ReplaceRootTbf(const std::string& netns_path, const std::string& ifname,
+                              const agent::TbfSpec& spec) override {
+    if (auto st = script_.Enter("ReplaceRootTbf"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    tbfs_[{netns_path, ifname}] = spec;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::optional<agent::TbfSpec>> RootTbf(const std::string& netns_path,
+                                                        const std::string& ifname) override {
+    if (auto st = script_.Enter("RootTbf"); !st.ok()) return st;
+    absl::MutexLock l(&mu_);
+    auto it = tbfs_.find({netns_path, ifname});
+    if (it == tbfs_.end()) return std::optional<agent::TbfSpec>();
+    return std::optional<agent::TbfSpec>(it->second);
+  }
+  // Root tbf qdiscs set, by (netns path, "" for the host; ifname).
+  std::map<std::pair<std::string, std::string>, agent::TbfSpec> tbfs() const {
+    absl::MutexLock l(&mu_);
+    return tbfs_;
+  }
+
  private:
+  std::map<std::pair<std::string, std::string>, agent::TbfSpec> tbfs_ ABSL_GUARDED_BY(mu_);
   agent::LinkInfo NewLinkLocked(Netns& ns, const std::string& name, uint32_t mtu,
                                 const std::string& alias = "") ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     agent::LinkInfo link;

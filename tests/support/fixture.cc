@@ -351,9 +351,10 @@ void DatapathTest::RunCase(const PacketCase& c) {
 }
 
 absl::Status AddEndpoint(loader::Datapath& dp, uint32_t addr_be, int ifindex, const Mac& mac,
-                         const Mac& host_mac, uint32_t endpoint_id) {
+                         const Mac& host_mac, uint32_t endpoint_id, uint32_t flags) {
   sluice_endpoint ep{};
   ep.ifindex = static_cast<uint32_t>(ifindex);
+  ep.flags = flags;
   std::memcpy(ep.mac, mac.data(), sizeof(ep.mac));
   std::memcpy(ep.host_mac, host_mac.data(), sizeof(ep.host_mac));
   ep.endpoint_id = endpoint_id;

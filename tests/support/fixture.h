@@ -132,9 +132,11 @@ class DatapathTest : public ::testing::Test {
 };
 
 // The one way tests and benchmarks put a local endpoint into sluice_ep4 (what the agent's ADD
-// writes): pod address (network order) -> host veth ifindex, pod MAC, host MAC, endpoint id.
+// writes): pod address (network order) -> host veth ifindex, pod MAC, host MAC, endpoint id,
+// enum sluice_endpoint_flags.
 [[nodiscard]] absl::Status AddEndpoint(loader::Datapath& dp, uint32_t addr_be, int ifindex,
-                                       const Mac& mac, const Mac& host_mac, uint32_t endpoint_id);
+                                       const Mac& mac, const Mac& host_mac, uint32_t endpoint_id,
+                                       uint32_t flags = 0);
 
 // One backend of a service programmed by ProgramService.
 struct LbBackendSpec {

@@ -14,6 +14,7 @@
 #include <fstream>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -228,6 +229,58 @@ std::vector<std::string> EnvWithNotifySocket(const std::string& path) {
 }
 
 }  // namespace
+
+absl::StatusOr<uint64_t> ParseBandwidthQuantity(const std::string& text) {
+  // Decimal and binary suffixes of a Kubernetes quantity; a fraction of a bit rounds down.
+  static const std::pair<const char*, long double> kSuffixes[] = {{"Ki", 1024.0L},
+                                                                  {"Mi", 1048576.0L},
+                                                                  {"Gi", 1073741824.0L},
+                                                                  {"Ti", 1099511627776.0L},
+                                                                  {"Pi", 1125899906842624.0L},
+                                                                  {"k", 1e3L},
+                                                                  {"M", 1e6L},
+                                                                  {"G", 1e9L},
+                                                                  {"T", 1e12L},
+                                                                  {"P", 1e15L},
+                                                                  {"", 1.0L}};
+  for (const auto& [suffix, scale] : kSuffixes) {
+    if (!absl::EndsWith(text, suffix)) continue;
+    std::string number = text.substr(0, text.size() - std::strlen(suffix));
+    if (number.empty() || number.find_first_not_of("0123456789.") != std::string::npos ||
+        std::count(number.begin(), number.end(), '.') > 1 || number.front() == '.' ||
+        number.back() == '.') {
+      break;
+    }
+    long double value = std::strtold(number.c_str(), nullptr) * scale;
+    if (value < 1000.0L) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resource is unreasonably small (< 1kbit): ", text));
+    }
+    if (value > 1e15L) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("resource is unreasonably large (> 1Pbit): ", text));
+    }
+    return static_cast<uint64_t>(value);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("quantities must match the regular expression "
+                   "'^([+-]?[0-9.]+)([eEinumkKMGTP]*[-+]?[0-9]*)$': ",
+                   text));
+}
+
+absl::StatusOr<json> RuntimeBandwidth(const RunningPod& pod) {
+  json bw;
+  for (auto [text, rate_key, burst_key] :
+       {std::tuple{&pod.ingress_bandwidth, "ingressRate", "ingressBurst"},
+        std::tuple{&pod.egress_bandwidth, "egressRate", "egressBurst"}}) {
+    if (text->empty()) continue;
+    auto rate = ParseBandwidthQuantity(*text);
+    if (!rate.ok()) return rate.status();
+    bw[rate_key] = *rate;
+    bw[burst_key] = uint64_t{UINT32_MAX};
+  }
+  return bw;
+}
 
 absl::StatusOr<json> PluginConfFromConflist(const std::string& conflist_path) {
   std::ifstream in(conflist_path);
@@ -505,6 +558,18 @@ absl::StatusOr<std::string> Kubelet::Cni(const std::string& command, const Runni
       absl::StrCat("CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=", pod.namespace_name,
                    ";K8S_POD_NAME=", pod.name, ";K8S_POD_UID=", pod.uid),
       "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"};
+  // A plugin that declares the capability gets the pod's bandwidth annotations (libcni's
+  // runtimeConfig, as containerd fills it).
+  if (conf->contains("capabilities") && (*conf)["capabilities"].is_object() &&
+      (*conf)["capabilities"].value("bandwidth", false)) {
+    auto bw = RuntimeBandwidth(pod);
+    if (!bw.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "failed to ", command == "ADD" ? "setup" : "destroy", " network for sandbox \"", pod.uid,
+          "\": failed to get bandwidth info from annotations: ", bw.status().message()));
+    }
+    if (!bw->is_null()) (*conf)["runtimeConfig"]["bandwidth"] = *bw;
+  }
   spec.stdin_data = conf->dump();
   auto r = RunProcess(spec, absl::Seconds(60));
   if (!r.ok()) return r.status();
@@ -543,6 +608,10 @@ absl::Status Kubelet::StartPod(const json& spec_pod, const LabNode& node) {
   pod.host_network = HostNetwork(spec_pod);
   pod.netns = pod.host_network ? node.netns : topology_.PodNetns(pod.namespace_name, pod.name);
   pod.ready = WantsReady(spec_pod);
+  pod.ingress_bandwidth =
+      JsonStr(spec_pod, {"metadata", "annotations", "kubernetes.io/ingress-bandwidth"});
+  pod.egress_bandwidth =
+      JsonStr(spec_pod, {"metadata", "annotations", "kubernetes.io/egress-bandwidth"});
   std::string key = absl::StrCat(pod.namespace_name, "/", pod.name);
   const EventSource kubelet{.component = "kubelet", .host = node.name};
   if (!std::filesystem::exists(node.cni_conf_dir() + "/05-sluice.conflist")) {

@@ -61,7 +61,17 @@ struct RunningPod {
   bool host_network = false;
   bool ready = false;
   std::vector<pid_t> pids;
+  // The pod's kubernetes.io/ingress-bandwidth and egress-bandwidth annotations ("" : none).
+  std::string ingress_bandwidth;
+  std::string egress_bandwidth;
 };
+
+// A bandwidth annotation's quantity ("8M", "500k", "1Gi", "1000000") in bits per second, as the
+// runtime reads it: refused outside 1 kbit/s .. 1 Pbit/s, as the kubelet's own check does.
+absl::StatusOr<uint64_t> ParseBandwidthQuantity(const std::string& text);
+// runtimeConfig "bandwidth" as containerd passes it for `pod` (a rate per annotation, its burst
+// math.MaxUint32: none given); null when the pod has neither annotation.
+absl::StatusOr<nlohmann::json> RuntimeBandwidth(const RunningPod& pod);
 
 // The plugin configuration a runtime hands a plugin of a conflist: plugins[0] plus the list's
 // cniVersion and name (what libcni does).

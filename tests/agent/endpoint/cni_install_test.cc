@@ -12,6 +12,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace sluice::agent {
 namespace {
@@ -64,6 +65,9 @@ TEST_F(CniInstallTest, InstallWritesThePluginAndConflistAndLeavesOthersByDefault
       Files(opts_.conf_dir),
       (std::set<std::string>{"05-sluice.conflist", "10-calico.conflist", "99-loopback.conf"}));
   EXPECT_THAT(Read(opts_.conf_dir + "/05-sluice.conflist"), HasSubstr(R"("type": "sluice")"));
+  // The runtime hands pods' bandwidth annotations only to a plugin declaring the capability.
+  auto conflist = nlohmann::json::parse(Read(opts_.conf_dir + "/05-sluice.conflist"));
+  EXPECT_EQ(conflist["plugins"][0]["capabilities"], (nlohmann::json{{"bandwidth", true}}));
   EXPECT_EQ(Read(opts_.bin_dir + "/sluice"), "#!/bin/sh\n");
   EXPECT_EQ(::access((opts_.bin_dir + "/sluice").c_str(), X_OK), 0);
 }

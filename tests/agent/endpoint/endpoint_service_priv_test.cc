@@ -318,6 +318,68 @@ TEST_F(EndpointServicePrivTest, RetriedAddOfTheSameAttachmentAnswersWithTheExist
   EXPECT_EQ(Call("CHECK", PodPath())["ok"], true);
 }
 
+// What `cmd` printed on stdout.
+std::string ShOut(const std::string& cmd) {
+  std::string out;
+  if (FILE* f = ::popen((cmd + " 2>/dev/null").c_str(), "r")) {
+    char buf[4096];
+    while (std::fgets(buf, sizeof(buf), f) != nullptr) out += buf;
+    ::pclose(f);
+  }
+  return out;
+}
+
+TEST_F(EndpointServicePrivTest,
+       BandwidthLimitsAreTbfQdiscsTheMapEntrySendsThroughAndCheckSeesThem) {
+  json config = Config();
+  config["runtimeConfig"] = {{"bandwidth",
+                              {{"ingressRate", 8000000},
+                               {"ingressBurst", 4294967295ull},  // containerd: none given
+                               {"egressRate", 4000000},
+                               {"egressBurst", 160000}}}};
+  json added = Call("ADD", PodPath(), config);
+  ASSERT_EQ(added["ok"], true) << added;
+  const Endpoint ep = Recorded();
+  EXPECT_EQ(ep.ingress, (BandwidthLimit{8000000, 32768})) << "the default bucket: 32 KiB";
+  EXPECT_EQ(ep.egress, (BandwidthLimit{4000000, 20000}));
+
+  // The kernel holds both qdiscs as set, on the host veth and inside the pod.
+  const std::string host_qdisc =
+      ShOut("tc -n " + base_ + "-node qdisc show dev " + ep.host_ifname + " root");
+  EXPECT_THAT(host_qdisc, HasSubstr("qdisc tbf "));
+  EXPECT_THAT(host_qdisc, HasSubstr("rate 8Mbit"));
+  EXPECT_THAT(ShOut("tc -n " + base_ + "-pod qdisc show dev eth0 root"), HasSubstr("rate 4Mbit"));
+  auto host_tbf = InNode([&]() { return netlink_.RootTbf("", ep.host_ifname); });
+  ASSERT_TRUE(host_tbf.ok()) << host_tbf.status();
+  ASSERT_TRUE(host_tbf->has_value());
+  EXPECT_EQ((*host_tbf)->rate_bytes, 1000000u);
+  EXPECT_NEAR((*host_tbf)->burst_bytes, 32768, 64);
+  EXPECT_EQ((*host_tbf)->limit_bytes, 1000000u / 40 + 32768);
+  // Same-node senders reach it through the veth (its qdisc), not with bpf_redirect_peer.
+  auto entry = endpoint_dp_->LookupEndpoint(*IpAddress::Parse(ep.ipv4));
+  ASSERT_TRUE(entry.ok() && entry->has_value());
+  EXPECT_EQ((*entry)->flags, SLUICE_EP_F_INGRESS_SHAPED);
+  EXPECT_EQ(Call("CHECK", PodPath(), config)["ok"], true);
+
+  // The pod removes its egress qdisc: CHECK names it.
+  ASSERT_EQ(Sh("tc -n " + base_ + "-pod qdisc del dev eth0 root"), 0);
+  json check = Call("CHECK", PodPath(), config);
+  EXPECT_EQ(Code(check), api::kSluiceCheckFailed) << check;
+  EXPECT_THAT(Msg(check), HasSubstr("egress limit's tbf qdisc on eth0 (4000000 bit/s) is missing"));
+  EXPECT_EQ(Call("DEL", PodPath(), config)["ok"], true);
+}
+
+TEST_F(EndpointServicePrivTest, ABandwidthBurstBelowOneFrameIsInvalidConfigAndMakesNothing) {
+  json config = Config();
+  config["runtimeConfig"] = {{"bandwidth", {{"ingressRate", 8000000}, {"ingressBurst", 8000}}}};
+  json added = Call("ADD", PodPath(), config);
+  EXPECT_EQ(Code(added), api::kCniInvalidNetworkConfig) << added;
+  EXPECT_THAT(Msg(added), HasSubstr("less than one frame of the pod's MTU 1400"));
+  EXPECT_FALSE(store_->Get("ctr1", "eth0").has_value());
+  EXPECT_TRUE(ipam_->Allocated().empty());
+  EXPECT_EQ(Sh("ip -n " + base_ + "-pod link show eth0"), 1) << "no pod interface made";
+}
+
 // DEL answers without waiting for the kernel to unregister the veth: when it answers the pod is
 // out of the datapath, its address free, its route and neighbour entry gone and its veth down
 // (or already deleted); the reaper deletes the veth, and the pod's end with it, just after.

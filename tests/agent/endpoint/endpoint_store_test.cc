@@ -103,9 +103,21 @@ TEST(EndpointJsonTest, RoundTripsEveryField) {
   ep.endpoint_id = 4000000000u;
   ep.mtu = 9000;
   ep.created = absl::FromUnixNanos(1700000000123456789);
+  ep.ingress = {.rate = 8000000, .burst_bytes = 32768};
+  ep.egress = {.rate = 1000000000000000, .burst_bytes = UINT32_MAX};
   absl::StatusOr<Endpoint> back = EndpointFromJson(EndpointToJson(ep));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(*back, ep);
+}
+
+TEST(EndpointJsonTest, AnUnlimitedPodsRecordHasNoBandwidthAndABadOneIsRefused) {
+  Endpoint ep{.container_id = "c", .ifname = "eth0"};
+  EXPECT_FALSE(EndpointToJson(ep).contains("bandwidth")) << "as agents before limits wrote it";
+  ep.egress = {.rate = 2000000, .burst_bytes = 16384};
+  nlohmann::json j = EndpointToJson(ep);
+  EXPECT_EQ(j["bandwidth"], (nlohmann::json{{"egressRate", 2000000}, {"egressBurstBytes", 16384}}));
+  j["bandwidth"]["egressBurstBytes"] = -1;
+  EXPECT_THAT(EndpointFromJson(j).status().message(), HasSubstr("bandwidth.egressRate"));
 }
 
 TEST(EndpointJsonTest, RejectsWrongTypesAndMissingKeysWithoutThrowing) {

@@ -63,6 +63,51 @@ TEST(ParseNetConf, ReadsOptionalFieldsAndKeepsUnknownOnesInRaw) {
   EXPECT_EQ(conf->raw, config);
 }
 
+TEST(ParseNetConf, ReadsTheRuntimesBandwidthLimits) {
+  json config = MinimalConfig("1.1.0");
+  config["runtimeConfig"] = {{"bandwidth",
+                              {{"ingressRate", 8000000},
+                               {"ingressBurst", 4294967295ull},  // containerd: none given
+                               {"egressRate", 2000000},
+                               {"egressBurst", 80000}}}};
+  absl::StatusOr<NetConf> conf = ParseNetConf(config.dump());
+  ASSERT_TRUE(conf.ok()) << conf.status();
+  EXPECT_EQ(conf->bandwidth, (BandwidthLimits{8000000, 0, 2000000, 80000}));
+  EXPECT_TRUE(conf->bandwidth.any());
+
+  config["runtimeConfig"] = {{"bandwidth", {{"egressRate", 1000}, {"egressBurst", 2147483647}}}};
+  conf = ParseNetConf(config.dump());
+  ASSERT_TRUE(conf.ok()) << conf.status();
+  EXPECT_EQ(conf->bandwidth, (BandwidthLimits{0, 0, 1000, 0})) << "the kubelet's MaxInt32 burst";
+
+  EXPECT_FALSE(ParseNetConf(MinimalConfig().dump())->bandwidth.any());
+  EXPECT_TRUE(conf->bandwidth_status.ok());
+}
+
+TEST(ParseNetConf, BadBandwidthLimitsAreInvalidConfigForAddOnly) {
+  for (const json& bandwidth : {
+           json{{"ingressRate", -1}},
+           json{{"ingressRate", 1.5}},
+           json{{"ingressRate", "8M"}},
+           json{{"ingressRate", 999}},                 // under 1 kbit/s
+           json{{"egressRate", 1000000000000001ull}},  // over 1 Pbit/s
+           json{{"egressBurst", 100000}},              // a burst without a rate
+           json{{"ingressRate", 8000000}, {"ingressBurst", 8 * 4294967296ull}},  // over 4 GiB
+           json::array(),
+       }) {
+    json config = MinimalConfig();
+    config["runtimeConfig"] = {{"bandwidth", bandwidth}};
+    // Parsed (a DEL of the same configuration must go on), refused for ADD with code 7.
+    absl::StatusOr<NetConf> conf = ParseNetConf(config.dump());
+    ASSERT_TRUE(conf.ok()) << conf.status();
+    EXPECT_EQ(CniCodeOf(conf->bandwidth_status), api::kCniInvalidNetworkConfig) << bandwidth.dump();
+    EXPECT_FALSE(conf->bandwidth.any());
+  }
+  json config = MinimalConfig();
+  config["runtimeConfig"] = "bandwidth";
+  EXPECT_EQ(ParseCode(config), api::kCniInvalidNetworkConfig);
+}
+
 TEST(ParseNetConf, NonJsonIsDecodeFailure) {
   absl::StatusOr<NetConf> conf = ParseNetConf("{\"cniVersion\": ");
   ASSERT_FALSE(conf.ok());
