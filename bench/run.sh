@@ -33,6 +33,9 @@
 #      ("NAME=PATH ...", objects built from another tree) new vs old (verifier_bench).
 #  15. an agent restarted with 100 pods on its node: restart -> /readyz 200, p50 and max
 #      (agent_ready_bench.sh; target <= 3 s).
+#  16. Maglev: flows moved when 1 of N backends leaves or joins, max/mean balance over 1M flows,
+#      and table computation (M = 65537, 1,000 backends) vs the paper's / Katran's fill
+#      (maglev_bench).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -150,4 +153,11 @@ if want 15; then
 echo
 echo "#### 15. Ready after a restart: 100 pods on the node, restart -> /readyz 200"
 "$HERE/agent_ready_bench.sh" "$BUILD"
+fi
+
+if want 16; then
+echo
+echo "#### 16. Maglev: disruption, balance, table computation vs the paper's / Katran's fill"
+[ -x "$BUILD/bench/maglev_bench" ] || { echo "bench/run.sh: $BUILD/bench/maglev_bench missing: cmake --build $BUILD --target maglev_bench" >&2; exit 1; }
+"$BUILD/bench/maglev_bench"
 fi
