@@ -116,6 +116,13 @@ ABSL_FLAG(bool, socket_lb, true,
 ABSL_FLAG(std::string, lb_acceleration, "disabled",
           "NodePort acceleration: native (XDP on the native device; generic XDP where the driver "
           "lacks native XDP) or disabled (TC only; detaches Sluice's XDP program)");
+ABSL_FLAG(std::string, lb_algorithm, "random",
+          "default backend selection for new flows to NodePort, ExternalIP and LoadBalancer "
+          "frontends: random, or maglev (consistent hashing: every node picks the same backend "
+          "for the same flow); a Service's service.sluice.dev/lb-algorithm or "
+          "service.cilium.io/lb-algorithm annotation overrides it for all its frontends");
+ABSL_FLAG(uint32_t, maglev_table_size, sluice::agent::kDefaultMaglevTableSize,
+          "slots of each Maglev table: a prime from 251 to 131071 (4 bytes a slot per frontend)");
 ABSL_FLAG(std::string, cgroup_root, "",
           "cgroup v2 directory the socket-LB programs attach to (default: the cgroup2 mount in "
           "/proc/mounts, else one mounted at /run/sluice/cgroupv2)");
@@ -349,6 +356,20 @@ absl::StatusOr<bool> LbAccelerationFromFlags() {
   return acceleration == "native";
 }
 
+// --lb_algorithm and --maglev_table_size.
+absl::StatusOr<LbAlgorithmOptions> LbAlgorithmFromFlags() {
+  const std::string algorithm = absl::GetFlag(FLAGS_lb_algorithm);
+  if (algorithm != "random" && algorithm != "maglev") {
+    return StartError(absl::InvalidArgumentError("want random or maglev"), "--lb_algorithm");
+  }
+  LbAlgorithmOptions o{.maglev_default = algorithm == "maglev",
+                       .maglev_table_size = absl::GetFlag(FLAGS_maglev_table_size)};
+  if (auto st = ValidateMaglevTableSize(o.maglev_table_size); !st.ok()) {
+    return StartError(st, "--maglev_table_size");
+  }
+  return o;
+}
+
 // Signals are taken synchronously by the main thread once serving: SIGTERM and SIGINT blocked
 // (the set returned), SIGPIPE ignored.
 sigset_t BlockStopSignals() {
@@ -513,6 +534,8 @@ int Run() {
   if (!node_opts.ok()) return Fail(node_opts.status());
   auto lb_acceleration = LbAccelerationFromFlags();
   if (!lb_acceleration.ok()) return Fail(lb_acceleration.status());
+  auto lb_algorithm = LbAlgorithmFromFlags();
+  if (!lb_algorithm.ok()) return Fail(lb_algorithm.status());
 
   const sigset_t stop_signals = BlockStopSignals();
   if (auto st = MakeNodeSysctlsWritable(); !st.ok()) return Fail(st);
@@ -564,7 +587,7 @@ int Run() {
   }
   std::unique_ptr<RunningServices> services;
   if (k8s && absl::GetFlag(FLAGS_kube_proxy_replacement)) {
-    auto started = StartServices(pieces, (*ct)->gc, socket_lb, *node);
+    auto started = StartServices(pieces, (*ct)->gc, socket_lb, *node, *lb_algorithm);
     if (!started.ok()) return Fail(started.status());
     services = std::move(*started);
   }

@@ -68,6 +68,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "agent/service/maglev.h"
 #include "bench_lb_floor.skel.h"
 #include "bench_pod_egress_no_lb.skel.h"
 #include "katran.h"
@@ -252,12 +253,36 @@ void ClearCt(Cluster& c) {
   for (const auto& k : keys) (void)c.dp->ct4().Delete(k);
 }
 
-Bytes NextNewFlow(Cluster& c) {
+// to_maglev: to the probed Service's Maglev twin (ProgramMaglevTwin) instead.
+Bytes NextNewFlow(Cluster& c, bool to_maglev = false) {
   const uint32_t ports = 65535 - kFirstSport;
   uint32_t f = c.next_flow++;
   int client = static_cast<int>((f / ports) % kClients);
-  return ToService(c.n, client, static_cast<uint16_t>(kFirstSport + f % ports),
-                   sluice::testing::kTcpSyn);
+  return ToService(to_maglev ? c.n + 1 : c.n, client,
+                   static_cast<uint16_t>(kFirstSport + f % ports), sluice::testing::kTcpSyn);
+}
+
+// The probed Service again at the next ClusterIP (ClusterIp(n)), with the same backends, as the
+// agent writes a Maglev frontend: its table (agent/service/maglev.h, kDefaultMaglevTableSize
+// slots) swapped into sluice_lb4_mag, then the master with SLUICE_SVC_F_MAGLEV.
+void ProgramMaglevTwin(Cluster& c) {
+  const uint32_t addr = ClusterIp(c.n);
+  if (auto st = ProgramService(*c.dp, addr, kServicePort, c.n + 1, c.probed); !st.ok())
+    Die(absl::StrCat("Maglev twin: ", st.ToString()));
+  std::vector<sluice::agent::MaglevBackend> identities;
+  for (const LbBackend& b : c.probed) identities.push_back({b.addr, b.port, IPPROTO_TCP, 1});
+  std::vector<uint32_t> table;
+  for (uint32_t i : sluice::agent::MaglevTable(identities, sluice::agent::kDefaultMaglevTableSize))
+    table.push_back(c.probed[i].id);
+  auto fd = sluice::maps::MaglevTables::Create(table);
+  if (!fd.ok()) Die(fd.status().ToString());
+  if (auto st = c.dp->lb4_maglev().Swap(SvcKey(addr, kServicePort, 0), *fd); !st.ok())
+    Die(st.ToString());
+  auto master = c.dp->lb4_services().Lookup(SvcKey(addr, kServicePort, 0));
+  if (!master.ok()) Die(master.status().ToString());
+  master->flags |= SLUICE_SVC_F_MAGLEV;
+  if (auto st = c.dp->lb4_services().Update(SvcKey(addr, kServicePort, 0), *master); !st.ok())
+    Die(st.ToString());
 }
 
 // Non-service pod -> pod: client 0 to the probed Service's first backend pod, directly.
@@ -329,6 +354,7 @@ enum class Kind {
   kPodToPod,
   kPodToPodNoLb,
   kPodToPodUnvouched,
+  kFirstMaglev,
 };
 
 struct Case {
@@ -466,6 +492,29 @@ int main(int argc, char** argv) {
     if (!CheckPodToPod(c0, TestRun(fd, p2p_in)))
       Die(absl::StrCat("pod -> pod: ", sluice::testing::Describe(TestRun(fd, p2p_in).out)));
 
+  // The Maglev twin of the first cluster's probed Service: new flows land on every backend, and
+  // a flow given again after its conntrack entry is gone lands where it did.
+  ProgramMaglevTwin(c0);
+  {
+    std::vector<int> hits(kBackendsPerService, 0);
+    std::vector<Bytes> flows;
+    std::vector<int> first;
+    for (int k = 0; k < 300; ++k) {
+      flows.push_back(NextNewFlow(c0, true));
+      int j = CheckDnat(c0, TestRun(c0.dp->from_pod_fd(), flows.back()));
+      if (j < 0) Die("Maglev twin, new flow: " + sluice::testing::Describe(flows.back()));
+      ++hits[j];
+      first.push_back(j);
+    }
+    for (int h : hits)
+      if (h == 0) Die("Maglev twin: a backend never selected in 300 new flows");
+    ClearCt(c0);
+    for (int k = 0; k < 300; ++k)
+      if (CheckDnat(c0, TestRun(c0.dp->from_pod_fd(), flows[k])) != first[k])
+        Die("Maglev twin: a flow seen again without conntrack changed its backend");
+    ClearCt(c0);
+  }
+
   // Katran, programmed with the first cluster's probed Service as its VIP and its backends as
   // its reals, fed the same packets.
   std::unique_ptr<Katran> katran;
@@ -574,6 +623,10 @@ int main(int argc, char** argv) {
                    {},
                    c0.dp->from_pod_fd(),
                    p2p_in});
+  cases.push_back({absl::StrFormat("(a) first packet, Maglev,    %u svc", c0.n),
+                   Kind::kFirstMaglev,
+                   &c0,
+                   {}});
   for (auto& c : clusters) {
     cases.push_back(
         {absl::StrFormat("(a) first packet (CT miss), %u svc", c->n), Kind::kFirst, c.get(), {}});
@@ -642,7 +695,8 @@ int main(int argc, char** argv) {
         }
       } else {
         std::vector<Bytes> flows;
-        for (int k = 0; k < kBatch; ++k) flows.push_back(NextNewFlow(*cs.cluster));
+        for (int k = 0; k < kBatch; ++k)
+          flows.push_back(NextNewFlow(*cs.cluster, cs.kind == Kind::kFirstMaglev));
         for (const auto& in : flows) {
           auto r = TestRun(cs.cluster->dp->from_pod_fd(), in);
           if (r.verdict != kTcRedirect) Die(cs.label + ": verdict changed");
@@ -699,6 +753,11 @@ int main(int argc, char** argv) {
               p2p - p2p_no_lb);
   std::printf("pod -> pod: ... and %.1f ns with no port vouched (sluice_lb4_nbport all zero)\n",
               med[{Kind::kPodToPodUnvouched, c0.n}] - empty - p2p_no_lb);
+  const double first_random = med[{Kind::kFirst, c0.n}] - empty;
+  const double first_maglev = med[{Kind::kFirstMaglev, c0.n}] - empty;
+  std::printf("first packet, %u svc: Maglev %.1f ns, random %.1f ns over empty: Maglev/random "
+              "%.3fx (target <= 1.0)\n",
+              c0.n, first_maglev, first_random, first_maglev / first_random);
   const uint32_t lo = counts.front(), hi = counts.back();
   for (Kind k : {Kind::kFirst, Kind::kEstablished}) {
     double a = med[{k, lo}], b = med[{k, hi}];
@@ -722,6 +781,8 @@ int main(int argc, char** argv) {
     std::printf("%-42s %9s %9s %13s %8s\n", "", "Katran", "Sluice", "Sluice/Katran", "target");
     std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "first packet (SYN) / Katran new flow (SYN)",
                 k_new, s_first, s_first / k_new, "<= 0.9");
+    std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "first packet, Maglev / Katran new flow (SYN)",
+                k_new, first_maglev, first_maglev / k_new, "< 1");
     std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "first packet / Katran conn table miss (ACK)",
                 k_miss, s_first, s_first / k_miss, "");
     std::printf("%-42s %9.1f %9.1f %12.2fx %8s\n", "established", k_est, s_est, s_est / k_est,

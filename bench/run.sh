@@ -37,6 +37,9 @@
 #      150k Pods, 10k Services over 100k endpoints, 5,000 NetworkPolicies): ready, memory over an
 #      empty cluster's, CPU, bytes received, map entries, change -> datapath at 50 mixed
 #      changes/s (cluster_scale_bench; SLUICE_SCALE_STEPS="0.1 0.5 1" picks the scales).
+#  17. Maglev: flows moved when 1 of N backends leaves or joins, max/mean balance over 1M flows,
+#      and table computation (M = 65537, 1,000 backends) vs the paper's / Katran's fill
+#      (maglev_bench).
 # Needs root, a built tree with the benchmarks (`cmake --build BUILD --target benchmarks`, as `make bench` does), containernetworking-plugins, iptables and
 # nftables (`make deps`). SLUICE_BENCH_ONLY="4 5" runs only the listed sections.
 # usage: bench/run.sh BUILD_DIR [extra Google Benchmark flags for pod_egress_bench]
@@ -163,4 +166,11 @@ echo "#### 16. One agent against a large cluster: 5,000 Nodes, 150k Pods, 10k Se
 for s in ${SLUICE_SCALE_STEPS:-0.1 0.5 1}; do
   "$BUILD/bench/cluster_scale_bench" "$BUILD" --scale="$s"
 done
+fi
+
+if want 17; then
+echo
+echo "#### 17. Maglev: disruption, balance, table computation vs the paper's / Katran's fill"
+[ -x "$BUILD/bench/maglev_bench" ] || { echo "bench/run.sh: $BUILD/bench/maglev_bench missing: cmake --build $BUILD --target maglev_bench" >&2; exit 1; }
+"$BUILD/bench/maglev_bench"
 fi

@@ -40,6 +40,7 @@ constexpr bool HasExactlyTheListedMaps(size_t own_maps = 0) {
   static_assert(std::is_same_v<decltype(std::declval<SkelMaps&>().name_), struct bpf_map*>, \
                 "BPF object lacks map " #name_);
   SLUICE_MAPS(SLUICE_SKEL_HAS_MAP)
+  SLUICE_MAPS_OF_MAPS(SLUICE_SKEL_HAS_MAP)
 #undef SLUICE_SKEL_HAS_MAP
   return sizeof(SkelMaps) == (maps::kMapCount + own_maps) * sizeof(struct bpf_map*);
 }
@@ -233,6 +234,7 @@ absl::StatusOr<std::unique_ptr<Datapath>> Datapath::Load(const std::string& bpff
         Adopt(dp->rnat_, m->sluice_rnat4),          Adopt(dp->drops_, m->sluice_drops),
         Adopt(dp->forward_, m->sluice_forward),     Adopt(dp->lb4_svc_, m->sluice_lb4_svc),
         Adopt(dp->lb4_be_, m->sluice_lb4_be),       Adopt(dp->lb4_rec_, m->sluice_lb4_rec),
+        Adopt(dp->lb4_mag_, m->sluice_lb4_mag),
         Adopt(dp->lb4_rnat_, m->sluice_lb4_rnat),   Adopt(dp->ct4_, m->sluice_ct4),
         Adopt(dp->ct4_any_, m->sluice_ct4_any),     Adopt(dp->ct_stats_, m->sluice_ct_stats),
         Adopt(dp->frag4_, m->sluice_frag4),         Adopt(dp->lb4_srcr_, m->sluice_lb4_srcr),

@@ -15,6 +15,7 @@
 #include "loader/skeleton.h"
 #include "loader/tc.h"
 #include "loader/xdp.h"
+#include "maps/maglev_tables.h"
 #include "maps/sluice_maps.h"
 #include "sluice_netdev.skel.h"
 #include "sluice_netdev_compat.skel.h"
@@ -150,6 +151,8 @@ class Datapath {
   maps::Lb4BackendMap& lb4_backends() { return lb4_be_; }
   // Slot records of frontends (maps/lb.h), written with their masters (agent/service/).
   maps::Lb4SlotRecordMap& lb4_slot_records() { return lb4_rec_; }
+  // Maglev tables of frontends with SLUICE_SVC_F_MAGLEV (maps/maglev_tables.h).
+  maps::MaglevTables& lb4_maglev() { return lb4_mag_; }
   maps::Lb4RevNatMap& lb4_revnat() { return lb4_rnat_; }
   // Conntrack: TCP in ct4() (never evicted), every other protocol in ct4_any() (LRU);
   // ct4_of(proto) is the one a tuple's entries live in. Datapath counters in ct_stats().
@@ -208,6 +211,7 @@ class Datapath {
   maps::Lb4ServiceMap lb4_svc_;
   maps::Lb4BackendMap lb4_be_;
   maps::Lb4SlotRecordMap lb4_rec_;
+  maps::MaglevTables lb4_mag_;
   maps::Lb4RevNatMap lb4_rnat_;
   maps::Ct4Map ct4_;
   maps::Ct4Map ct4_any_;

@@ -55,6 +55,8 @@ enum sluice_svc_flags {
 	SLUICE_SVC_F_ITP_LOCAL = 1 << 5,       /* internalTrafficPolicy: Local */
 	SLUICE_SVC_F_SOURCE_RANGES = 1 << 6,   /* loadBalancerSourceRanges apply */
 	SLUICE_SVC_F_REJECT = 1 << 7,          /* no usable endpoint: reject (RST / ICMP unreach) */
+	SLUICE_SVC_F_MAGLEV = 1 << 8,          /* new flows pick their backend from the frontend's
+						  Maglev table (sluice_lb4_mag), not at random */
 };
 
 /* Value of sluice_lb4_svc. In the master entry: count, flags, rev_nat_id, affinity_timeout and
@@ -106,6 +108,19 @@ struct sluice_lb4_slot_record {
 };
 SLUICE_ASSERT_SIZE(struct sluice_lb4_slot_record, 64);
 
+/* sluice_lb4_mag (BPF_MAP_TYPE_HASH_OF_MAPS): a frontend's master key (backend_slot 0) -> its
+ * Maglev table, for a master with SLUICE_SVC_F_MAGLEV. A table is an array of M + 1 __u32
+ * (BPF_F_INNER_MAP: tables of any size share the outer map): entry 0 holds M (a prime), entry
+ * 1 + s the backend id of slot s, s = sluice_maglev_flow_hash(...) % M. The agent computes it
+ * from the backends' identities (agent/service/maglev.h), so every node holds the same table up to
+ * its local backend ids. A table is never written in place: the agent fills a new array, then
+ * swaps it in with one update of the outer map, so a packet reads the old table or the new one,
+ * whole. It is swapped in after the backends it names are written and before the master that
+ * sets SLUICE_SVC_F_MAGLEV, and deleted after the master no longer has the flag. A frontend with
+ * the flag and no table (or a slot naming no backend) falls back to a random slot. */
+#define SLUICE_LB4_MAGLEV_MAX_ENTRIES 65536
+#define SLUICE_LB4_MAGLEV_SIZE_INDEX 0
+
 /* sluice_lb4_rnat (BPF_MAP_TYPE_HASH): rev_nat_id -> the frontend a reply must appear from. */
 struct sluice_lb4_revnat {
 	__be32 addr;
@@ -137,5 +152,40 @@ struct sluice_lb4_affinity {
 	__u32 pad;
 };
 SLUICE_ASSERT_SIZE(struct sluice_lb4_affinity, 16);
+
+/* Maglev (maps/lb.h, SLUICE_SVC_F_MAGLEV): the hash a new flow's slot in its frontend's Maglev
+ * table is taken from, slot = hash % M. The same function in BPF and in the agent's tests and
+ * benchmarks, and the same on every node: the client's address and port, the frontend's port and
+ * the protocol, in the packet's byte order. The frontend's address is left out on purpose: a
+ * NodePort has one frontend per node address, and the same client flow must land on the same
+ * backend whichever node it enters (the table, not the hash, tells the Services apart). A
+ * murmur3-style mix: 32-bit multiplies and shifts only, cheap for the verifier. */
+#define SLUICE_MAGLEV_HASH_SEED 0x5c1ce5edu
+
+static inline __u32 sluice_maglev_mix(__u32 h, __u32 k)
+{
+	k *= 0xcc9e2d51u;
+	k = (k << 15) | (k >> 17);
+	k *= 0x1b873593u;
+	h ^= k;
+	h = (h << 13) | (h >> 19);
+	return h * 5 + 0xe6546b64u;
+}
+
+static inline __u32 sluice_maglev_flow_hash(__be32 saddr, __be16 sport, __be16 dport, __u8 proto)
+{
+	__u32 h = SLUICE_MAGLEV_HASH_SEED;
+
+	h = sluice_maglev_mix(h, (__u32)saddr);
+	h = sluice_maglev_mix(h, ((__u32)sport << 16) | (__u32)dport);
+	h = sluice_maglev_mix(h, proto);
+	h ^= 12;
+	h ^= h >> 16;
+	h *= 0x85ebca6bu;
+	h ^= h >> 13;
+	h *= 0xc2b2ae35u;
+	h ^= h >> 16;
+	return h;
+}
 
 #endif

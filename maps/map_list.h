@@ -118,4 +118,12 @@
 	/* flow monitor: per-CPU token bucket, emitted and lost events (events.h) */               \
 	X(sluice_mon_cpu, BPF_MAP_TYPE_PERCPU_ARRAY, __u32, struct sluice_monitor_cpu, 1, 0)
 
+/* Maps of maps, declared apart (BPF declares their inner map too):
+ *   X(name, outer type, key, inner type, inner value, max_entries, inner map_flags)
+ * The outer map's value is an inner map's fd when written, its id when read. */
+#define SLUICE_MAPS_OF_MAPS(X)                                                                    \
+	/* Maglev tables of frontends with SLUICE_SVC_F_MAGLEV: master key -> table (lb.h) */      \
+	X(sluice_lb4_mag, BPF_MAP_TYPE_HASH_OF_MAPS, struct sluice_lb4_key, BPF_MAP_TYPE_ARRAY,    \
+	  __u32, SLUICE_LB4_MAGLEV_MAX_ENTRIES, BPF_F_INNER_MAP)
+
 #endif

@@ -23,22 +23,38 @@ namespace sluice::maps {
     static constexpr uint32_t kMaxEntries = max_entries_;                        \
     static constexpr uint32_t kMapFlags = map_flags_;                            \
   };
+// A map of maps: Value is the inner maps' value (the outer map's own is an fd or id).
+#define SLUICE_CXX_MAP_OF_MAPS_SPEC(name_, type_, key_, inner_type_, inner_value_, max_entries_, \
+                                    inner_flags_)                                              \
+  struct name_ {                                                                               \
+    static constexpr const char kName[] = #name_;                                              \
+    using Key = key_;                                                                          \
+    using Value = inner_value_;                                                                \
+    static constexpr uint32_t kType = type_;                                                   \
+    static constexpr uint32_t kInnerType = inner_type_;                                        \
+    static constexpr uint32_t kMaxEntries = max_entries_;                                      \
+    static constexpr uint32_t kInnerMapFlags = inner_flags_;                                   \
+  };
 namespace spec {
 SLUICE_MAPS(SLUICE_CXX_MAP_SPEC)
+SLUICE_MAPS_OF_MAPS(SLUICE_CXX_MAP_OF_MAPS_SPEC)
 }  // namespace spec
 #undef SLUICE_CXX_MAP_SPEC
+#undef SLUICE_CXX_MAP_OF_MAPS_SPEC
 
 // maps::name::<name>: the map's name, which is also its pin under the bpffs root. Spelled as in
 // BPF, bpftool and the docs.
 #define SLUICE_CXX_MAP_NAME(name_, ...) inline constexpr const char* name_ = spec::name_::kName;
 namespace name {
 SLUICE_MAPS(SLUICE_CXX_MAP_NAME)
+SLUICE_MAPS_OF_MAPS(SLUICE_CXX_MAP_NAME)
 }  // namespace name
 #undef SLUICE_CXX_MAP_NAME
 
 // Every map's name, in list order.
 #define SLUICE_CXX_MAP_NAME_ENTRY(name_, ...) spec::name_::kName,
-inline constexpr const char* kAllMapNames[] = {SLUICE_MAPS(SLUICE_CXX_MAP_NAME_ENTRY)};
+inline constexpr const char* kAllMapNames[] = {SLUICE_MAPS(SLUICE_CXX_MAP_NAME_ENTRY)
+                                                   SLUICE_MAPS_OF_MAPS(SLUICE_CXX_MAP_NAME_ENTRY)};
 #undef SLUICE_CXX_MAP_NAME_ENTRY
 inline constexpr size_t kMapCount = std::size(kAllMapNames);
 

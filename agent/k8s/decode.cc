@@ -93,7 +93,10 @@ void DecodeMeta(od::value v, ObjectMeta* m) {
     } else if (key == "labels") {
       m->labels = StrMap(val);
     } else if (key == "annotations") {
-      StrMap(val);  // validated, not kept
+      StringMap all = StrMap(val);  // validated; only the few the agent reads are kept
+      for (auto& [k, v] : all) {
+        if (KeptAnnotation(k)) m->annotations.emplace(k, std::move(v));
+      }
     } else if (key == "deletionTimestamp") {
       m->deleting = !IsNull(val);
     } else if (key == "ownerReferences") {

@@ -1,6 +1,7 @@
 // The agent's trimmed Kubernetes object model: only the fields the datapath and IPAM read, as plain
 // value types. Addresses stay strings (IPv4 or IPv6); resourceVersions are opaque strings. What
-// the agent never reads is validated by the decoder (decode.h) but not kept: annotations and
+// the agent never reads is validated by the decoder (decode.h) but not kept: annotations (but for
+// the few KeptAnnotation names) and
 // ownerReferences of every kind, the labels of Services and EndpointSlices (a slice keeps its
 // Service's name), an endpoint's addresses beyond the first, its zone and targetRef. At 10k
 // Services / 100k endpoints that is most of what the stores held.
@@ -22,6 +23,14 @@ inline constexpr std::string_view kLabelServiceName = "kubernetes.io/service-nam
 inline constexpr std::string_view kLabelServiceProxyName = "service.kubernetes.io/service-proxy-name";
 inline constexpr std::string_view kLabelHeadless = "service.kubernetes.io/headless";
 inline constexpr std::string_view kAnnotationInitialEventsEnd = "k8s.io/initial-events-end";
+// A Service's backend selection, random or maglev: Sluice's own key, and Cilium's, accepted
+// alike (Sluice's wins when both are set).
+inline constexpr std::string_view kAnnotationLbAlgorithm = "service.sluice.dev/lb-algorithm";
+inline constexpr std::string_view kAnnotationCiliumLbAlgorithm = "service.cilium.io/lb-algorithm";
+// The only annotations the decoder keeps (every other one is validated and dropped).
+inline bool KeptAnnotation(std::string_view key) {
+  return key == kAnnotationLbAlgorithm || key == kAnnotationCiliumLbAlgorithm;
+}
 
 struct ObjectMeta {
   std::string namespace_;  // empty for cluster-scoped kinds
@@ -29,7 +38,7 @@ struct ObjectMeta {
   std::string uid;
   std::string resource_version;
   StringMap labels;       // not kept for Services and EndpointSlices
-  StringMap annotations;  // not kept by the decoder (nothing reads them)
+  StringMap annotations;  // only those KeptAnnotation names (the decoder drops the rest)
   bool deleting = false;  // metadata.deletionTimestamp is set
 
   // "namespace/name", or "name" for cluster-scoped objects (client-go's MetaNamespaceKeyFunc).

@@ -130,6 +130,54 @@ LbCapacity BpfLbMaps::Capacity() const {
                     .source_ranges = MaxEntries(srcr_.fd())};
 }
 
+absl::Status BpfLbMaps::UpdateMaglevTable(const sluice_lb4_key& key,
+                                          const std::vector<uint32_t>& backends,
+                                          const std::vector<uint32_t>& table) {
+  if (maglev_ == nullptr) return absl::FailedPreconditionError("no sluice_lb4_mag to write to");
+  const MaglevKey mk{key.addr, key.dport, key.proto, key.scope};
+  std::pair<std::vector<uint32_t>, uint32_t> what{backends,
+                                                  static_cast<uint32_t>(table.size())};
+  auto held = maglev_of_.find(mk);
+  if (held != maglev_of_.end() && held->second == what) return absl::OkStatus();
+  auto it = maglev_shared_.find(what);
+  if (it == maglev_shared_.end()) {
+    absl::StatusOr<maps::MapFd> fd = maps::MaglevTables::Create(table);
+    if (!fd.ok()) return fd.status();
+    it = maglev_shared_.emplace(what, SharedTable{std::move(*fd), 0}).first;
+  }
+  // Written at once, not held back: the backends it names are written already (sluice_lb4_be
+  // takes stores at once), and the master that sets the flag is held back, so it comes after.
+  RETURN_IF_ERROR(maglev_->Swap(key, it->second.fd));
+  ++it->second.refs;
+  ReleaseMaglevTable(mk);
+  maglev_of_[mk] = std::move(what);
+  return absl::OkStatus();
+}
+
+absl::Status BpfLbMaps::DeleteMaglevTable(const sluice_lb4_key& key) {
+  if (maglev_ == nullptr) return absl::OkStatus();
+  // After the master that no longer sets the flag (held back until now).
+  RETURN_IF_ERROR(Flush());
+  RETURN_IF_ERROR(maglev_->Delete(key));
+  ReleaseMaglevTable(MaglevKey{key.addr, key.dport, key.proto, key.scope});
+  return absl::OkStatus();
+}
+
+absl::Status BpfLbMaps::ForEachMaglevTable(const std::function<void(const sluice_lb4_key&)>& fn) {
+  if (maglev_ == nullptr) return absl::OkStatus();
+  return maglev_->ForEachKey(fn);
+}
+
+// The kernel keeps a table while the outer map names it; this only closes its fd when no key
+// this wrote names it any more.
+void BpfLbMaps::ReleaseMaglevTable(const MaglevKey& key) {
+  auto held = maglev_of_.find(key);
+  if (held == maglev_of_.end()) return;
+  auto it = maglev_shared_.find(held->second);
+  if (it != maglev_shared_.end() && --it->second.refs <= 0) maglev_shared_.erase(it);
+  maglev_of_.erase(held);
+}
+
 absl::Status BpfLbMaps::UpdateService(const sluice_lb4_key& key, const sluice_lb4_service& v) {
   if (records_ && key.backend_slot == 0) {
     records_->MasterWritten(key, v);
@@ -338,6 +386,8 @@ absl::Status ServiceReconciler::Restore() {
     Frontend& fe = frontends_[fk];
     fe.master = v;
     fe.rev_nat_id = v.rev_nat_id;
+    // Its table (if any) stays until the frontend is claimed (and written again) or pruned.
+    fe.maglev_table = (v.flags & SLUICE_SVC_F_MAGLEV) != 0;
   }));
   for (auto& [fk, fe] : frontends_) {
     if (fe.rev_nat_id == 0 || !rev_nat_ids_.insert(fe.rev_nat_id).second) {
@@ -479,7 +529,8 @@ void ServiceReconciler::ReleaseBackendLocked(uint32_t id, Frontend& fe) {
 
 absl::Status ServiceReconciler::ProgramFrontendLocked(const FrontendKey& key, Frontend& fe,
                                                       const LbFrontend& want,
-                                                      const std::vector<uint32_t>& ids) {
+                                                      const std::vector<uint32_t>& ids,
+                                                      MaglevMemo* memo) {
   const auto [addr, port, proto, scope] = key;
   const uint32_t r = fe.rev_nat_id;
   // Reverse NAT before any slot can hand out a flow whose replies need it.
@@ -518,6 +569,31 @@ absl::Status ServiceReconciler::ProgramFrontendLocked(const FrontendKey& key, Fr
     }
     fe.slots[i] = ids[i];
   }
+  // The Maglev table after the backends it names and before the master that sets the flag.
+  const bool maglev = (want.flags & SLUICE_SVC_F_MAGLEV) && n > 0;
+  if (maglev && (fe.maglev_ids != ids || fe.maglev_m != maglev_m_)) {
+    std::vector<uint32_t> table;
+    auto cached = memo != nullptr ? memo->find(ids) : MaglevMemo::iterator{};
+    if (memo != nullptr && cached != memo->end()) {
+      table = cached->second;
+    } else {
+      std::vector<MaglevBackend> identities;
+      identities.reserve(n);
+      for (size_t i = 0; i < n; ++i) {
+        const LbBackend& b = want.backends[i];
+        identities.push_back({AddrBe(b.addr), b.port, b.proto, 1});
+      }
+      std::vector<uint32_t> slots = MaglevTable(identities, maglev_m_);
+      table.reserve(slots.size());
+      for (uint32_t i : slots) table.push_back(ids[i]);
+      if (memo != nullptr) memo->emplace(ids, table);
+    }
+    RETURN_IF_ERROR(Count(
+        maps_.UpdateMaglevTable(MapKey(addr, port, proto, scope, 0), ids, table), false));
+    fe.maglev_ids = ids;
+    fe.maglev_m = maglev_m_;
+    fe.maglev_table = true;
+  }
   sluice_lb4_service master{};
   master.count = static_cast<uint16_t>(n);
   master.flags = want.flags;
@@ -526,6 +602,12 @@ absl::Status ServiceReconciler::ProgramFrontendLocked(const FrontendKey& key, Fr
   if (!fe.master || !SameMaster(*fe.master, master)) {
     RETURN_IF_ERROR(Count(maps_.UpdateService(MapKey(addr, port, proto, scope, 0), master), false));
     fe.master = master;
+  }
+  if (!maglev && fe.maglev_table) {
+    RETURN_IF_ERROR(Count(maps_.DeleteMaglevTable(MapKey(addr, port, proto, scope, 0)), true));
+    fe.maglev_ids.clear();
+    fe.maglev_m = 0;
+    fe.maglev_table = false;
   }
   while (fe.slots.size() > n) {
     if (fe.slots.back() != 0) {
@@ -580,6 +662,10 @@ absl::Status ServiceReconciler::RemoveFrontendLocked(const FrontendKey& key) {
     RETURN_IF_ERROR(Count(maps_.DeleteService(MapKey(addr, port, proto, scope, 0)), true));
     if (fe.master->flags & SLUICE_SVC_F_AFFINITY) flush_affinity_.insert(fe.rev_nat_id);
     fe.master.reset();
+  }
+  if (fe.maglev_table) {
+    RETURN_IF_ERROR(Count(maps_.DeleteMaglevTable(MapKey(addr, port, proto, scope, 0)), true));
+    fe.maglev_table = false;
   }
   while (!fe.slots.empty()) {
     if (fe.slots.back() != 0) {
@@ -895,8 +981,9 @@ absl::Status ServiceReconciler::ApplyOneLocked(const std::string& service,
       v.push_back(*id);
     }
   }
+  MaglevMemo memo;
   for (const auto& [fk, f] : want) {
-    RETURN_IF_ERROR(ProgramFrontendLocked(fk, frontends_[fk], *f, ids[fk]));
+    RETURN_IF_ERROR(ProgramFrontendLocked(fk, frontends_[fk], *f, ids[fk], &memo));
   }
   // What did not fit: logged once per frontend (and again only after it was programmed whole).
   for (const auto& [fk, f] : want) {
@@ -1087,6 +1174,16 @@ absl::Status ServiceReconciler::PruneStale() {
     it = stale_ranges_.erase(it);
     ++room_.srcr;
   }
+  // Maglev tables of no frontend that has one (left by a frontend gone while the agent was
+  // down), deleted before the backends they may name.
+  std::vector<sluice_lb4_key> stale_tables;
+  RETURN_IF_ERROR(maps_.ForEachMaglevTable([&](const sluice_lb4_key& k) {
+    auto it = frontends_.find(FrontendKey{k.addr, ntohs(k.dport), k.proto, k.scope});
+    if (it == frontends_.end() || !it->second.maglev_table) stale_tables.push_back(k);
+  }));
+  for (const sluice_lb4_key& k : stale_tables) {
+    RETURN_IF_ERROR(Count(maps_.DeleteMaglevTable(k), true));
+  }
   RETURN_IF_ERROR(DeleteOrphanBackendsLocked(/*all=*/true));
   RETURN_IF_ERROR(SyncWildcardsLocked(/*prune=*/true));
   if (!unclaimed.empty()) {
@@ -1103,6 +1200,11 @@ absl::Status ServiceReconciler::PruneStale() {
     if (!st.ok()) ++stats_.errors;
   }
   return st;
+}
+
+void ServiceReconciler::SetMaglevTableSize(uint32_t m) {
+  absl::MutexLock l(&mu_);
+  maglev_m_ = m;
 }
 
 uint32_t ServiceReconciler::RevNatId(const IpAddress& addr, uint16_t port, uint8_t proto,

@@ -21,9 +21,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "agent/service/maglev.h"
 #include "agent/service/slot_records.h"
 #include "agent/service/translator.h"
 #include "loader/backend_ports.h"
+#include "maps/maglev_tables.h"
 #include "maps/sluice_maps.h"
 
 namespace sluice::agent {
@@ -76,6 +78,28 @@ class LbMaps {
       const absl::flat_hash_set<uint32_t>& rev_nat_ids,
       const absl::flat_hash_set<std::pair<uint32_t, uint32_t>>& backends) = 0;
 
+  // Maglev (maps/lb.h, sluice_lb4_mag): puts `table` (slot s -> backend id) under the frontend's
+  // master key, whole, replacing the one there. `backends` are the ids the table was computed
+  // from (in the translator's order): equal ids give equal tables, which an implementation may
+  // share between frontends. The reconciler calls it after the backends are written and before
+  // the master that sets SLUICE_SVC_F_MAGLEV; an implementation that holds updates back still
+  // makes the table visible before that master.
+  virtual absl::Status UpdateMaglevTable(const sluice_lb4_key& /*key*/,
+                                         const std::vector<uint32_t>& /*backends*/,
+                                         const std::vector<uint32_t>& /*table*/) {
+    return absl::OkStatus();
+  }
+  // Called once the master no longer sets the flag, or is deleted: the delete follows every
+  // update made before it.
+  virtual absl::Status DeleteMaglevTable(const sluice_lb4_key& /*key*/) {
+    return absl::OkStatus();
+  }
+  // The master keys that have a table (restore after a restart, pruning).
+  virtual absl::Status ForEachMaglevTable(
+      const std::function<void(const sluice_lb4_key&)>& /*fn*/) {
+    return absl::OkStatus();
+  }
+
   // Reading what is there (restore after a restart).
   virtual absl::Status ForEachService(
       const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) = 0;
@@ -117,6 +141,12 @@ class BpfLbMaps : public LbMaps {
     if (nbport != nullptr) nbport_.emplace(*nbport);
     if (records != nullptr) records_ = std::make_unique<SlotRecords>(*records, clock);
   }
+
+  // Maglev tables go to `tables` (sluice_lb4_mag); without it, UpdateMaglevTable fails (a
+  // master with SLUICE_SVC_F_MAGLEV and no table falls back to random slots).
+  void WriteMaglevTablesTo(maps::MaglevTables* tables) { maglev_ = tables; }
+  // Distinct tables in sluice_lb4_mag that this wrote (frontends with equal backends share one).
+  size_t maglev_tables() const { return maglev_shared_.size(); }
 
   // Called after FlushUdpFlows wrote reply entries of its own (conntrack::ConntrackGc::
   // PairsWritten: the datapath must look them up).
@@ -164,8 +194,18 @@ class BpfLbMaps : public LbMaps {
   absl::Status ForEachSourceRange(
       const std::function<void(const sluice_lb4_srcrange_key&)>& fn) override;
   absl::Status VouchNonBackendPorts() override;
+  absl::Status UpdateMaglevTable(const sluice_lb4_key& key, const std::vector<uint32_t>& backends,
+                                 const std::vector<uint32_t>& table) override;
+  absl::Status DeleteMaglevTable(const sluice_lb4_key& key) override;
+  absl::Status ForEachMaglevTable(const std::function<void(const sluice_lb4_key&)>& fn) override;
 
  private:
+  using MaglevKey = std::tuple<uint32_t, uint16_t, uint8_t, uint8_t>;  // master key fields
+  struct SharedTable {
+    maps::MapFd fd;  // the table array, kept open while a key names it
+    int refs = 0;
+  };
+  void ReleaseMaglevTable(const MaglevKey& key);
   maps::Lb4ServiceMap& svc_;
   maps::Lb4BackendMap& be_;
   maps::Lb4RevNatMap& rnat_;
@@ -182,6 +222,10 @@ class BpfLbMaps : public LbMaps {
   std::vector<sluice_lb4_revnat> rnat_values_;
   std::vector<sluice_lb4_key> svc_keys_;
   std::vector<sluice_lb4_service> svc_values_;
+  maps::MaglevTables* maglev_ = nullptr;
+  // Tables by what they were computed from (backend ids and size); keys -> what they hold.
+  std::map<std::pair<std::vector<uint32_t>, uint32_t>, SharedTable> maglev_shared_;
+  absl::flat_hash_map<MaglevKey, std::pair<std::vector<uint32_t>, uint32_t>> maglev_of_;
 };
 
 struct ServiceReconcilerStats {
@@ -263,6 +307,9 @@ class ServiceReconciler {
   ServiceReconcilerStats stats() const;
   // stats().frontends_removed without the walk.
   uint64_t FrontendsRemoved() const;
+  // Slots of the Maglev tables written from now on (--maglev-table-size; a prime that
+  // ValidateMaglevTableSize accepts). Default kDefaultMaglevTableSize.
+  void SetMaglevTableSize(uint32_t m);
 
  private:
   // (addr in network order, port in host order, proto, scope).
@@ -281,6 +328,12 @@ class ServiceReconciler {
     std::vector<uint32_t> slots;               // slot i+1 as written (0: absent)
     std::set<RangeKey> ranges;                 // as written
     absl::flat_hash_set<uint32_t> held;        // backend ids it holds a reference on
+    // Maglev: the backend ids its table was computed from, and the table's size (0: no table
+    // written by this agent). maglev_table: a table may be in sluice_lb4_mag (written, or
+    // restored with a master that sets SLUICE_SVC_F_MAGLEV).
+    std::vector<uint32_t> maglev_ids;
+    uint32_t maglev_m = 0;
+    bool maglev_table = false;
   };
   struct Backend {
     BackendKey key;
@@ -316,8 +369,12 @@ class ServiceReconciler {
   // update: no frontend of its own, none pending, none of its keys restored or held.
   bool FreshLocked(const std::string& service, const ServiceTranslation& translation) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Tables computed in one pass, by the backend ids they are computed from: the frontends of a
+  // Service port (ClusterIP, NodePorts, ...) share their backends, so they share one computation.
+  using MaglevMemo = std::map<std::vector<uint32_t>, std::vector<uint32_t>>;
   absl::Status ProgramFrontendLocked(const FrontendKey& key, Frontend& fe, const LbFrontend& want,
-                                     const std::vector<uint32_t>& backend_ids)
+                                     const std::vector<uint32_t>& backend_ids,
+                                     MaglevMemo* memo = nullptr)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::Status RemoveFrontendLocked(const FrontendKey& key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   absl::StatusOr<uint32_t> AcquireBackendLocked(const LbBackend& b, Frontend& fe)
@@ -344,6 +401,7 @@ class ServiceReconciler {
   LbMaps& maps_;
   const LbCapacity capacity_;
   mutable absl::Mutex mu_;
+  uint32_t maglev_m_ ABSL_GUARDED_BY(mu_) = kDefaultMaglevTableSize;
   Room room_ ABSL_GUARDED_BY(mu_);
   // Room when pending Services were last tried: only more room can admit one of them.
   std::optional<Room> room_tried_ ABSL_GUARDED_BY(mu_);

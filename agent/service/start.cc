@@ -68,7 +68,8 @@ absl::StatusOr<std::unique_ptr<RunningLbAcceleration>> StartLbAcceleration(
 
 absl::StatusOr<std::unique_ptr<RunningServices>> StartServices(const StartPieces& pieces,
                                                                conntrack::ConntrackGc& gc,
-                                                               bool socket_lb, const Node& node) {
+                                                               bool socket_lb, const Node& node,
+                                                               const LbAlgorithmOptions& lb_algorithm) {
   loader::Datapath& dp = *pieces.datapath;
   KubernetesState* kube = pieces.k8s;
   auto running = std::make_unique<RunningServices>();
@@ -76,6 +77,7 @@ absl::StatusOr<std::unique_ptr<RunningServices>> StartServices(const StartPieces
       dp.lb4_services(), dp.lb4_backends(), dp.lb4_revnat(), dp.lb4_source_ranges(), dp.ct4_any(),
       &dp.lb4_affinity(), &dp.ct4(), &dp.lb4_non_backend_ports(), &dp.lb4_slot_records());
   running->lb_maps->OnPairsWritten([&gc] { return gc.PairsWritten(); });
+  running->lb_maps->WriteMaglevTablesTo(&dp.lb4_maglev());
   // A connected UDP socket socket LB sent to a backend that goes is closed: its send() runs
   // no hook that could send it elsewhere (agent/kernel/sock_destroy.h).
   if (socket_lb)
@@ -83,13 +85,15 @@ absl::StatusOr<std::unique_ptr<RunningServices>> StartServices(const StartPieces
   auto reconciler = ServiceReconciler::Create(*running->lb_maps);
   if (!reconciler.ok()) return StartError(reconciler.status(), "restore service maps");
   running->reconciler = std::move(*reconciler);
+  running->reconciler->SetMaglevTableSize(lb_algorithm.maglev_table_size);
   running->health_checks = std::make_unique<HealthCheckServers>(node.node_ip.ToString());
   running->sync = std::make_unique<ServiceSync>(
       kube->services(), kube->endpoint_slices(),
       // Services depend on these two kinds only: no need to wait for Pods and Nodes.
       [kube] { return kube->services().HasSynced() && kube->endpoint_slices().HasSynced(); },
       *running->reconciler, running->health_checks.get(),
-      NodeContext{kube->node_name(), {node.node_ip}}, pieces.state_dir, pieces.clock);
+      NodeContext{kube->node_name(), {node.node_ip}, lb_algorithm.maglev_default},
+      pieces.state_dir, pieces.clock);
   running->refusal_metrics.emplace(
       *pieces.registry,
       pieces.registry->AddCollector([s = running->sync.get()](metrics::ScrapeSink& out) {

@@ -47,11 +47,18 @@ struct RunningServices {
   std::optional<metrics::ScopedCollector> refusal_metrics;  // reads sync: declared after it
 };
 
+// Backend selection (--lb_algorithm, --maglev_table_size).
+struct LbAlgorithmOptions {
+  bool maglev_default = false;  // NodeContext::maglev_default
+  uint32_t maglev_table_size = kDefaultMaglevTableSize;
+};
+
 // Needs the pieces' Kubernetes state. The Service maps are restored from what is pinned, then
 // follow the Services and EndpointSlices; flow entries the reconciler splits are reported to `gc`.
 // With `socket_lb`, a connected UDP socket sent to a backend that goes is closed.
 [[nodiscard]] absl::StatusOr<std::unique_ptr<RunningServices>> StartServices(
-    const StartPieces& pieces, conntrack::ConntrackGc& gc, bool socket_lb, const Node& node);
+    const StartPieces& pieces, conntrack::ConntrackGc& gc, bool socket_lb, const Node& node,
+    const LbAlgorithmOptions& lb_algorithm = {});
 
 // GET /v1/services: every Service with the reason a port serves nothing (`sluicectl services`).
 metrics::HttpReply ServicesRoute(KubernetesState* k8s);

@@ -229,6 +229,8 @@ std::string_view RefusalReasonName(RefusalReason reason) {
       return "protocol_unsupported";
     case RefusalReason::kAffinityTimeoutInvalid:
       return "session_affinity_timeout_invalid";
+    case RefusalReason::kLbAlgorithmInvalid:
+      return "lb_algorithm_invalid";
     case RefusalReason::kCount:
       break;
   }
@@ -296,6 +298,24 @@ ServiceTranslation TranslateService(
   const std::vector<IpPrefix> source_ranges =
       ParseV4SourceRanges(service.load_balancer_source_ranges);
 
+  // Maglev or random: the Service's own choice (Sluice's annotation, else Cilium's), else the
+  // node's default for the external frontends.
+  std::optional<bool> maglev_chosen;
+  for (std::string_view annotation :
+       {k8s::kAnnotationLbAlgorithm, k8s::kAnnotationCiliumLbAlgorithm}) {
+    auto a = service.meta.annotations.find(std::string(annotation));
+    if (a == service.meta.annotations.end()) continue;
+    if (a->second == "maglev" || a->second == "random") {
+      maglev_chosen = a->second == "maglev";
+      break;
+    }
+    refused.insert({RefusalReason::kLbAlgorithmInvalid,
+                    absl::StrCat("annotation ", std::string(annotation), ": \"", a->second,
+                                 "\" (want random or maglev)")});
+  }
+  constexpr uint16_t kExternalFlags =
+      SLUICE_SVC_F_NODEPORT | SLUICE_SVC_F_EXTERNAL_IP | SLUICE_SVC_F_LOADBALANCER;
+
   std::set<IpAddress> local_ready;  // for the health check
   for (const k8s::ServicePort& sp : service.ports) {
     std::optional<uint8_t> proto = k8s::IpProtocolNumber(sp.protocol);
@@ -338,6 +358,8 @@ ServiceTranslation TranslateService(
       f.proto = *proto;
       f.scope = SLUICE_LB_SCOPE_EXTERNAL;
       f.flags = static_cast<uint16_t>(common_flags | flags);
+      if (maglev_chosen.value_or(node.maglev_default && (flags & kExternalFlags) != 0))
+        f.flags |= SLUICE_SVC_F_MAGLEV;
       f.affinity_timeout = affinity_timeout;
       f.backends = policy_local ? local_set : cluster_set;
       // No usable endpoint anywhere: reject. A Local policy that filters out every endpoint

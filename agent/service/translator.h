@@ -21,6 +21,11 @@ namespace sluice::agent {
 struct NodeContext {
   std::string node_name;                // endpoints with this nodeName are local
   std::vector<IpAddress> node_addresses;  // NodePort frontends: one per (IPv4) node address
+  // The default backend selection (--lb-algorithm, chart loadBalancer.algorithm): maglev puts
+  // SLUICE_SVC_F_MAGLEV on the NodePort, ExternalIP and LoadBalancer frontends of every Service
+  // without a valid lb-algorithm annotation; the annotation decides for all of a Service's
+  // frontends, its ClusterIP included.
+  bool maglev_default = false;
 };
 
 struct LbBackend {
@@ -80,6 +85,8 @@ enum class RefusalReason : uint8_t {
   kProtocolUnsupported,     // SCTP: the datapath balances TCP and UDP only
   kAffinityTimeoutInvalid,  // sessionAffinityConfig.clientIP.timeoutSeconds outside 1..86400:
                             // the whole Service (the apiserver refuses such a Service)
+  kLbAlgorithmInvalid,      // an lb-algorithm annotation neither random nor maglev: the
+                            // annotation only (the Service gets the node's default)
   kCount,
 };
 std::string_view RefusalReasonName(RefusalReason reason);  // "backend_loopback", ...

@@ -384,12 +384,42 @@ static __always_inline int lb4_slot_backend(const struct sluice_lb4_key *key,
 	return 0;
 }
 
+/* The backend id of a new flow's slot in the Maglev table of the frontend `key` (its master
+ * key; maps/lb.h, sluice_lb4_mag): the slot is the flow hash of the client's address and port and
+ * the frontend's port and protocol, modulo the table's size, so every node that holds the same
+ * table sends the flow to the same backend. Returns 0, or -1 when the frontend has no table or
+ * the slot names no backend. */
+static __always_inline int lb4_maglev_backend(const struct sluice_lb4_key *key, __be32 client,
+					      __be16 client_port, __u32 *backend_id)
+{
+	__u32 index = SLUICE_LB4_MAGLEV_SIZE_INDEX;
+	const __u32 *entry;
+	__u32 m;
+	void *table;
+
+	table = bpf_map_lookup_elem(&sluice_lb4_mag, key);
+	if (!table)
+		return -1;
+	entry = bpf_map_lookup_elem(table, &index);
+	if (!entry || !*entry)
+		return -1;
+	m = *entry;
+	index = 1 + sluice_maglev_flow_hash(client, client_port, key->dport, key->proto) % m;
+	entry = bpf_map_lookup_elem(table, &index);
+	if (!entry || !*entry)
+		return -1;
+	*backend_id = *entry;
+	return 0;
+}
+
 /* Picks the backend of a new flow from `client` to the frontend whose master is svc: the
- * client's affinity when it has a live one, else a random slot. Returns 0 or minus a drop
- * reason. */
+ * client's affinity when it has a live one, else the slot of the frontend's Maglev table
+ * (SLUICE_SVC_F_MAGLEV, when `hashed`: the caller knows the client's port), else a random slot.
+ * Returns 0 or minus a drop reason. */
 static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 				      const struct sluice_lb4_service *svc, __be32 client,
-				      __u32 *backend_id, const struct sluice_lb4_backend **be)
+				      __be16 client_port, int hashed, __u32 *backend_id,
+				      const struct sluice_lb4_backend **be)
 {
 	struct sluice_lb4_affinity_key akey = { .client_addr = client, .rev_nat_id = svc->rev_nat_id };
 	struct sluice_lb4_affinity aff = {};
@@ -412,9 +442,12 @@ static __always_inline int lb4_select(const struct sluice_lb4_key *master_key,
 			}
 		}
 	}
-	key.backend_slot = 1 + bpf_get_prandom_u32() % count;
-	if (lb4_slot_backend(&key, svc, backend_id) < 0)
-		return -SLUICE_DROP_SERVICE_NO_BACKEND;
+	if (!hashed || !(svc->flags & SLUICE_SVC_F_MAGLEV) ||
+	    lb4_maglev_backend(master_key, client, client_port, backend_id) < 0) {
+		key.backend_slot = 1 + bpf_get_prandom_u32() % count;
+		if (lb4_slot_backend(&key, svc, backend_id) < 0)
+			return -SLUICE_DROP_SERVICE_NO_BACKEND;
+	}
 	*be = lb4_backend(*backend_id);
 	if (!*be)
 		return -SLUICE_DROP_SERVICE_NO_BACKEND;
@@ -482,7 +515,7 @@ static __always_inline int lb4_new_flow(const struct ct4_pkt *p, const struct sl
 		return -SLUICE_DROP_FRAGMENT;
 	if (svc->flags & SLUICE_SVC_F_REJECT)
 		return LB4_REJECT;
-	ret = lb4_select(key, svc, p->key.saddr, &backend_id, &be);
+	ret = lb4_select(key, svc, p->key.saddr, p->key.sport, 1, &backend_id, &be);
 	if (ret < 0)
 		return ret;
 	t->hairpin_src = hairpin_src;

@@ -20,6 +20,27 @@
 
 SLUICE_MAPS(SLUICE_BPF_MAP)
 
+/* The inner map is a template: BPF_F_INNER_MAP lets the agent's inner maps have any size. */
+#define SLUICE_BPF_MAP_OF_MAPS(name_, type_, key_, inner_type_, inner_value_, max_entries_, \
+			       inner_flags_)                                                \
+	struct name_##_inner {                                                              \
+		__uint(type, inner_type_);                                                  \
+		__type(key, __u32);                                                         \
+		__type(value, inner_value_);                                                \
+		__uint(max_entries, 1);                                                     \
+		__uint(map_flags, inner_flags_);                                            \
+	};                                                                                  \
+	struct {                                                                            \
+		__uint(type, type_);                                                        \
+		__type(key, key_);                                                          \
+		__uint(max_entries, max_entries_);                                          \
+		__uint(map_flags, BPF_F_NO_PREALLOC);                                       \
+		__uint(pinning, LIBBPF_PIN_BY_NAME);                                        \
+		__array(values, struct name_##_inner);                                      \
+	} name_ SEC(".maps");
+
+SLUICE_MAPS_OF_MAPS(SLUICE_BPF_MAP_OF_MAPS)
+
 static __always_inline const struct sluice_node_config *node_config(void)
 {
 	__u32 zero = 0;

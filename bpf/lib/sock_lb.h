@@ -90,7 +90,9 @@ static __always_inline int sock4_xlate_fwd(struct bpf_sock_addr *ctx)
 		sock_count_reject(SLUICE_DROP_SERVICE_REJECTED);
 		return -ECONNREFUSED;
 	}
-	ret = lb4_select(&key, svc, client, &backend_id, &be);
+	/* No client port at connect() yet (an unbound socket gets one later), and one node's
+	 * sockets need no agreement with other nodes: a Maglev frontend picks at random here. */
+	ret = lb4_select(&key, svc, client, 0, 0, &backend_id, &be);
 	if (ret < 0 || !be) {
 		sock_count_reject(ret < 0 ? -ret : SLUICE_DROP_SERVICE_NO_BACKEND);
 		return -ECONNREFUSED;

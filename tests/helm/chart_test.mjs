@@ -171,6 +171,8 @@ const cases = [
     assert.equal(cfg.tunnel_port, '8472');
     assert.equal(cfg.socket_lb, 'true');
     assert.equal(cfg.lb_acceleration, 'disabled');
+    assert.equal(cfg.lb_algorithm, 'random');
+    assert.equal(cfg.maglev_table_size, '16381');
     assert.equal(cfg.cni_exclusive, 'false');
     assert.equal(cfg.bpffs_root, '/sys/fs/bpf/sluice');
     assert.equal(cfg.metrics_address, undefined);
@@ -257,6 +259,11 @@ const cases = [
   ['socket LB off', ['--set', 'socketLB.enabled=false'], (r) => assert.equal(config(r).socket_lb, 'false')],
   ['XDP NodePort acceleration', ['--set', 'loadBalancer.acceleration=native'],
     (r) => assert.equal(config(r).lb_acceleration, 'native')],
+  ['Maglev by default, Katran\'s table size', ['--set', 'loadBalancer.algorithm=maglev,maglev.tableSize=65521'],
+    (r) => {
+      assert.equal(config(r).lb_algorithm, 'maglev');
+      assert.equal(config(r).maglev_table_size, '65521');
+    }],
   ['kube-proxy kept, no policy, debug', ['--set-string', 'kubeProxyReplacement=false',
     '--set', 'policyEnforcementMode=never,debug.enabled=true'], (r) => {
     assert.equal(config(r).kube_proxy_replacement, 'false');
@@ -332,6 +339,8 @@ const refused = [
   [['--set', 'bpf.ctTcpMax=100'], 'bpf.ctTcpMax', 'bpf.ctTcpMax=100: a map size of 1024 to 16777216 entries'],
   [['--set', 'ipv6.enabled=true'], 'ipv6.enabled', 'ipv6.enabled=true is not supported'],
   [['--set', 'loadBalancer.acceleration=best-effort'], 'loadBalancer.acceleration', 'loadBalancer.acceleration=best-effort is not supported'],
+  [['--set', 'loadBalancer.algorithm=round-robin'], 'loadBalancer.algorithm', 'loadBalancer.algorithm=round-robin is not supported'],
+  [['--set', 'maglev.tableSize=16383'], 'maglev.tableSize', 'maglev.tableSize=16383 is not supported'],
   [['--set', 'policyEnforcementMode=always'], 'policyEnforcementMode', 'policyEnforcementMode=always is not supported'],
   [['--set', 'cni.chainingMode=aws-cni'], 'cni.chainingMode', 'cni.chainingMode=aws-cni is not supported'],
   [['--set', 'prometheus.serviceMonitor.enabled=true'], 'prometheus.serviceMonitor.enabled', 'serviceMonitor.enabled=true is not supported'],

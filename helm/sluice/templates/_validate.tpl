@@ -59,6 +59,12 @@ refuses the same values first; these checks keep the message clear when a schema
 {{- if not (has $v.loadBalancer.acceleration (list "native" "disabled")) -}}
 {{- fail (printf "loadBalancer.acceleration=%s is not supported: use native (XDP, generic XDP where the driver lacks native) or disabled" $v.loadBalancer.acceleration) -}}
 {{- end -}}
+{{- if not (has $v.loadBalancer.algorithm (list "random" "maglev")) -}}
+{{- fail (printf "loadBalancer.algorithm=%s is not supported: use random or maglev" $v.loadBalancer.algorithm) -}}
+{{- end -}}
+{{- if not (has (int64 $v.maglev.tableSize | toString) (list "251" "509" "1021" "2039" "4093" "8191" "16381" "32749" "65521" "131071")) -}}
+{{- fail (printf "maglev.tableSize=%v is not supported: use a prime of 251, 509, 1021, 2039, 4093, 8191, 16381, 32749, 65521 or 131071" $v.maglev.tableSize) -}}
+{{- end -}}
 {{- if not (has $v.policyEnforcementMode (list "default" "never")) -}}
 {{- fail (printf "policyEnforcementMode=%s is not supported: use default (NetworkPolicies enforced) or never" $v.policyEnforcementMode) -}}
 {{- end -}}

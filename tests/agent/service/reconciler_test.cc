@@ -162,6 +162,24 @@ class RecordingLbMaps : public LbMaps {
         absl::StrCat("flush-aff ", absl::StrJoin(sorted, ","), " ", absl::StrJoin(parts, ",")));
     return absl::OkStatus();
   }
+  // Maglev tables by master key: slot -> backend id.
+  std::map<SvcKey, std::vector<uint32_t>> tables;
+  absl::Status UpdateMaglevTable(const sluice_lb4_key& k, const std::vector<uint32_t>& backends,
+                                 const std::vector<uint32_t>& table) override {
+    ops.push_back(absl::StrCat("mag+ ", Fe(k), " m=", table.size(), " of ",
+                               absl::StrJoin(backends, ",")));
+    tables[Tup(k)] = table;
+    return absl::OkStatus();
+  }
+  absl::Status DeleteMaglevTable(const sluice_lb4_key& k) override {
+    ops.push_back(absl::StrCat("mag- ", Fe(k)));
+    tables.erase(Tup(k));
+    return absl::OkStatus();
+  }
+  absl::Status ForEachMaglevTable(const std::function<void(const sluice_lb4_key&)>& fn) override {
+    for (const auto& [k, v] : tables) fn(FromTup(k));
+    return absl::OkStatus();
+  }
   absl::Status ForEachService(
       const std::function<void(const sluice_lb4_key&, const sluice_lb4_service&)>& fn) override {
     for (const auto& [k, v] : svc) fn(FromTup(k), v);
@@ -202,6 +220,14 @@ LbFrontend Frontend(const std::string& addr, uint16_t port, std::vector<std::str
   for (const auto& b : backends) f.backends.push_back(Be(b, 8080, proto));
   std::sort(f.backends.begin(), f.backends.end());
   return f;
+}
+
+sluice_lb4_key LbKeyOf(const std::string& addr, uint16_t port, uint8_t proto = IPPROTO_TCP) {
+  sluice_lb4_key k{};
+  k.addr = htonl(Ip(addr).v4_host_order());
+  k.dport = htons(port);
+  k.proto = proto;
+  return k;
 }
 
 ServiceTranslation T(std::vector<LbFrontend> frontends) {
@@ -521,6 +547,104 @@ k8s::EndpointSlice Slice(const std::string& svc, std::vector<std::string> addrs)
   }
   s.ports = {{"http", k8s::Protocol::kTCP, 8080}};
   return s;
+}
+
+// ---- Maglev: the table comes after the backends it names and before the master that sets the
+// flag; it goes after the master that no longer does. A change swaps a whole new table in. ----
+
+constexpr uint16_t kMaglev = SLUICE_SVC_F_MAGLEV;
+
+// Slots per backend id of a table.
+std::map<uint32_t, int> Shares(const std::vector<uint32_t>& table) {
+  std::map<uint32_t, int> n;
+  for (uint32_t id : table) ++n[id];
+  return n;
+}
+
+TEST_F(ServiceReconcilerTest, MaglevTableIsWrittenAfterItsBackendsAndBeforeTheMaster) {
+  r_->SetMaglevTableSize(251);
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.5"}, IPPROTO_TCP, kMaglev)}));
+  EXPECT_THAT(maps_.Take(),
+              ElementsAre("be+ 1 10.244.1.4:8080", "be+ 2 10.244.2.5:8080",
+                          "rnat+ 1 10.96.0.10:80", "slot+ 10.96.0.10:80/6#1 -> 1",
+                          "slot+ 10.96.0.10:80/6#2 -> 2", "mag+ 10.96.0.10:80/6 m=251 of 1,2",
+                          "master+ 10.96.0.10:80/6 count=2 flags=256 rnat=1",
+                          "wild+ 10.96.0.10 flags=128"));
+  const auto& table = maps_.tables.at(Tup(LbKeyOf("10.96.0.10", 80)));
+  EXPECT_EQ(Shares(table), (std::map<uint32_t, int>{{1, 126}, {2, 125}}));
+  // The same again writes nothing.
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.2.5"}, IPPROTO_TCP, kMaglev)}));
+  EXPECT_THAT(maps_.Take(), IsEmpty());
+}
+
+TEST_F(ServiceReconcilerTest, MaglevBackendLeavingSwapsANewTableInBeforeItsBackendGoes) {
+  r_->SetMaglevTableSize(251);
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.5", "10.244.1.6"},
+                                   IPPROTO_TCP, kMaglev)}));
+  const auto before = maps_.tables.at(Tup(LbKeyOf("10.96.0.10", 80)));
+  maps_.Take();
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4", "10.244.1.6"}, IPPROTO_TCP, kMaglev)}));
+  EXPECT_THAT(maps_.Take(),
+              ElementsAre("slot+ 10.96.0.10:80/6#2 -> 3", "mag+ 10.96.0.10:80/6 m=251 of 1,3",
+                          "master+ 10.96.0.10:80/6 count=2 flags=256 rnat=1",
+                          "slot- 10.96.0.10:80/6#3", "be- 2"));
+  const auto& after = maps_.tables.at(Tup(LbKeyOf("10.96.0.10", 80)));
+  EXPECT_EQ(Shares(after).count(2), 0u);
+  // Maglev's promise: the slots of the backends that stayed mostly stay theirs.
+  int kept = 0, theirs = 0;
+  for (size_t s = 0; s < before.size(); ++s) {
+    if (before[s] == 2) continue;
+    ++theirs;
+    kept += after[s] == before[s];
+  }
+  EXPECT_GE(kept, theirs * 9 / 10);
+}
+
+TEST_F(ServiceReconcilerTest, MaglevOffWritesTheMasterFirstAndDeletionDeletesTheTableLast) {
+  r_->SetMaglevTableSize(251);
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4"}, IPPROTO_TCP, kMaglev)}));
+  maps_.Take();
+  Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"})}));
+  EXPECT_THAT(maps_.Take(), ElementsAre("master+ 10.96.0.10:80/6 count=1 flags=0 rnat=1",
+                                        "mag- 10.96.0.10:80/6"));
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4"}, IPPROTO_TCP, kMaglev)}));
+  maps_.Take();
+  Apply("default/web", std::nullopt);
+  std::vector<std::string> ops = maps_.Take();
+  auto master = std::find(ops.begin(), ops.end(), "master- 10.96.0.10:80/6");
+  auto table = std::find(ops.begin(), ops.end(), "mag- 10.96.0.10:80/6");
+  auto backend = std::find(ops.begin(), ops.end(), "be- 1");
+  ASSERT_NE(master, ops.end());
+  ASSERT_NE(table, ops.end());
+  ASSERT_NE(backend, ops.end());
+  EXPECT_LT(master, table);
+  EXPECT_LT(table, backend);
+  EXPECT_THAT(maps_.tables, IsEmpty());
+}
+
+TEST_F(ServiceReconcilerTest, RestartedReconcilerRewritesClaimedTablesAndPrunesTheRest) {
+  r_->SetMaglevTableSize(251);
+  Apply("default/web",
+        T({Frontend("10.96.0.10", 80, {"10.244.1.4"}, IPPROTO_TCP, kMaglev)}));
+  Apply("default/old",
+        T({Frontend("10.96.0.11", 80, {"10.244.1.5"}, IPPROTO_TCP, kMaglev)}));
+  const auto table = maps_.tables.at(Tup(LbKeyOf("10.96.0.10", 80)));
+  maps_.Take();
+  auto again = ServiceReconciler::Create(maps_);
+  ASSERT_TRUE(again.ok());
+  (*again)->SetMaglevTableSize(251);
+  ASSERT_TRUE((*again)
+                  ->Apply("default/web", T({Frontend("10.96.0.10", 80, {"10.244.1.4"},
+                                                     IPPROTO_TCP, kMaglev)}))
+                  .ok());
+  ASSERT_TRUE((*again)->PruneStale().ok());
+  EXPECT_EQ(maps_.tables.at(Tup(LbKeyOf("10.96.0.10", 80))), table);
+  EXPECT_EQ(maps_.tables.count(Tup(LbKeyOf("10.96.0.11", 80))), 0u);
 }
 
 TEST(ServiceSyncTest, AppliesAfterSyncPrunesOnceThenFollowsChanges) {
