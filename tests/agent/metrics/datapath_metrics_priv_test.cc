@@ -136,8 +136,9 @@ TEST_F(DatapathMetricsTest, DropWindowCountsOnlyWhatWasDroppedWithinTheLastMinut
   EXPECT_THAT(w.Json(), HasSubstr("\"windowSeconds\": 60"));
 }
 
-// Fills a pinned hash map or LPM trie to max_entries with distinct keys (an LPM trie's at full
-// prefix length) and zero values; returns the keys written. An LRU may evict a few of its own.
+// Fills a pinned hash map, LPM trie or map of maps to max_entries with distinct keys (an LPM
+// trie's at full prefix length) and zero values (a map of maps: one small inner table); returns
+// the keys written. An LRU may evict a few of its own.
 uint64_t FillMap(const std::string& bpffs_root, const char* name) {
   int fd = bpf_obj_get(maps::PinPath(bpffs_root, name).c_str());
   if (fd < 0) return 0;
@@ -145,6 +146,15 @@ uint64_t FillMap(const std::string& bpffs_root, const char* name) {
   uint32_t len = sizeof(info);
   EXPECT_EQ(bpf_obj_get_info_by_fd(fd, &info, &len), 0);
   const bool lpm = info.type == BPF_MAP_TYPE_LPM_TRIE;
+  // A map of maps (sluice_lb4_mag) holds inner maps: every entry gets the same small table (its
+  // inner maps may differ in size, BPF_F_INNER_MAP).
+  const bool of_maps = info.type == BPF_MAP_TYPE_HASH_OF_MAPS;
+  int inner = -1;
+  if (of_maps) {
+    LIBBPF_OPTS(bpf_map_create_opts, opts, .map_flags = BPF_F_INNER_MAP);
+    inner = bpf_map_create(BPF_MAP_TYPE_ARRAY, "fill_inner", 4, 4, 2, &opts);
+    EXPECT_GE(inner, 0) << name << ": inner table: " << strerror(errno);
+  }
   const bool percpu =
       info.type == BPF_MAP_TYPE_PERCPU_HASH || info.type == BPF_MAP_TYPE_LRU_PERCPU_HASH;
   const size_t value_size =
@@ -173,6 +183,12 @@ uint64_t FillMap(const std::string& bpffs_root, const char* name) {
             << name << ": " << strerror(errno);
       }
     } else {
+      if (of_maps) {  // batched: one RCU grace period a batch, not one an update
+        for (uint32_t j = 0; j < n; ++j) {
+          const uint32_t inner_fd = static_cast<uint32_t>(inner);
+          memcpy(&values[static_cast<size_t>(j) * value_size], &inner_fd, sizeof(inner_fd));
+        }
+      }
       uint32_t count = n;
       EXPECT_EQ(bpf_map_update_batch(fd, keys.data(), values.data(), &count, nullptr), 0)
           << name << ": " << strerror(errno);
@@ -180,6 +196,7 @@ uint64_t FillMap(const std::string& bpffs_root, const char* name) {
     i += n;
     written += n;
   }
+  if (inner >= 0) ::close(inner);
   ::close(fd);
   return written;
 }
